@@ -1,0 +1,95 @@
+"""The `flowlake` command. Subcommands live in their own modules and load lazily,
+so `flowlake --help` is instant and a broken optional module cannot break the rest."""
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+
+import click
+
+# name -> (module:attribute, one-line help). Each attribute is a click command or group.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "up": ("flowlake.stack:up", "Start the local stack (Kafka, nfcapd, shipper, ingest, Superset)."),
+    "down": ("flowlake.stack:down", "Stop every component of the local stack."),
+    "status": ("flowlake.stack:status", "Components, pids, ports and per-stage counts."),
+    "ship": ("flowlake.collectors.ship:ship", "Ship nfcapd files to Kafka (backfill or --pending)."),
+    "ingest": ("flowlake.pipelines.ingest:ingest", "Stream flows.v1/active.v1 from Kafka into the lake."),
+    "generate": ("flowlake.collectors.generate:generate", "Export modelled border traffic as NetFlow/IPFIX."),
+    "jobs": ("flowlake.jobs.runner:jobs", "Run the daily Spark report jobs."),
+    "powerlaw": ("flowlake.powerlaw.cli:powerlaw", "Fit a power law to a column of numbers (CSN 2009)."),
+    "active": ("flowlake.collectors.active.cli:active", "Parse and import active-test results."),
+    "probe": ("flowlake.collectors.active.probe:probe", "Run PingER-style probes on a schedule."),
+    "lab": ("flowlake.collectors.active.lab:lab", "Network-namespace labs with real packets."),
+    "superset": ("flowlake.superset_cli:superset", "Superset credentials and dashboard provisioning."),
+    "demo": ("flowlake.demo:demo", "The main job end to end: stack, a day of traffic, reports, Superset."),
+    "query": ("flowlake.query.cli:query", "Search the lake with nfdump filter syntax."),
+    "host": ("flowlake.query.cli:host", "Profile one host: peers, ports, volumes, first/last seen."),
+    "schema": ("flowlake.schema_cli:schema", "Print generated views (Avro, Spark, Markdown) of a record."),
+    "config": ("flowlake.schema_cli:config_cmd", "Print the effective configuration."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        target, _ = COMMANDS[name]
+        module, attr = target.split(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            @click.command(name=name, help=COMMANDS[name][1])
+            def unavailable():
+                raise click.ClickException(f"'{name}' is not available in this install: {exc}")
+            return unavailable
+
+    def format_commands(self, ctx, formatter):
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="flowlake")
+@click.option("-v", "--verbose", count=True, help="More log detail (-vv for debug).")
+def main(verbose: int) -> None:
+    """flowlake: passive flow analytics for network operators.
+
+    Routers export NetFlow/IPFIX to nfcapd; flowlake ships every flow into Kafka,
+    streams it into a Parquet lake with Spark and computes daily reports that
+    Superset shows.
+
+    \b
+    Typical use:
+      flowlake up                 start the local stack (returns when healthy)
+      flowlake status             what runs, and counts at every stage
+      flowlake jobs run --date 2026-11-20
+      flowlake query 'proto tcp and dst port 22' --stats srcip/flows
+      flowlake down
+
+    Configuration: flowlake.toml, overridden by FLOWLAKE_* environment variables
+    (`flowlake config` shows the result).
+    """
+    from . import logs
+
+    logs.setup(verbose)
+
+
+def run() -> None:
+    from .config import ConfigError
+
+    try:
+        main(standalone_mode=True)
+    except ConfigError as exc:
+        click.echo(f"flowlake: configuration error: {exc}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,49 @@
+"""`flowlake schema` and `flowlake config`: print what the one schema module and the one
+config file produce."""
+from __future__ import annotations
+
+import json
+
+import click
+
+
+@click.command()
+@click.argument("view", type=click.Choice(["avro", "spark", "markdown", "sql", "list"]))
+@click.argument("name", required=False)
+def schema(view: str, name: str | None) -> None:
+    """Print a generated VIEW of record NAME (or every record).
+
+    \b
+    Examples:
+      flowlake schema list
+      flowlake schema avro Flow > flow.avsc
+      flowlake schema markdown          # the docs table of every record
+    """
+    from flowlake.schemas import registry
+
+    records = registry()
+    if view == "list":
+        for rname, rec in sorted(records.items()):
+            click.echo(f"{rname:24s} {rec.doc}")
+        return
+    chosen = [records[name]] if name else list(records.values())
+    if name and name not in records:
+        raise click.BadParameter(f"unknown record {name!r}; known: {', '.join(sorted(records))}")
+    for rec in chosen:
+        if view == "avro":
+            click.echo(rec.avro_json())
+        elif view == "spark":
+            click.echo(rec.spark_ddl())
+        elif view == "sql":
+            click.echo(", ".join(f"{n} {t}" for n, t in rec.sql_columns()))
+        else:
+            click.echo(rec.markdown())
+
+
+@click.command("config")
+def config_cmd() -> None:
+    """Print the effective configuration as JSON (file + FLOWLAKE_* overrides)."""
+    from . import config
+
+    cfg = config.get()
+    click.echo(json.dumps({"source": str(cfg.source) if cfg.source else None, **cfg.as_dict()}, indent=2))

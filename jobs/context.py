@@ -1,0 +1,94 @@
+"""What a job gets: the Spark session, the config, the date, and lake I/O.
+
+Writes are idempotent and atomic for readers: a table's date partition is written to
+a staging folder and swapped in by rename, so a rerun replaces exactly that date and
+DuckDB/Superset never see a half-written partition.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import shutil
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class JobContext:
+    spark: object
+    cfg: object
+    date: dt.date
+    results: dict = field(default_factory=dict)  # table -> rows written, for the summary
+
+    # ---- reading -------------------------------------------------------------------
+    @property
+    def lake(self) -> Path:
+        return Path(self.cfg.lake)
+
+    def flows(self, date: dt.date | None = None):
+        """Flows whose time_start falls on `date` (UTC), partition-pruned; empty frame if none."""
+        from flowlake.schemas import FLOWS_TABLE
+
+        return self._read_partitioned("flows", FLOWS_TABLE, date or self.date)
+
+    def active(self, date: dt.date | None = None):
+        from flowlake.schemas import registry
+
+        return self._read_partitioned("active", registry()["active"], date or self.date)
+
+    def report(self, table: str, date: dt.date | None = None):
+        """A report table for one date (e.g. yesterday's top talkers for rank change)."""
+        from flowlake.schemas import registry
+
+        return self._read_partitioned(f"reports/{table}", registry()[table], date or self.date)
+
+    def _read_partitioned(self, rel: str, record, date: dt.date):
+        base = self.lake / rel
+        part = base / f"date={date.isoformat()}"
+        schema = record.spark_schema()
+        if not part.exists() or not any(part.rglob("*.parquet")):
+            return self.spark.createDataFrame([], schema)
+        df = (self.spark.read.option("basePath", str(base)).schema(schema)
+              .parquet(str(part)))
+        return df
+
+    # ---- writing -------------------------------------------------------------------
+    def write(self, df, table: str) -> int:
+        """Replace lake/reports/<table>/date=<date>/ with df (columns as declared)."""
+        from flowlake.schemas import registry
+
+        record = registry().get(table)
+        if record is not None:
+            cols = [n for n in record.names if n != "date"]
+            missing = [c for c in cols if c not in df.columns]
+            if missing:
+                raise ValueError(f"table {table}: job output lacks declared columns {missing}")
+            df = df.select(*cols)
+        return write_partition(df, self.lake / "reports" / table, self.date)
+
+
+def write_partition(df, base: Path, date: dt.date, coalesce: int = 1) -> int:
+    """Write df as base/date=<date>/ atomically (staging + rename); return row count."""
+    base.mkdir(parents=True, exist_ok=True)
+    # Staging and retired folders sit beside the table, out of reach of table/** globs.
+    side = base.with_name(f".{base.name}.staging")
+    side.mkdir(parents=True, exist_ok=True)
+    staging = side / f"new-{date.isoformat()}-{uuid.uuid4().hex[:8]}"
+    df = df.coalesce(coalesce).cache()
+    rows = df.count()
+    df.write.mode("overwrite").option("compression", "zstd").parquet(str(staging))
+    df.unpersist()
+    for junk in list(staging.glob("_*")) + list(staging.glob(".*.crc")):
+        junk.unlink()
+    final = base / f"date={date.isoformat()}"
+    old = side / f"old-{date.isoformat()}-{uuid.uuid4().hex[:8]}"
+    if final.exists():
+        os.rename(final, old)
+    os.rename(staging, final)
+    shutil.rmtree(old, ignore_errors=True)
+    log.info("wrote %s rows to %s", rows, final)
+    return rows

@@ -1,0 +1,42 @@
+"""Avro helpers: canonical form, CRC-64-AVRO fingerprint and single-object framing."""
+from __future__ import annotations
+
+import json
+import struct
+
+from .core import Record
+
+_EMPTY = 0xC15D213AA4D7A795
+_TABLE = []
+for _i in range(256):
+    _fp = _i
+    for _ in range(8):
+        _fp = (_fp >> 1) ^ (_EMPTY & -(_fp & 1))
+    _TABLE.append(_fp)
+
+
+def crc64_avro(data: bytes) -> int:
+    fp = _EMPTY
+    for byte in data:
+        fp = (fp >> 8) ^ _TABLE[(fp ^ byte) & 0xFF]
+    return fp
+
+
+def fingerprint(record: Record) -> bytes:
+    """8-byte little-endian CRC-64-AVRO of the schema's parsing canonical form."""
+    import fastavro.schema
+
+    canonical = fastavro.schema.to_parsing_canonical_form(record.avro_schema())
+    return struct.pack("<Q", crc64_avro(canonical.encode()))
+
+
+def header(record: Record) -> bytes:
+    from . import SINGLE_OBJECT_MAGIC
+
+    return SINGLE_OBJECT_MAGIC + fingerprint(record)
+
+
+def parsed(record: Record):
+    import fastavro
+
+    return fastavro.parse_schema(json.loads(record.avro_json()))

@@ -1,0 +1,112 @@
+"""The one way to declare a record or table: fields with type, unit and meaning.
+
+Every view (Avro schema, Spark StructType, Superset column descriptions, the
+Markdown docs table) is generated from a `Record` here; nothing is written twice.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+# logical type -> (avro type, spark type name, duckdb/sql type)
+TYPES = {
+    "int": ("int", "int", "INTEGER"),
+    "long": ("long", "bigint", "BIGINT"),
+    "double": ("double", "double", "DOUBLE"),
+    "string": ("string", "string", "VARCHAR"),
+    "boolean": ("boolean", "boolean", "BOOLEAN"),
+    "bytes": ("bytes", "binary", "BLOB"),
+    "timestamp_ms": ({"type": "long", "logicalType": "timestamp-millis"}, "timestamp", "TIMESTAMP"),
+    "date": ({"type": "int", "logicalType": "date"}, "date", "DATE"),
+    "map_string_double": ({"type": "map", "values": "double"}, "map<string,double>", "MAP(VARCHAR, DOUBLE)"),
+    "map_string_string": ({"type": "map", "values": "string"}, "map<string,string>", "MAP(VARCHAR, VARCHAR)"),
+    "array_double": ({"type": "array", "items": "double"}, "array<double>", "DOUBLE[]"),
+}
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: str
+    doc: str
+    unit: str = ""
+    nullable: bool = False
+    default: object = None
+
+    def __post_init__(self):
+        if self.type not in TYPES:
+            raise ValueError(f"field {self.name}: unknown type {self.type!r}")
+
+
+@dataclass(frozen=True)
+class Record:
+    name: str
+    namespace: str
+    doc: str
+    fields: tuple[Field, ...]
+    partition_by: tuple[str, ...] = field(default=())
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.fields]
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"{self.name} has no field {name!r}")
+
+    # ---- Avro ----------------------------------------------------------------------
+    def avro_schema(self) -> dict:
+        out = []
+        for f in self.fields:
+            t = TYPES[f.type][0]
+            entry = {"name": f.name, "type": ["null", t] if f.nullable else t, "doc": _doc(f)}
+            if f.nullable:
+                entry["default"] = None
+            out.append(entry)
+        return {"type": "record", "name": self.name, "namespace": self.namespace,
+                "doc": self.doc, "fields": out}
+
+    def avro_json(self) -> str:
+        return json.dumps(self.avro_schema(), indent=2)
+
+    # ---- Spark ---------------------------------------------------------------------
+    def spark_ddl(self) -> str:
+        return ", ".join(
+            f"`{f.name}` {TYPES[f.type][1]}{'' if f.nullable else ' NOT NULL'}" for f in self.fields
+        )
+
+    def spark_schema(self):
+        from pyspark.sql.types import StructType  # imported lazily: Spark is heavy
+
+        schema = StructType.fromDDL(self.spark_ddl().replace(" NOT NULL", ""))
+        for sf, f in zip(schema.fields, self.fields):
+            sf.nullable = f.nullable
+            sf.metadata = {"comment": _doc(f)}
+        return schema
+
+    # ---- SQL / Superset / docs ------------------------------------------------------
+    def sql_columns(self) -> list[tuple[str, str]]:
+        return [(f.name, TYPES[f.type][2]) for f in self.fields]
+
+    def superset_columns(self) -> list[dict]:
+        return [
+            {"column_name": f.name, "type": TYPES[f.type][2], "description": _doc(f),
+             "is_dttm": f.type in ("timestamp_ms", "date"), "groupby": True, "filterable": True}
+            for f in self.fields
+        ]
+
+    def markdown(self) -> str:
+        lines = [f"### `{self.name}`", "", self.doc, "",
+                 "| column | type | unit | meaning |", "|---|---|---|---|"]
+        for f in self.fields:
+            null = " (nullable)" if f.nullable else ""
+            lines.append(f"| `{f.name}` | {f.type}{null} | {f.unit} | {f.doc} |")
+        if self.partition_by:
+            lines += ["", "Partitioned by " + ", ".join(f"`{p}`" for p in self.partition_by) + "."]
+        return "\n".join(lines) + "\n"
+
+
+def _doc(f: Field) -> str:
+    return f"{f.doc} [{f.unit}]" if f.unit else f.doc

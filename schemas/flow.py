@@ -1,0 +1,41 @@
+"""The flow record: one per flow, from nfcapd files through Kafka into the lake."""
+from .core import Field, Record
+
+FLOW = Record(
+    name="Flow",
+    namespace="flowlake.v1",
+    doc="One NetFlow/IPFIX flow as collected by nfcapd, packets and bytes corrected for sampling.",
+    fields=(
+        Field("time_start", "timestamp_ms", "first packet of the flow (UTC)", "ms since epoch"),
+        Field("time_end", "timestamp_ms", "last packet of the flow (UTC)", "ms since epoch"),
+        Field("exporter", "string", "address of the router that exported the flow"),
+        Field("input_if", "long", "SNMP index of the input interface"),
+        Field("output_if", "long", "SNMP index of the output interface"),
+        Field("src_addr", "string", "source address, IPv4 dotted or IPv6 text"),
+        Field("dst_addr", "string", "destination address, IPv4 dotted or IPv6 text"),
+        Field("src_port", "int", "source port (0 for ICMP and portless protocols)"),
+        Field("dst_port", "int", "destination port (ICMP: type*256+code)"),
+        Field("proto", "int", "IP protocol number (6 TCP, 17 UDP, 1 ICMP, ...)"),
+        Field("tcp_flags", "int", "cumulative OR of TCP flags"),
+        Field("tos", "int", "source type of service byte"),
+        Field("packets", "long", "packets, multiplied by the sampling rate", "packets"),
+        Field("bytes", "long", "bytes at layer 3, multiplied by the sampling rate", "bytes"),
+        Field("sampling_rate", "int", "1:N packet sampling announced by the exporter (1 = unsampled)"),
+        Field("src_as", "long", "source autonomous system number"),
+        Field("dst_as", "long", "destination autonomous system number"),
+        Field("source_file", "string", "nfcapd file the flow was read from (path below the spool)"),
+        Field("file_seq", "long", "position of the flow in its nfcapd file, from 0"),
+    ),
+)
+
+# The lake table adds the partition columns derived from time_start (UTC).
+FLOWS_TABLE = Record(
+    name="flows",
+    namespace="flowlake.lake",
+    doc="The flow lake: `lake/flows/date=YYYY-MM-DD/hour=HH/*.parquet` (zstd).",
+    fields=FLOW.fields + (
+        Field("date", "string", "UTC date of time_start, YYYY-MM-DD (partition)"),
+        Field("hour", "int", "UTC hour of time_start, 0-23 (partition)"),
+    ),
+    partition_by=("date", "hour"),
+)
