@@ -36,7 +36,35 @@ def header(record: Record) -> bytes:
     return SINGLE_OBJECT_MAGIC + fingerprint(record)
 
 
+_PARSED: dict = {}
+
+
 def parsed(record: Record):
     import fastavro
 
-    return fastavro.parse_schema(json.loads(record.avro_json()))
+    if record.name not in _PARSED:
+        _PARSED[record.name] = fastavro.parse_schema(json.loads(record.avro_json()))
+    return _PARSED[record.name]
+
+
+def encode(record: Record, datum: dict) -> bytes:
+    """One message: single-object header + schemaless Avro body."""
+    import io
+
+    import fastavro
+
+    buf = io.BytesIO()
+    buf.write(header(record))
+    fastavro.schemaless_writer(buf, parsed(record), datum)
+    return buf.getvalue()
+
+
+def decode(record: Record, message: bytes) -> dict:
+    import io
+
+    import fastavro
+
+    head = header(record)
+    if message[: len(head)] != head:
+        raise ValueError(f"message is not a single-object {record.name} (header {message[:10].hex()})")
+    return fastavro.schemaless_reader(io.BytesIO(message[len(head):]), parsed(record))

@@ -1,0 +1,104 @@
+"""nfcapd (nfdump 1.7) supervision: the collector routers export to.
+
+nfcapd writes `nfcapd.current.<pid>` and renames it to `nfcapd.YYYYMMDDhhmmss` every
+`rotate_seconds`; the shipper only ever reads renamed (closed) files. After each
+rotation nfcapd prints one line of statistics, which `received()` sums for status.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from flowlake import config as _config
+from flowlake.services.process import Managed, udp_bound, wait_until
+
+STAT_LINE = re.compile(
+    r"Ident: '(?P<ident>[^']*)' Flows: (?P<flows>\d+), Packets: (?P<packets>\d+), "
+    r"Bytes: (?P<bytes>\d+), Sequence Errors: (?P<seq>\d+), Bad Packets: (?P<bad>\d+)"
+)
+
+
+def spool_dir(cfg=None) -> Path:
+    cfg = cfg or _config.get()
+    return cfg.path("nfcapd")
+
+
+def managed(cfg=None) -> Managed:
+    cfg = cfg or _config.get()
+    return Managed("nfcapd", cfg.path("run"), cfg.path("log"))
+
+
+def argv(cfg=None) -> list[str]:
+    cfg = cfg or _config.get()
+    exe = shutil.which("nfcapd")
+    if exe is None:
+        raise RuntimeError("nfcapd is not installed (Debian package nfdump): run `make setup`")
+    c = cfg.collector
+    return [exe, "-b", c.bind, "-p", str(c.port), "-w", str(spool_dir(cfg)),
+            "-t", str(c.rotate_seconds), "-B", str(c.socket_buffer), "-I", "flowlake"]
+
+
+def start(cfg=None, timeout: float = 20.0) -> int:
+    cfg = cfg or _config.get()
+    proc = managed(cfg)
+    if proc.running():
+        return proc.pid()
+    spool = spool_dir(cfg)
+    spool.mkdir(parents=True, exist_ok=True)
+    recover_orphans(spool)
+    if udp_bound(cfg.collector.port):
+        raise RuntimeError(
+            f"UDP port {cfg.collector.port} is already bound by another process: "
+            "set FLOWLAKE_COLLECTOR_PORT to a free port"
+        )
+    pid = proc.start(argv(cfg))
+    wait_until(lambda: udp_bound(cfg.collector.port), timeout, "nfcapd to bind its UDP port", proc=proc)
+    return pid
+
+
+def recover_orphans(spool: Path) -> list[Path]:
+    """A SIGKILLed nfcapd leaves nfcapd.current.<pid>; its written blocks are still flows
+    that reached us. Rename it so the shipper takes it (the reader accepts an unfinished
+    file up to its last complete block)."""
+    out = []
+    for orphan in spool.rglob("nfcapd.current.*"):
+        pid = orphan.name.rsplit(".", 1)[-1]
+        if pid.isdigit() and Path(f"/proc/{pid}").exists():
+            continue  # a live nfcapd owns it
+        stamp = orphan.stat().st_mtime
+        import time as _time
+
+        name = "nfcapd." + _time.strftime("%Y%m%d%H%M%S", _time.gmtime(stamp)) + f".recovered{pid}"
+        target = orphan.with_name(name)
+        orphan.rename(target)
+        out.append(target)
+    return out
+
+
+def received(cfg=None) -> dict:
+    """Flows/packets/bytes nfcapd reported receiving, summed over its log (all runs)."""
+    cfg = cfg or _config.get()
+    totals = {"flows": 0, "packets": 0, "bytes": 0, "sequence_errors": 0, "bad_packets": 0}
+    try:
+        text = managed(cfg).logfile.read_text(errors="replace")
+    except OSError:
+        return totals
+    for m in STAT_LINE.finditer(text):
+        totals["flows"] += int(m["flows"])
+        totals["packets"] += int(m["packets"])
+        totals["bytes"] += int(m["bytes"])
+        totals["sequence_errors"] += int(m["seq"])
+        totals["bad_packets"] += int(m["bad"])
+    return totals
+
+
+def spool_usage(cfg=None) -> dict:
+    spool = spool_dir(cfg)
+    files = [p for p in spool.rglob("nfcapd.*") if p.is_file() and ".current." not in p.name]
+    return {"files": len(files), "bytes": sum(p.stat().st_size for p in files)}
+
+
+def stop(cfg=None) -> bool:
+    # SIGTERM makes nfcapd flush and rename its current file.
+    return managed(cfg).stop(timeout=20)

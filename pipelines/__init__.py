@@ -1,0 +1,1 @@
+"""Streaming ingest: Kafka topics into the Parquet lake, with quarantine of bad messages."""
