@@ -1,0 +1,34 @@
+# flowlake: the two commands are `make demo` and `make test`; both run `make setup` first.
+SHELL := /bin/bash
+VENV  := .venv
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-unit soak bench clean help
+
+help:
+	@echo "make demo   set up, start the stack, fill the lake with a day of traffic, run the reports, open Superset"
+	@echo "make test   set up and run the whole test suite (real Kafka, nfcapd, Spark, Superset, Chromium)"
+	@echo "make soak   long fault-injection run (>= 1M flows, 20 faults)"
+	@echo "make bench  run the benchmarks in bench/ (print figures, no assertions)"
+	@echo "make setup  idempotent set-up only"
+
+setup:
+	@scripts/setup.sh
+
+demo: setup
+	$(VENV)/bin/flowlake demo
+
+test: setup
+	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+test-unit: setup
+	$(VENV)/bin/python -m pytest -m "not integration and not e2e and not browser" $(PYTEST_ARGS)
+
+soak: setup
+	$(VENV)/bin/python -m flowlake.faults --soak
+
+bench: setup
+	@for b in bench/*.py; do echo "=== $$b"; $(VENV)/bin/python $$b || exit 1; done
+
+clean:
+	@echo "stopping any stack under var/ and removing it"; $(VENV)/bin/flowlake down || true; rm -rf var

@@ -1,0 +1,252 @@
+"""`flowlake up`, `down`, `status`: the local stack under $FLOWLAKE_HOME.
+
+Order matters: Kafka first (topics), then the ingest (a consumer), then the shipper
+(a producer), then nfcapd (so files are shipped as soon as they appear), then Superset.
+`up` is idempotent: it starts only what is not running, so it also restarts a
+component that died.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+import click
+
+from . import config as _config
+from .services.process import Managed, port_open, wait_until
+
+log = logging.getLogger("flowlake.stack")
+ORDER = ["kafka", "ingest", "shipper", "nfcapd", "superset"]
+
+
+def _python_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "flowlake.cli", *args]
+
+
+def ingest_managed(cfg) -> Managed:
+    return Managed("ingest", cfg.path("run"), cfg.path("log"))
+
+
+def shipper_managed(cfg) -> Managed:
+    return Managed("shipper", cfg.path("run"), cfg.path("log"))
+
+
+def start_ingest(cfg) -> int:
+    proc = ingest_managed(cfg)
+    if proc.running():
+        return proc.pid()
+    pid = proc.start(_python_argv("ingest"))
+    # Healthy once the streaming queries have written their first checkpoint metadata.
+    meta = cfg.path("state", "checkpoints", "flows", "metadata")
+    wait_until(meta.exists, 180, "the ingest's streaming query to start", interval=1, proc=proc)
+    return pid
+
+
+def start_shipper(cfg) -> int:
+    from .collectors import ship
+
+    proc = shipper_managed(cfg)
+    if proc.running():
+        return proc.pid()
+    ship.build_binary()
+    pid = proc.start(ship.serve_argv(cfg))
+    state = cfg.path("state", "shipper.json")
+    wait_until(state.exists, 60, "the shipper to report its state", interval=0.5, proc=proc)
+    return pid
+
+
+def _superset():
+    try:
+        from . import superset_cli
+    except ImportError:
+        return None
+    return superset_cli if hasattr(superset_cli, "start") else None
+
+
+def up_stack(cfg=None, with_superset: bool = True) -> dict:
+    from .collectors import nfcapd
+    from .services import kafka
+
+    cfg = cfg or _config.get()
+    started = {}
+    steps = [("kafka", kafka.start), ("ingest", start_ingest), ("shipper", start_shipper), ("nfcapd", nfcapd.start)]
+    sup = _superset()
+    if with_superset and sup is not None and sup.provisioned(cfg):
+        steps.append(("superset", sup.start))
+    for name, start in steps:
+        was = component_state(cfg, name)["state"] == "running"
+        t0 = time.monotonic()
+        pid = start(cfg)
+        started[name] = {"pid": pid, "already_running": was, "seconds": round(time.monotonic() - t0, 1)}
+        click.echo(f"  {name:9s} {'running' if was else 'started'} (pid {pid})", err=True)
+    return started
+
+
+def down_stack(cfg=None) -> None:
+    from .collectors import nfcapd
+    from .services import kafka
+
+    cfg = cfg or _config.get()
+    # Reverse order: nfcapd flushes its current file, the shipper finishes, the ingest drains.
+    sup = _superset()
+    if sup is not None:
+        sup.stop(cfg)
+    nfcapd.stop(cfg)
+    time.sleep(0.5)
+    shipper_managed(cfg).stop(timeout=60)
+    ingest_managed(cfg).stop(timeout=90)
+    kafka.stop(cfg)
+
+
+def component_state(cfg, name: str) -> dict:
+    from .collectors import nfcapd
+    from .services import kafka
+
+    managed = {
+        "kafka": kafka.managed(cfg), "nfcapd": nfcapd.managed(cfg),
+        "shipper": shipper_managed(cfg), "ingest": ingest_managed(cfg),
+        "superset": Managed("superset", cfg.path("run"), cfg.path("log")),
+    }[name]
+    pid = managed.pid()
+    port = {"kafka": cfg.kafka.port, "nfcapd": cfg.collector.port, "superset": cfg.superset.port}.get(name)
+    if pid is None:
+        state = "stopped" if not managed.pidfile.exists() else "dead"
+    elif name == "kafka" and not port_open(cfg.kafka.host, cfg.kafka.port):
+        state = "starting"
+    else:
+        state = "running"
+    return {"pid": pid, "state": state, "port": port, "log": str(managed.logfile)}
+
+
+def counts(cfg) -> dict:
+    from .collectors import nfcapd
+    from .pipelines import ingest
+
+    out: dict = {"nfcapd": nfcapd.received(cfg), "spool": nfcapd.spool_usage(cfg)}
+    shipper_state = cfg.path("state", "shipper.json")
+    try:
+        out["shipper"] = json.loads(shipper_state.read_text())
+    except (OSError, ValueError):
+        out["shipper"] = {}
+    out["kafka"] = kafka_offsets(cfg)
+    out["lake"] = ingest.counts(cfg)
+    q_files = list((cfg.lake / "quarantine" / "nfcapd").glob("*.reason")) if cfg.lake.exists() else []
+    out["quarantined"] = {
+        "nfcapd_files": len(q_files),
+        "kafka_messages": sum(v.get("quarantined", 0) for v in out["lake"].values()),
+    }
+    warn = cfg.collector.spool_warn_bytes
+    out["spool"]["warning"] = (
+        f"spool holds {out['spool']['bytes']} bytes of nfcapd files, above collector.spool_warn_bytes={warn}"
+        if out["spool"]["bytes"] > warn else None
+    )
+    return out
+
+
+def kafka_offsets(cfg) -> dict:
+    """End offsets per topic (transaction markers included: an upper bound on messages)."""
+    if not port_open(cfg.kafka.host, cfg.kafka.port):
+        return {}
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({**cfg.kafka_client_conf(), "group.id": "flowlake-status", "enable.auto.commit": False})
+    out = {}
+    try:
+        meta = consumer.list_topics(timeout=5)
+        for topic in (cfg.kafka.flows_topic, cfg.kafka.active_topic, cfg.kafka.dlq_topic):
+            if topic not in meta.topics:
+                continue
+            total = 0
+            for p in meta.topics[topic].partitions:
+                lo, hi = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)
+                total += hi - lo
+            out[topic] = total
+    except Exception as exc:  # status must never crash on a sick broker
+        out["error"] = str(exc)
+    finally:
+        consumer.close()
+    return out
+
+
+def status_dict(cfg=None) -> dict:
+    cfg = cfg or _config.get()
+    comps = {name: component_state(cfg, name) for name in ORDER}
+    return {"home": str(cfg.home_dir), "components": comps, "counts": counts(cfg)}
+
+
+@click.command()
+@click.option("--no-superset", is_flag=True, help="Do not start Superset even if provisioned.")
+def up(no_superset: bool) -> None:
+    """Start the local stack in the background; return when it is healthy.
+
+    Starts whatever is not already running: Kafka (KRaft, single node; storage
+    formatted and topics created on first start), the streaming ingest, the shipper,
+    nfcapd on the collector port and, once provisioned, Superset. Run it again after a
+    component died to restart just that one.
+
+    \b
+    Two stacks side by side:
+      FLOWLAKE_HOME=/tmp/a flowlake up
+      FLOWLAKE_HOME=/tmp/b FLOWLAKE_COLLECTOR_PORT=2056 FLOWLAKE_KAFKA_PORT=9192 \\
+        FLOWLAKE_KAFKA_CONTROLLER_PORT=9193 FLOWLAKE_SUPERSET_PORT=8089 flowlake up
+    """
+    cfg = _config.get()
+    click.echo(f"flowlake up: home {cfg.home_dir}", err=True)
+    try:
+        up_stack(cfg, with_superset=not no_superset)
+    except (RuntimeError, TimeoutError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"stack is up: routers export to udp://{cfg.collector.bind}:{cfg.collector.port}; "
+               "`flowlake status` shows counts", err=True)
+
+
+@click.command()
+def down() -> None:
+    """Stop every component cleanly (nfcapd flushes its current file first)."""
+    down_stack()
+    click.echo("stack is down", err=True)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(as_json: bool) -> None:
+    """Each component's state, pid and port, and counts at every stage.
+
+    \b
+    Stages: flows nfcapd received (and its sequence errors) -> flows in shipped files
+    -> messages in Kafka -> rows in the lake; plus quarantined files and messages.
+    """
+    st = status_dict()
+    if as_json:
+        click.echo(json.dumps(st, indent=2, default=str))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    t = Table(title=f"flowlake stack ({st['home']})")
+    for col in ("component", "state", "pid", "port"):
+        t.add_column(col)
+    for name, c in st["components"].items():
+        colour = {"running": "green", "dead": "red"}.get(c["state"], "yellow")
+        t.add_row(name, f"[{colour}]{c['state']}[/]", str(c["pid"] or "-"), str(c["port"] or "-"))
+    console.print(t)
+    c = st["counts"]
+    n, s = c["nfcapd"], c.get("shipper", {})
+    lake = c["lake"].get("flows", {})
+    ct = Table(title="flows at every stage")
+    ct.add_column("stage")
+    ct.add_column("flows", justify="right")
+    ct.add_column("detail")
+    ct.add_row("nfcapd received", f"{n['flows']:,}", f"sequence errors {n['sequence_errors']}, bad packets {n['bad_packets']}")
+    ct.add_row("spool (unshipped+shipped files)", f"{c['spool']['files']:,} files", f"{c['spool']['bytes']:,} bytes")
+    ct.add_row("shipped to Kafka", f"{s.get('flows_shipped', 0):,}", f"{s.get('files_shipped', 0)} files, {s.get('files_pending', '?')} pending")
+    ct.add_row("Kafka flows.v1 offsets", f"{c['kafka'].get(_config.get().kafka.flows_topic, 0):,}", "incl. transaction markers")
+    ct.add_row("in the lake", f"{lake.get('rows', 0):,}", "")
+    q = c["quarantined"]
+    ct.add_row("quarantined", f"{q['kafka_messages']:,} msgs", f"{q['nfcapd_files']} nfcapd files")
+    console.print(ct)
+    if c["spool"].get("warning"):
+        console.print(f"[bold red]WARNING: {c['spool']['warning']}[/]")
