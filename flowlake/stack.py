@@ -133,8 +133,11 @@ def counts(cfg) -> dict:
     out["kafka"] = kafka_offsets(cfg)
     out["lake"] = ingest.counts(cfg)
     q_files = list((cfg.lake / "quarantine" / "nfcapd").glob("*.reason")) if cfg.lake.exists() else []
+    from .pipelines import lake_check
+
     out["quarantined"] = {
         "nfcapd_files": len(q_files),
+        "lake_files": lake_check.quarantined(cfg.lake),
         "kafka_messages": sum(v.get("quarantined", 0) for v in out["lake"].values()),
     }
     warn = cfg.collector.spool_warn_bytes

@@ -47,9 +47,12 @@ class JobContext:
         return self._read_partitioned(f"reports/{table}", registry()[table], date or self.date)
 
     def _read_partitioned(self, rel: str, record, date: dt.date):
+        from flowlake.pipelines import lake_check
+
         base = self.lake / rel
         part = base / f"date={date.isoformat()}"
         schema = record.spark_schema()
+        lake_check.check(self.lake, rel, f"date={date.isoformat()}")  # bad files must not sink a report
         if not part.exists() or not any(part.rglob("*.parquet")):
             return self.spark.createDataFrame([], schema)
         df = (self.spark.read.option("basePath", str(base)).schema(schema)

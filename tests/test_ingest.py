@@ -71,3 +71,41 @@ def test_ingest_once_lands_rows_and_quarantines_bad(cfg, kafka, spark):
     assert total == n
     # nothing but committed parquet files is visible to readers
     assert not list(lake.rglob("_*")) and not list(lake.rglob("*.crc"))
+
+
+def test_ingest_sees_committed_transactions_once_and_aborted_never(cfg, kafka, spark):
+    """The shipper's exactly-once rests on this: read_committed hides aborted transactions
+    (a shipper killed mid-file) and transaction markers do not upset Spark's offsets."""
+    from flowlake.pipelines import ingest
+
+    before = ingest.counts(cfg)["flows"]["rows"]
+    p = Producer({"bootstrap.servers": kafka, "transactional.id": "test-ingest-tx", "enable.idempotence": True})
+    p.init_transactions(30)
+    base = int(dt.datetime(2026, 11, 19, 12, 0, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    p.begin_transaction()
+    for i in range(200):
+        rec = flow(i, base + i)
+        rec["source_file"] = "tx/committed"
+        p.produce(cfg.kafka.flows_topic, avro.encode(FLOW, rec), key=str(i))
+    p.commit_transaction(30)
+    p.begin_transaction()
+    for i in range(150):
+        rec = flow(i, base + i)
+        rec["source_file"] = "tx/aborted"
+        p.produce(cfg.kafka.flows_topic, avro.encode(FLOW, rec), key=str(i))
+    p.flush(30)
+    p.abort_transaction(30)
+    p.begin_transaction()
+    for i in range(50):
+        rec = flow(i, base + i)
+        rec["source_file"] = "tx/committed2"
+        p.produce(cfg.kafka.flows_topic, avro.encode(FLOW, rec), key=str(i))
+    p.commit_transaction(30)
+
+    ingest.run(cfg, once=True)
+    con = duckdb.connect()
+    got = dict(con.execute(
+        f"select source_file, count(*) from read_parquet('{cfg.lake}/flows/**/*.parquet') "
+        "where source_file like 'tx/%' group by all").fetchall())
+    assert got == {"tx/committed": 200, "tx/committed2": 50}
+    assert ingest.counts(cfg)["flows"]["rows"] == before + 250

@@ -1,0 +1,59 @@
+"""Find Parquet files in the lake that readers would choke on (truncated, bad footer,
+unreadable schema), move them to lake/quarantine/lake/ with the reason, and count them.
+
+Jobs run this over the partitions they read, so one bad file costs its own rows (named
+in the log and the quarantine) and never the whole report."""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+log = logging.getLogger("flowlake.lake")
+
+
+def problem(path: Path) -> str | None:
+    """Why a Parquet file is unreadable, or None if its footer and row groups check out."""
+    import pyarrow.parquet as pq
+
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4)
+            fh.seek(max(0, path.stat().st_size - 4))
+            tail = fh.read(4)
+        if head != b"PAR1" or tail != b"PAR1":
+            return f"not a complete Parquet file (magic {head!r}...{tail!r}, {path.stat().st_size} bytes): truncated or foreign"
+        meta = pq.ParquetFile(path).metadata
+        if meta.num_rows < 0:
+            return "negative row count in footer"
+    except Exception as exc:  # pyarrow raises several types for broken footers
+        return f"unreadable Parquet footer: {exc}"
+    return None
+
+
+def check(lake: Path, table: str = "flows", under: str = "") -> list[tuple[Path, str]]:
+    """Quarantine every bad *.parquet below lake/<table>/<under>; return (new path, reason)."""
+    root = lake / table / under if under else lake / table
+    moved = []
+    if not root.exists():
+        return moved
+    qroot = lake / "quarantine" / "lake" / table
+    for path in sorted(root.rglob("*.parquet")):
+        reason = problem(path)
+        if reason is None:
+            continue
+        rel = path.relative_to(lake / table)
+        target = qroot / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, target)
+        target.with_name(target.name + ".reason").write_text(
+            f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {table}/{rel}: {reason}\n")
+        log.error("quarantined lake file %s/%s: %s", table, rel, reason)
+        moved.append((target, reason))
+    return moved
+
+
+def quarantined(lake: Path) -> int:
+    q = lake / "quarantine" / "lake"
+    return len(list(q.rglob("*.reason"))) if q.exists() else 0
