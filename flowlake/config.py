@@ -152,8 +152,12 @@ class Config:
                 conf["sasl.mechanism"] = k["sasl_mechanism"]
                 conf["sasl.username"] = k["sasl_username"]
                 conf["sasl.password"] = k["sasl_password"]
-            if k["ssl_cafile"]:
-                conf["ssl.ca.location"] = k["ssl_cafile"]
+            cafile = k["ssl_cafile"]
+            if not cafile and k["security_protocol"] == "SASL_SSL":
+                local_ca = self.path("kafka", "tls", "ca.pem")  # the local broker's own CA
+                cafile = str(local_ca) if local_ca.exists() else ""
+            if cafile:
+                conf["ssl.ca.location"] = cafile
         return conf
 
     def as_dict(self) -> dict:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import uuid
 from pathlib import Path
@@ -51,14 +52,80 @@ def java_cp() -> str:
     return str(JARS / "*")
 
 
+SECURE = """\
+listeners={proto}://{host}:{port},CONTROLLER://{host}:{cport}
+advertised.listeners={proto}://{host}:{port}
+listener.security.protocol.map={proto}:{proto},CONTROLLER:PLAINTEXT
+inter.broker.listener.name={proto}
+sasl.enabled.mechanisms=PLAIN
+sasl.mechanism.inter.broker.protocol=PLAIN
+listener.name.{lname}.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required \\
+  username="{user}" password="{password}" user_{user}="{password}";
+"""
+TLS = """\
+ssl.keystore.type=PEM
+ssl.keystore.location={keystore}
+ssl.truststore.type=PEM
+ssl.truststore.location={ca}
+ssl.client.auth=none
+"""
+
+
+def make_tls(kdir: Path, host: str) -> tuple[Path, Path]:
+    """A private CA and a broker certificate for host (made once, kept under $FLOWLAKE_HOME)."""
+    tls = kdir / "tls"
+    ca, keystore = tls / "ca.pem", tls / "broker-keystore.pem"
+    if ca.exists() and keystore.exists():
+        return ca, keystore
+    tls.mkdir(parents=True, exist_ok=True)
+    os.chmod(tls, 0o700)
+
+    def ssl(*args):
+        res = subprocess.run(["openssl", *args], capture_output=True, text=True, cwd=tls)
+        if res.returncode != 0:
+            raise RuntimeError(f"openssl {' '.join(args[:2])} failed: {res.stderr}")
+
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+        "-days", "3650", "-subj", "/CN=flowlake local CA")
+    ssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "broker.key", "-out", "broker.csr",
+        "-subj", f"/CN={host}")
+    (tls / "san.ext").write_text(f"subjectAltName=IP:{host},DNS:localhost\n"
+                                 if host.replace(".", "").isdigit() else f"subjectAltName=DNS:{host}\n")
+    ssl("x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+        "-out", "broker.pem", "-days", "3650", "-extfile", "san.ext")
+    ssl("pkcs8", "-topk8", "-nocrypt", "-in", "broker.key", "-out", "broker.pk8")
+    keystore.write_text((tls / "broker.pk8").read_text() + (tls / "broker.pem").read_text())
+    for f in tls.iterdir():
+        os.chmod(f, 0o600)
+    return ca, keystore
+
+
 def write_properties(cfg) -> Path:
     k = cfg.kafka
     kdir = cfg.path("kafka")
     kdir.mkdir(parents=True, exist_ok=True)
     props = kdir / "server.properties"
-    props.write_text(PROPERTIES.format(
+    text = PROPERTIES.format(
         host=k.host, port=k.port, cport=k.controller_port, data=kdir / "data", partitions=k.partitions,
-    ))
+    )
+    proto = k.security_protocol.upper()
+    if proto != "PLAINTEXT":
+        if proto not in ("SASL_SSL", "SASL_PLAINTEXT"):
+            raise RuntimeError(f"kafka.security_protocol={k.security_protocol!r}: use PLAINTEXT, SASL_PLAINTEXT or SASL_SSL")
+        if k.sasl_mechanism.upper() != "PLAIN":
+            raise RuntimeError("the local broker supports sasl_mechanism PLAIN (use an external broker for SCRAM/GSSAPI)")
+        if not k.sasl_username or not k.sasl_password:
+            raise RuntimeError("kafka.security_protocol is SASL: set FLOWLAKE_KAFKA_SASL_USERNAME and "
+                               "FLOWLAKE_KAFKA_SASL_PASSWORD (there is no default credential)")
+        secure = SECURE.format(proto=proto, lname=proto.lower(), host=k.host, port=k.port,
+                               cport=k.controller_port, user=k.sasl_username, password=k.sasl_password)
+        if proto == "SASL_SSL":
+            ca, keystore = make_tls(kdir, k.host)
+            secure += TLS.format(keystore=keystore, ca=ca)
+        drop = ("listeners=", "advertised.listeners=", "listener.security.protocol.map=", "inter.broker.listener.name=")
+        text = "\n".join(line for line in text.splitlines() if not line.startswith(drop)) + "\n" + secure
+    props.write_text(text)
+    os.chmod(props, 0o600)  # may hold the SASL password
     log4j = kdir / "log4j2.properties"
     log4j.write_text(
         "rootLogger.level=WARN\nrootLogger.appenderRef.stdout.ref=STDOUT\n"

@@ -1,0 +1,138 @@
+"""`flowlake demo`: the main job end to end on the embedded default.
+
+Stack up -> a day of modelled border traffic exported as real NetFlow to nfcapd ->
+shipped, streamed into the lake -> PingER-style active results imported -> the daily
+jobs -> Superset provisioned and started. Leaves the stack running until `flowlake down`.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+import time
+
+import click
+
+from . import config as _config
+
+
+def _yesterday() -> str:
+    return (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
+
+
+def wait_for_lake(cfg, expect_flows: int, timeout: float, progress=None) -> dict:
+    """Until the lake holds every flow nfcapd received (all files rotated and shipped)."""
+    from .collectors import nfcapd
+    from .pipelines import ingest
+
+    deadline = time.monotonic() + timeout
+    while True:
+        received = nfcapd.received(cfg)["flows"]
+        rows = ingest.counts(cfg)["flows"]["rows"]
+        if progress:
+            progress(rows)
+        if received >= expect_flows * 0.999 and rows == received:
+            return {"received": received, "lake": rows}
+        if time.monotonic() > deadline:
+            raise click.ClickException(
+                f"timed out: nfcapd received {received:,} flows, lake holds {rows:,}; see `flowlake status`")
+        time.sleep(2)
+
+
+@click.command()
+@click.option("--flows", type=int, default=1_000_000, show_default=True, help="Flows in the modelled day.")
+@click.option("--date", "day", default=None, help="UTC day to model, YYYY-MM-DD [default: yesterday].")
+@click.option("--protocol", type=click.Choice(["v5", "v9", "ipfix"]), default="ipfix", show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--no-superset", is_flag=True, help="Skip Superset (reports only).")
+def demo(flows: int, day: str | None, protocol: str, seed: int, no_superset: bool) -> None:
+    """Run the main job end to end and leave the stack running.
+
+    \b
+    1. `flowlake up` (Kafka, ingest, shipper, nfcapd)
+    2. a day of border traffic from the traffic model, exported as real NetFlow
+    3. every flow shipped and streamed into the lake (counts checked)
+    4. PingER-style active results imported beside it
+    5. the daily report jobs for that day
+    6. Superset provisioned and started: open the printed URL
+
+    Stop everything with `flowlake down`.
+    """
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from . import stack
+    from .collectors.traffic import api as traffic
+
+    console = Console(stderr=True)
+    cfg = _config.get()
+    day = day or _yesterday()
+    try:
+        date = dt.date.fromisoformat(day)
+    except ValueError:
+        raise click.BadParameter(f"{day!r} is not a date like 2026-11-20", param_hint="--date") from None
+    demo_dir = cfg.path("demo", day)
+    demo_dir.mkdir(parents=True, exist_ok=True)
+    t_start = time.monotonic()
+
+    console.rule("[bold]1. stack up")
+    try:
+        stack.up_stack(cfg, with_superset=False)
+    except (RuntimeError, TimeoutError) as exc:
+        raise click.ClickException(str(exc)) from None
+
+    console.rule(f"[bold]2. a day of border traffic ({flows:,} flows, {protocol}) for {day}")
+    from .collectors import nfcapd
+    from .pipelines import ingest
+
+    already = nfcapd.received(cfg)["flows"]
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console) as bar:
+        task = bar.add_task("exporting", total=flows)
+        truth = traffic.generate_day(
+            target=(cfg.collector.bind if cfg.collector.bind != "0.0.0.0" else "127.0.0.1", cfg.collector.port),
+            start=dt.datetime.combine(date, dt.time(), dt.timezone.utc), duration_s=86400, flows=flows,
+            protocol=protocol, truth_path=demo_dir / "truth.json", active_dir=demo_dir / "active",
+            seed=seed, cfg=cfg, progress=lambda n: bar.update(task, completed=n))
+        bar.update(task, completed=flows)
+        console.rule("[bold]3. shipping and streaming into the lake")
+        task2 = bar.add_task("in the lake", total=already + flows)
+        got = wait_for_lake(cfg, already + flows, timeout=max(600, flows / 2000),
+                            progress=lambda n: bar.update(task2, completed=n))
+    console.print(f"nfcapd received {got['received']:,} flows; the lake holds {got['lake']:,}")
+
+    console.rule("[bold]4. active results")
+    active_files = sorted((demo_dir / "active").rglob("*")) if (demo_dir / "active").exists() else []
+    active_files = [p for p in active_files if p.is_file()]
+    if active_files:
+        res = subprocess.run([sys.executable, "-m", "flowlake.cli", "active", "import", *map(str, active_files)],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            raise click.ClickException(f"active import failed:\n{res.stderr}")
+        console.print(f"imported {len(active_files)} active-test files")
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and not ingest.counts(cfg).get("active", {}).get("rows"):
+            time.sleep(2)
+
+    console.rule(f"[bold]5. daily reports for {day}")
+    res = subprocess.run([sys.executable, "-m", "flowlake.cli", "jobs", "run", "--date", day])
+    if res.returncode != 0:
+        raise click.ClickException("the report jobs failed; see the log above")
+
+    url = None
+    if not no_superset:
+        console.rule("[bold]6. Superset")
+        from . import superset_cli
+
+        superset_cli.provision(cfg)
+        superset_cli.start(cfg)
+        creds = superset_cli.credentials(cfg)
+        url = creds["url"]
+        console.print(f"Superset: [bold]{creds['url']}[/]  user [bold]{creds['username']}[/]  "
+                      f"password [bold]{creds['password']}[/]")
+    summary = {"date": day, "flows_sent": flows, "nfcapd_received": got["received"], "lake_rows": got["lake"],
+               "truth": str(demo_dir / "truth.json"), "superset": url,
+               "seconds": round(time.monotonic() - t_start, 1)}
+    click.echo(json.dumps(summary, indent=2))
+    console.print("The stack keeps running: `flowlake status`, `flowlake query ...`, `flowlake down` to stop.")
