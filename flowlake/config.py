@@ -160,6 +160,24 @@ class Config:
                 conf["ssl.ca.location"] = cafile
         return conf
 
+    def kafka_java_conf(self) -> dict:
+        """The same settings in the Java client's names (Spark's Kafka source)."""
+        conf = self.kafka_client_conf()
+        out = {"bootstrap.servers": conf["bootstrap.servers"]}
+        if "security.protocol" in conf:
+            out["security.protocol"] = conf["security.protocol"]
+        if "sasl.mechanism" in conf:
+            out["sasl.mechanism"] = conf["sasl.mechanism"]
+            module = {"PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule"}.get(
+                conf["sasl.mechanism"].upper(), "org.apache.kafka.common.security.scram.ScramLoginModule")
+            user = conf["sasl.username"].replace('"', '\\"')
+            pw = conf["sasl.password"].replace('"', '\\"')
+            out["sasl.jaas.config"] = f'{module} required username="{user}" password="{pw}";'
+        if "ssl.ca.location" in conf:
+            out["ssl.truststore.type"] = "PEM"
+            out["ssl.truststore.location"] = conf["ssl.ca.location"]
+        return out
+
     def as_dict(self) -> dict:
         return {"home_dir": str(self.home_dir), **self.data}
 

@@ -98,14 +98,12 @@ def make_batch_handler(cfg, stream: Stream):
 def start_queries(spark, cfg, once: bool = False):
     queries = []
     kafka_opts = {
-        "kafka.bootstrap.servers": cfg.kafka_bootstrap,
         "kafka.isolation.level": "read_committed",
         "startingOffsets": "earliest",
         "maxOffsetsPerTrigger": str(cfg.spark.max_offsets_per_trigger),
     }
-    for key, value in cfg.kafka_client_conf().items():
-        if key != "bootstrap.servers":
-            kafka_opts[f"kafka.{key}"] = value
+    for key, value in cfg.kafka_java_conf().items():
+        kafka_opts[f"kafka.{key}"] = value
     for stream in streams(cfg):
         reader = spark.readStream.format("kafka").options(**kafka_opts).option("subscribe", stream.topic)
         writer = (

@@ -28,7 +28,7 @@ def test_no_default_sasl_credentials(tmp_path):
         kafka_service.write_properties(cfg)
 
 
-def test_sasl_ssl_listener(tmp_path):
+def test_sasl_ssl_listener(tmp_path, spark):
     password = uuid.uuid4().hex
     env = {"FLOWLAKE_HOME": str(tmp_path), "FLOWLAKE_KAFKA_PORT": str(_port()),
            "FLOWLAKE_KAFKA_CONTROLLER_PORT": str(_port()), "FLOWLAKE_KAFKA_HEAP": "384m",
@@ -52,6 +52,26 @@ def test_sasl_ssl_listener(tmp_path):
                 break
         c.close()
         assert msg is not None and msg.value() == b"over tls"
+
+        # The Spark ingest reads through the same SASL_SSL listener (Java client names).
+        import datetime as dt
+
+        import duckdb
+
+        from flowlake.pipelines import ingest
+        from flowlake.schemas import FLOW, avro
+
+        t = dt.datetime(2026, 11, 20, 5, tzinfo=dt.timezone.utc)
+        rec = {"time_start": t, "time_end": t, "exporter": "127.0.0.2", "input_if": 1, "output_if": 2,
+               "src_addr": "10.0.0.1", "dst_addr": "192.0.2.1", "src_port": 1, "dst_port": 2, "proto": 6,
+               "tcp_flags": 2, "tos": 0, "packets": 1, "bytes": 40, "sampling_rate": 1, "src_as": 0,
+               "dst_as": 0, "source_file": "sasl", "file_seq": 0}
+        p.produce(cfg.kafka.flows_topic, avro.encode(FLOW, rec))
+        assert p.flush(30) == 0
+        ingest.run(cfg, once=True)
+        n = duckdb.connect().execute(
+            f"select count(*) from read_parquet('{cfg.lake}/flows/**/*.parquet')").fetchone()[0]
+        assert n == 1
 
         bad = AdminClient({**conf, "sasl.password": "wrong"})
         with pytest.raises(KafkaException):
