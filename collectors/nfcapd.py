@@ -93,6 +93,32 @@ def received(cfg=None) -> dict:
     return totals
 
 
+# nfcapd's own words for input it rejected (garbage, truncated or malformed NetFlow).
+ERROR_LINE = re.compile(
+    r"^(?P<line>.*(?:error|Error|Unexpected|Not enough data|Abort|unknown template|Skip).*)$", re.M)
+
+
+def rejected(cfg=None) -> dict:
+    """Datagrams nfcapd rejected: its 'Bad Packets' counter plus each logged reason.
+
+    nfcapd owns the socket, so the datagrams themselves are not kept; the reasons are
+    (log lines name the problem and, where known, the exporter)."""
+    cfg = cfg or _config.get()
+    try:
+        text = managed(cfg).logfile.read_text(errors="replace")
+    except OSError:
+        return {"bad_packets": 0, "errors": 0, "reasons": {}}
+    reasons: dict[str, int] = {}
+    for m in ERROR_LINE.finditer(text):
+        line = m["line"].strip()
+        if line.startswith("===") or STAT_LINE.search(line):
+            continue
+        key = re.sub(r"\d+", "N", line)
+        reasons[key] = reasons.get(key, 0) + 1
+    bad = sum(int(m["bad"]) for m in STAT_LINE.finditer(text))
+    return {"bad_packets": bad, "errors": sum(reasons.values()), "reasons": reasons}
+
+
 def spool_usage(cfg=None) -> dict:
     spool = spool_dir(cfg)
     files = [p for p in spool.rglob("nfcapd.*") if p.is_file() and ".current." not in p.name]

@@ -124,7 +124,8 @@ def counts(cfg) -> dict:
     from .collectors import nfcapd
     from .pipelines import ingest
 
-    out: dict = {"nfcapd": nfcapd.received(cfg), "spool": nfcapd.spool_usage(cfg)}
+    out: dict = {"nfcapd": nfcapd.received(cfg), "spool": nfcapd.spool_usage(cfg),
+                 "collector_rejected": nfcapd.rejected(cfg)}
     shipper_state = cfg.path("state", "shipper.json")
     try:
         out["shipper"] = json.loads(shipper_state.read_text())
@@ -248,6 +249,8 @@ def status(as_json: bool) -> None:
     ct.add_row("shipped to Kafka", f"{s.get('flows_shipped', 0):,}", f"{s.get('files_shipped', 0)} files, {s.get('files_pending', '?')} pending")
     ct.add_row("Kafka flows.v1 offsets", f"{c['kafka'].get(_config.get().kafka.flows_topic, 0):,}", "incl. transaction markers")
     ct.add_row("in the lake", f"{lake.get('rows', 0):,}", "")
+    rej = c["collector_rejected"]
+    ct.add_row("rejected by nfcapd", f"{rej['errors']:,} errors", f"bad packets {rej['bad_packets']}")
     q = c["quarantined"]
     ct.add_row("quarantined", f"{q['kafka_messages']:,} msgs", f"{q['nfcapd_files']} nfcapd files")
     console.print(ct)
