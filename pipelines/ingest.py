@@ -65,32 +65,34 @@ def make_batch_handler(cfg, stream: Stream):
     parts = ["date", "hour"] if stream.hourly else ["date"]
 
     def handle(batch_df, batch_id: int) -> None:
+        from pyspark.sql import Observation
+
         if lake_writer.already_done(batch_id):
             log.info("%s batch %d already in the lake (replay after a restart): skipped", stream.table, batch_id)
             return
         started = time.monotonic()
-        decoded = decode(batch_df, record, header).persist()
-        try:
-            good = with_time_partitions(good_rows(decoded, record), stream.ts_col, stream.hourly)
-            bad = bad_rows(decoded)
-            counts = decoded.agg(
-                F.count(F.lit(1)).alias("messages"),
-                F.count("_reason").alias("quarantined"),
-            ).first()
-            staged = lake_writer.staging(batch_id)
-            good.repartition(*parts).write.partitionBy(*parts).option("compression", "zstd").parquet(str(staged))
-            q_staged = quarantine_writer.staging(batch_id)
-            if counts["quarantined"]:
-                bad.coalesce(1).write.option("compression", "zstd").parquet(str(q_staged))
-                for row in bad.select("topic", "partition", "offset", "reason").limit(5).collect():
-                    log.error("quarantined %s[%d]@%d: %s", row.topic, row.partition, row.offset, row.reason)
-            quarantine_writer.publish(batch_id, q_staged, {"rows": counts["quarantined"]})
-            rows = counts["messages"] - counts["quarantined"]
-            lake_writer.publish(batch_id, staged, {"rows": rows, "quarantined": counts["quarantined"]})
-            log.info("%s batch %d: %d rows into the lake, %d quarantined, %.1fs",
-                     stream.table, batch_id, rows, counts["quarantined"], time.monotonic() - started)
-        finally:
-            decoded.unpersist()
+        # One pass: decode, write the good rows, and count everything on the way
+        # (observe) instead of caching the batch; bad rows cost a second pass only
+        # in the rare batch that has any.
+        obs = Observation(f"{stream.table}-{batch_id}")
+        decoded = decode(batch_df, record, header).observe(
+            obs, F.count(F.lit(1)).alias("messages"), F.count("_reason").alias("quarantined"))
+        good = with_time_partitions(good_rows(decoded, record), stream.ts_col, stream.hourly)
+        staged = lake_writer.staging(batch_id)
+        good.write.partitionBy(*parts).option("compression", "zstd").parquet(str(staged))
+        counts = obs.get
+        q_staged = quarantine_writer.staging(batch_id)
+        if counts["quarantined"]:
+            bad = bad_rows(decode(batch_df, record, header)).cache()
+            bad.coalesce(1).write.option("compression", "zstd").parquet(str(q_staged))
+            for row in bad.select("topic", "partition", "offset", "reason").limit(5).collect():
+                log.error("quarantined %s[%d]@%d: %s", row.topic, row.partition, row.offset, row.reason)
+            bad.unpersist()
+        quarantine_writer.publish(batch_id, q_staged, {"rows": counts["quarantined"]})
+        rows = counts["messages"] - counts["quarantined"]
+        lake_writer.publish(batch_id, staged, {"rows": rows, "quarantined": counts["quarantined"]})
+        log.info("%s batch %d: %d rows into the lake, %d quarantined, %.1fs",
+                 stream.table, batch_id, rows, counts["quarantined"], time.monotonic() - started)
 
     return handle
 
