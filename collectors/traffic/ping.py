@@ -1,0 +1,105 @@
+"""Synthetic PingER-style results whose RTT and loss follow the bulk transfers.
+
+Queueing model (stated in the truth file): each target's path has a bottleneck of
+capacity C. Utilisation rho(t) = background_util * load(t)/load_max + sum of active
+bulk rates on that path / C (capped at rho_max). With S = packet_bytes*8/C:
+  queueing delay per packet: 0 with probability 1-rho, else Exp(mean S/(1-rho))
+  (M/M/1 waiting time, mean S*rho/(1-rho)),
+  loss per packet: M/M/1/K blocking (1-rho) rho^K / (1-rho^(K+1)).
+Output is byte-for-byte the iputils `ping -D -c N TARGET` format (checked against
+ping on this machine): -D puts the receive time in front of each reply.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .model import ModelParams, diurnal_weight
+
+
+def utilisation(params: ModelParams, target_index: int, t_ms: float, events: list[dict]) -> float:
+    pm = params.ping
+    tgt = pm.targets[target_index]
+    hours = (t_ms / 1000.0 % 86400) / 3600.0
+    bg = pm.background_util * float(diurnal_weight(np.array([hours]), params)[0]) / (1 + params.diurnal_amplitude)
+    bulk = sum(e["rate_bps"] for e in events
+               if e["kind"] == "bulk" and e["ping_target"] == tgt.address and e["start_ms"] <= t_ms < e["end_ms"])
+    return min(pm.rho_max, bg + bulk / tgt.bottleneck_bps)
+
+
+def mm1k_loss(rho: float, k: int) -> float:
+    if abs(rho - 1.0) < 1e-12:
+        return 1.0 / (k + 1)
+    return (1 - rho) * rho ** k / (1 - rho ** (k + 1))
+
+
+def mean_wait_ms(rho: float, service_s: float) -> float:
+    return service_s * rho / (1 - rho) * 1000.0
+
+
+def _rtt_text(ms: float) -> str:
+    """iputils: >=100 ms no decimals, >=10 one, >=1 two, else three."""
+    us = int(round(ms * 1000))
+    if us >= 100000 - 50:
+        return f"{(us + 500) // 1000}"
+    if us >= 10000 - 5:
+        return f"{(us + 50) // 1000}.{((us + 50) % 1000) // 100}"
+    if us >= 1000:
+        return f"{(us + 5) // 1000}.{((us + 5) % 1000) // 10:02d}"
+    return f"{us // 1000}.{us % 1000:03d}"
+
+
+def format_ping(target: str, send_ms: int, rtts: list[float | None], ttl: int = 52) -> str:
+    """One `ping -D -c N target` run: rtts[i] is the RTT in ms or None for a loss."""
+    lines = [f"PING {target} ({target}) 56(84) bytes of data."]
+    for seq, rtt in enumerate(rtts, 1):
+        if rtt is None:
+            continue
+        t = (send_ms + (seq - 1) * 1000) / 1000.0 + rtt / 1000.0
+        lines.append(f"[{t:.6f}] 64 bytes from {target}: icmp_seq={seq} ttl={ttl} time={_rtt_text(rtt)} ms")
+    got = [r for r in rtts if r is not None]
+    n = len(rtts)
+    loss = (n - len(got)) * 100.0 / n
+    elapsed = int((n - 1) * 1000 + (got[-1] if got and rtts[-1] is not None else 0))
+    lines += ["", f"--- {target} ping statistics ---",
+              f"{n} packets transmitted, {len(got)} received, {loss:g}% packet loss, time {elapsed}ms"]
+    if got:
+        a = np.array(got)
+        mdev = math.sqrt(max(0.0, float((a ** 2).mean() - a.mean() ** 2)))
+        lines.append(f"rtt min/avg/max/mdev = {a.min():.3f}/{a.mean():.3f}/{a.max():.3f}/{mdev:.3f} ms")
+    return "\n".join(lines) + "\n"
+
+
+def write_series(params: ModelParams, events: list[dict], start_ms: int, duration_ms: int,
+                 out_dir: Path, seed: int = 1) -> list[dict]:
+    """Write one file per target per probe time under out_dir/ping/<target>/ and return
+    the per-probe truth (utilisation, expected delay and loss, measured summary)."""
+    pm = params.ping
+    rng = np.random.default_rng(seed + 7919)
+    step = int(pm.interval_minutes * 60_000)
+    rows = []
+    for ti, tgt in enumerate(pm.targets):
+        d = Path(out_dir) / "ping" / tgt.address
+        d.mkdir(parents=True, exist_ok=True)
+        service = pm.packet_bytes * 8 / tgt.bottleneck_bps
+        for t in range(start_ms, start_ms + duration_ms, step):
+            rho = utilisation(params, ti, t, events)
+            p_loss = mm1k_loss(rho, pm.buffer_packets)
+            rtts: list[float | None] = []
+            for _ in range(pm.count):
+                if rng.random() < p_loss:
+                    rtts.append(None)
+                    continue
+                wait = rng.exponential(service / (1 - rho)) * 1000 if rng.random() < rho else 0.0
+                rtts.append(max(0.01, tgt.base_rtt_ms + wait + abs(rng.normal(0, pm.jitter_ms))))
+            stamp = np.datetime64(t, "ms").astype("datetime64[s]").item().strftime("%Y%m%dT%H%M%SZ")
+            path = d / f"ping-{stamp}.txt"
+            path.write_text(format_ping(tgt.address, t, rtts))
+            got = [r for r in rtts if r is not None]
+            rows.append({"target": tgt.address, "time_ms": t, "file": str(path), "utilisation": rho,
+                         "expected_extra_delay_ms": mean_wait_ms(rho, service), "expected_loss": p_loss,
+                         "sent": len(rtts), "received": len(got),
+                         "avg_rtt_ms": float(np.mean(got)) if got else None})
+    return rows

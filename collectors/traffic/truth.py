@@ -1,0 +1,61 @@
+"""The truth file: exactly what was exported (per exporter and in total), the model's
+parameters and the listed events. JSON, or Parquet with one row per exporter and the
+full JSON document in the file's key-value metadata (key b"flowlake.truth")."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .model import CLASSES
+
+
+def counts(f: np.ndarray) -> dict:
+    return {"flows": int(len(f)), "packets": int(f["packets"].sum()), "bytes": int(f["bytes"].sum())}
+
+
+def summarize(flows: np.ndarray, params, exporters: list[dict]) -> dict:
+    per_class = {c: counts(flows[flows["klass"] == i]) for i, c in enumerate(CLASSES)}
+    per_app = {a.name: counts(flows[(flows["app"] == i) & (flows["event"] == 0)])
+               for i, a in enumerate(params.apps)}
+    return {"totals": counts(flows), "per_class": per_class, "per_app_background": per_app,
+            "ipv6_flows": int(flows["ipv6"].sum()), "exporters": exporters}
+
+
+def write(truth: dict, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = json.dumps(truth, indent=1, default=_default)
+    if path.suffix == ".json":
+        path.write_text(doc)
+    elif path.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        rows = truth["exporters"]
+        cols = {k: [r[k] for r in rows] for k in rows[0]} if rows else {}
+        table = pa.table(cols).replace_schema_metadata({b"flowlake.truth": doc.encode()})
+        pq.write_table(table, path)
+    else:
+        raise ValueError(f"{path}: truth file must end in .json or .parquet")
+    return path
+
+
+def read(path: str | Path) -> dict:
+    path = Path(path)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return json.loads(pq.read_schema(path).metadata[b"flowlake.truth"])
+    return json.loads(path.read_text())
+
+
+def _default(obj):
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, (tuple, set)):
+        return list(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj)}")
