@@ -36,7 +36,7 @@ def argv(cfg=None) -> list[str]:
         raise RuntimeError("nfcapd is not installed (Debian package nfdump): run `make setup`")
     c = cfg.collector
     return [exe, "-b", c.bind, "-p", str(c.port), "-w", str(spool_dir(cfg)),
-            "-t", str(c.rotate_seconds), "-B", str(c.socket_buffer), "-I", "flowlake"]
+            "-t", str(c.rotate_seconds), "-B", str(c.socket_buffer), "-s", str(c.sampling), "-I", "flowlake"]
 
 
 def start(cfg=None, timeout: float = 20.0) -> int:

@@ -139,8 +139,11 @@ def run(flows: int, faults: int, seed: int, send_seconds: float, settle_timeout:
     thread = threading.Thread(target=sender, daemon=True)
     thread.start()
     history = []
-    order = list(COMPONENTS) * (faults // len(COMPONENTS) + 1)
-    rng.shuffle(order)
+    order = []  # every component in turn, in a random order each round
+    while len(order) < faults:
+        round_ = list(COMPONENTS)
+        rng.shuffle(round_)
+        order += round_
     interval = send_seconds / max(1, faults)
     for i in range(faults):
         time.sleep(rng.uniform(0.3, 1.0) * interval)
