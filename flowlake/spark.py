@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import sys
 from pathlib import Path
 
 from . import config as _config
@@ -48,6 +49,9 @@ def session(app: str = "flowlake", master: str | None = None, cfg=None, extra: d
         .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
         .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
+        # Python workers must run the interpreter that has numpy/pyarrow (the venv's).
+        .config("spark.pyspark.python", os.environ.get("PYSPARK_PYTHON", sys.executable))
+        .config("spark.pyspark.driver.python", sys.executable)
     )
     if master.startswith("local"):
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")

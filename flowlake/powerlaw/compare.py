@@ -74,28 +74,33 @@ def _ratio(l1, l2, w, nested):
 
 # ---- alternative distributions: each returns (params, per-value log likelihoods) -------------
 
-def _minimize(nll, x0):
-    """Nelder-Mead (robust on these ridges) with tight tolerances, then one restart."""
+_FLOOR = math.log(1e-308)
+
+
+def _nelder_mead(ll_of, x0, bounds, w):
+    """Maximise sum(w * ll_of(params)) the way the `powerlaw` package does (bounded
+    Nelder-Mead from moment-based starting values, tol 1e-4), so results compare with it.
+
+    Several alternatives (lognormal with mu -> -inf, stretched exponential with
+    beta -> 0) approach a power law along a ridge of near-equal likelihood; a
+    tighter optimiser walks down that ridge to a degenerate limit. A local optimum
+    from the conventional start is what CSN and the package report.
+    """
+    n = float(w.sum())
+
+    def nll(theta):
+        for v, (lo, hi) in zip(theta, bounds):
+            if (lo is not None and v <= lo) or (hi is not None and v >= hi):
+                return -n * _FLOOR     # out of range: the package's 1e-308 likelihoods
+        with np.errstate(all="ignore"):
+            ll = np.maximum(np.nan_to_num(ll_of(*theta), nan=_FLOOR, neginf=_FLOOR), _FLOOR)
+        return -float(np.sum(w * ll))
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        best = None
-        start = np.asarray(x0, dtype=np.float64)
-        for _ in range(3):
-            r = optimize.minimize(nll, start, method="Nelder-Mead",
-                                  options={"xatol": 1e-9, "fatol": 1e-11, "maxiter": 20000,
-                                           "maxfev": 40000})
-            if best is not None and r.fun >= best.fun - 1e-10:
-                break
-            best, start = r, r.x
-        return best.x
-
-
-def _safe(f):
-    def wrapped(theta):
-        with np.errstate(all="ignore"):
-            v = f(theta)
-        return v if np.isfinite(v) else 1e300
-    return wrapped
+        r = optimize.minimize(nll, np.asarray(x0, dtype=np.float64), method="Nelder-Mead",
+                              bounds=bounds, tol=1e-4)
+    return [float(v) for v in r.x]
 
 
 def _log_sf_diff(log_a, log_b):
@@ -127,31 +132,29 @@ def _lognormal(x, w, xmin, discrete, alpha):
         norm = special.log_ndtr(-(math.log(xmin) - mu) / sig)
         return -np.log(x) - math.log(sig) - 0.5 * math.log(2 * math.pi) - 0.5 * z * z - norm
 
-    nll = _safe(lambda th: -float(np.sum(w * ll_of(th[0], math.exp(th[1])))))
     lx = np.log(x)
     m = float(np.sum(w * lx) / w.sum())
-    s = float(np.sqrt(np.sum(w * (lx - m) ** 2) / w.sum())) or 1.0
-    th = _minimize(nll, [m, math.log(s)])
-    mu, sig = float(th[0]), math.exp(th[1])
+    sd = float(np.sqrt(np.sum(w * (lx - m) ** 2) / w.sum()))
+    mu, sig = _nelder_mead(ll_of, [m, sd], [(None, None), (0.0, None)], w)
     return {"mu": mu, "sigma": sig}, ll_of(mu, sig)
 
 
 def _stretched_exponential(x, w, xmin, discrete, alpha):
     def ll_of(lam, beta):
+        # (lam x)^beta through logs: lam may be huge and beta tiny near the ridge
         if discrete:
-            a = (lam * (x - 0.5)) ** beta
-            b = (lam * (x + 0.5)) ** beta
-            return -a + np.log(-np.expm1(-(b - a))) + (lam * (xmin - 0.5)) ** beta
+            # the package's arithmetic (CDF differences over [x-1/2, x+1/2)), kept as is:
+            # on ridges Nelder-Mead's path depends on the last bits of the objective
+            base = lambda v: 1 - np.exp(-(lam * v) ** beta)  # noqa: E731
+            b0 = base(xmin - 0.5)
+            cdf = lambda v: (base(v) - b0) / (1 - b0)  # noqa: E731
+            lik = cdf(x + 0.5) - cdf(x - 0.5)
+            return np.log(np.where(lik > 0, lik, 1e-308))
         return (math.log(beta) + math.log(lam) + (beta - 1) * np.log(lam * x)
-                - (lam * x) ** beta + (lam * xmin) ** beta)
+                - np.exp(beta * np.log(lam * x)) + math.exp(beta * math.log(lam * xmin)))
 
-    nll = _safe(lambda th: -float(np.sum(w * ll_of(math.exp(th[0]), math.exp(th[1])))))
     mean = float(np.sum(w * x) / w.sum())
-    # start at the exponential (beta = 1) and at a heavy stretch; keep the better
-    starts = [[math.log(1 / mean), 0.0], [math.log(1 / mean), math.log(0.2)]]
-    ths = [_minimize(nll, s0) for s0 in starts]
-    th = min(ths, key=nll)
-    lam, beta = math.exp(th[0]), math.exp(th[1])
+    lam, beta = _nelder_mead(ll_of, [1.0 / mean, 1.0], [(0.0, None), (0.0, None)], w)
     return {"lambda": lam, "beta": beta}, ll_of(lam, beta)
 
 
@@ -165,21 +168,21 @@ def _truncated_power_law(x, w, xmin, discrete, alpha):
         return float(mpmath.log(mpmath.gammainc(1 - a, lam * xmin))) - (1 - a) * math.log(lam)
 
     lx = np.log(x)
-    sw, swl, swx = w.sum(), float(np.sum(w * lx)), float(np.sum(w * x))
 
-    def nll(th):
-        a, lam = th[0], math.exp(th[1])
+    def ll_of(a, lam):
+        return -a * lx - lam * x - log_norm(a, lam)
+
+    def safe_ll(a, lam):
         try:
-            return a * swl + lam * swx + sw * log_norm(a, lam)
-        except (ValueError, ZeroDivisionError, OverflowError):
-            return 1e300
+            return ll_of(a, lam)
+        except (ValueError, ZeroDivisionError, OverflowError, TypeError):
+            return np.full(x.shape, _FLOOR)
 
-    mean = swx / sw
-    starts = [[alpha, math.log(1 / mean)], [alpha, math.log(1e-3 / mean)]]
-    ths = [_minimize(_safe(nll), s0) for s0 in starts]
-    th = min(ths, key=_safe(nll))
-    a, lam = float(th[0]), math.exp(th[1])
-    return {"alpha": a, "lambda": lam}, -a * lx - lam * x - log_norm(a, lam)
+    mean = float(np.sum(w * x) / w.sum())
+    a0 = 1.0 + w.sum() / float(np.sum(w * np.log(x / xmin)))
+    # the package bounds alpha to [0, 3]; keep room above a steeper power law's alpha
+    a, lam = _nelder_mead(safe_ll, [a0, 1.0 / mean], [(0.0, max(3.0, alpha + 1.0)), (0.0, None)], w)
+    return {"alpha": a, "lambda": lam}, safe_ll(a, lam)
 
 
 _FITTERS = {"lognormal": _lognormal, "exponential": _exponential,

@@ -1,0 +1,178 @@
+"""Job powerlaw_fits: CSN power-law fits of bytes and packets per flow, per hour and
+per day, per class (tcp_in, tcp_out, udp, app:<top service>).
+
+Spark reduces the flows to (hour, class, metric, value) -> (flows, bytes) first, so only
+the distinct values travel to the driver (1e8 flows are a few 1e5 rows); the day's
+histogram is the sum of its hours'. The fits themselves (xmin scan, likelihood ratios,
+bootstrap p) then run as one Spark task per (hour, class, metric).
+"""
+from __future__ import annotations
+
+import logging
+import math
+import zlib
+
+import numpy as np
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from flowlake.schemas.powerlaw import POWERLAW_FITS
+
+from . import common
+
+log = logging.getLogger(__name__)
+
+NAME = "powerlaw_fits"
+TABLES = (POWERLAW_FITS,)
+METRICS = ("bytes", "packets")
+BASE_CLASSES = ("tcp_in", "tcp_out", "udp")
+ALTERNATIVES = ("lognormal", "exponential", "stretched_exponential", "truncated_power_law")
+
+
+# ---- pure transforms (DataFrame in -> DataFrame out) -------------------------------------------
+def top_apps(flows: DataFrame, n: int) -> list[str]:
+    """The n services with most flows; port-bucket fallbacks (other-...) are not services."""
+    if n <= 0:
+        return []
+    rows = (flows.where(~F.col("app").startswith("other-"))
+            .groupBy("app").count().orderBy(F.desc("count"), "app").limit(n).collect())
+    return [r["app"] for r in rows]
+
+
+def classify(flows: DataFrame, apps: list[str]) -> DataFrame:
+    """One row per (flow, class it belongs to); needs columns proto, direction and (if apps) app.
+
+    Direction comes from the site's local prefixes: inbound = dst local and src remote,
+    outbound = src local and dst remote (common.direction)."""
+    tags = [F.when((F.col("proto") == 6) & (F.col("direction") == "inbound"), F.lit("tcp_in")),
+            F.when((F.col("proto") == 6) & (F.col("direction") == "outbound"), F.lit("tcp_out")),
+            F.when(F.col("proto") == 17, F.lit("udp"))]
+    if apps:
+        tags.append(F.when(F.col("app").isin(apps), F.concat(F.lit("app:"), F.col("app"))))
+    classes = F.filter(F.array(*tags), lambda c: c.isNotNull())
+    return flows.withColumn("class", F.explode(classes))
+
+
+def value_counts(classified: DataFrame) -> DataFrame:
+    """(hour, class, metric, value) -> flows and bytes: the fits' whole input, per hour."""
+    parts = []
+    for metric in METRICS:
+        parts.append(classified.where(F.col(metric) > 0)
+                     .groupBy("hour", "class", F.lit(metric).alias("metric"),
+                              F.col(metric).cast("long").alias("value"))
+                     .agg(F.count(F.lit(1)).alias("flows"), F.sum("bytes").alias("bytes")))
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
+    return out
+
+
+# ---- fitting one window (runs inside a Spark task) ---------------------------------------------
+def fit_group(task: dict, settings: dict) -> dict:
+    """One output row (without date) from one window's value histogram."""
+    from flowlake.powerlaw import Sample, fit
+    from flowlake.powerlaw.bootstrap import bootstrap_p
+    from flowlake.powerlaw.compare import compare_all
+
+    values = np.asarray(task["values"], dtype=np.float64)
+    counts = np.asarray(task["counts"], dtype=np.int64)
+    nbytes = np.asarray(task["bytes"], dtype=np.float64)
+    row = {"hour": task["hour"], "class": task["class"], "metric": task["metric"],
+           "flows": int(counts.sum()), "distinct_values": int(values.size), "discrete": True,
+           "xmin": None, "alpha": None, "sigma": None, "n_tail": None, "tail_share_flows": None,
+           "tail_share_bytes": None, "ks_d": None, "p": None, "bootstrap_replicates": 0,
+           "lr_r": None, "lr_p": None, "ccdf_x": None, "ccdf_data": None, "ccdf_model": None,
+           "insufficient": True, "reason": ""}
+    if values.size < 2:
+        row["reason"] = f"{values.size} distinct value(s): nothing to fit"
+        return row
+    s = Sample.from_pairs(values, counts)
+    res = fit(s, discrete=True, min_tail=settings["min_tail"])
+    if res.insufficient:
+        row["reason"] = res.reason
+        return row
+    tail = values >= res.xmin
+    total_bytes = float(nbytes.sum())
+    row.update(xmin=res.xmin, alpha=res.alpha, sigma=res.sigma, n_tail=res.n_tail,
+               tail_share_flows=res.tail_share,
+               tail_share_bytes=float(nbytes[tail].sum()) / total_bytes if total_bytes > 0 else None,
+               ks_d=res.D, insufficient=False)
+    cmp = compare_all(res, ALTERNATIVES)
+    row["lr_r"] = {k: _finite(v.R) for k, v in cmp.items()}
+    row["lr_p"] = {k: _finite(v.p) for k, v in cmp.items()}
+    x, data_ccdf, model_ccdf = res.ccdf_points(settings["ccdf_points"])
+    row.update(ccdf_x=x, ccdf_data=data_ccdf, ccdf_model=model_ccdf)
+    if settings["replicates"] > 0:
+        # str hash() is salted per process: crc32 keeps p reproducible across runs
+        seed = zlib.crc32(f'{task["hour"]}/{task["class"]}/{task["metric"]}/{settings["seed"]}'.encode())
+        b = bootstrap_p(res, settings["replicates"], seed=seed)
+        row["p"], row["bootstrap_replicates"] = _finite(b.p), b.replicates
+    return row
+
+
+def _finite(v):
+    return float(v) if v is not None and math.isfinite(v) else None
+
+
+def build_tasks(rows) -> list[dict]:
+    """Group collected (hour, class, metric, value, flows, bytes) rows into one task per
+    hour window and one per day (hour None, the sum of the hours)."""
+    import pandas as pd
+
+    df = pd.DataFrame(rows, columns=["hour", "class", "metric", "value", "flows", "bytes"])
+    if df.empty:
+        return []
+    day = df.groupby(["class", "metric", "value"], as_index=False)[["flows", "bytes"]].sum()
+    day.insert(0, "hour", -1)
+    tasks = []
+    for (hour, cls, metric), g in pd.concat([df, day]).groupby(["hour", "class", "metric"], sort=True):
+        g = g.sort_values("value")
+        tasks.append({"hour": None if hour == -1 else int(hour), "class": cls, "metric": metric,
+                      "values": g["value"].to_numpy(np.int64), "counts": g["flows"].to_numpy(np.int64),
+                      "bytes": g["bytes"].to_numpy(np.float64)})
+    return tasks
+
+
+def settings_from(cfg) -> dict:
+    pl = getattr(cfg, "powerlaw", None)
+    get = (lambda k, d: getattr(pl, k, d)) if pl is not None else (lambda k, d: d)
+    return {"min_tail": int(get("min_tail", 50)), "replicates": int(get("bootstrap_replicates", 20)),
+            "top_apps": int(get("top_apps", 5)), "ccdf_points": int(get("ccdf_points", 40)),
+            "seed": 0}
+
+
+def fit_tasks(spark, tasks: list[dict], settings: dict) -> list[dict]:
+    if not tasks:
+        return []
+    # biggest windows first so a long fit does not start last
+    order = sorted(tasks, key=lambda t: -len(t["values"]))
+    from flowlake.powerlaw.bootstrap import python_workers_ready
+
+    rdd = python_workers_ready(spark).parallelize(order, min(len(order), 64))
+    return rdd.map(lambda t: fit_group(t, settings)).collect()
+
+
+def run(ctx) -> None:
+    settings = settings_from(ctx.cfg)
+    flows = common.shared_flows(ctx)
+    apps: list[str] = []
+    if settings["top_apps"] > 0:
+        from . import port_map
+
+        flows = common.with_app(flows, port_map.from_config(ctx.cfg))
+        apps = top_apps(flows, settings["top_apps"])
+    counts = value_counts(classify(flows, apps))
+    rows = [tuple(r) for r in counts.select("hour", "class", "metric", "value", "flows", "bytes").collect()]
+    tasks = build_tasks(rows)
+    log.info("powerlaw_fits %s: %d windows from %d (value, count) pairs", ctx.date, len(tasks), len(rows))
+    out = fit_tasks(ctx.spark, tasks, settings)
+    schema = _schema_without_date()
+    df = ctx.spark.createDataFrame([tuple(r[f.name] for f in schema.fields) for r in out], schema)
+    ctx.write(df, NAME)
+
+
+def _schema_without_date():
+    from pyspark.sql.types import StructType
+
+    full = POWERLAW_FITS.spark_schema()
+    return StructType([f for f in full.fields if f.name != "date"])
