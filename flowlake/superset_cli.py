@@ -1,0 +1,315 @@
+"""Superset for flowlake: its own virtualenv, secrets, start/stop, and dashboards as code.
+
+Python API for `flowlake up` / `flowlake demo`:
+  install_venv()   create .venv-superset (scripts/setup-superset.sh; idempotent)
+  start(cfg)       bootstrap the metadata DB once, run gunicorn on 127.0.0.1:cfg.superset.port
+  healthy(cfg)     /health answers OK
+  provision(cfg)   build the bundle from superset/*.yaml + schemas, import it (idempotent)
+  stop(cfg)
+  credentials(cfg) {"url", "username", "password"}
+
+Secrets: FLOWLAKE_SUPERSET_SECRET_KEY / FLOWLAKE_SUPERSET_ADMIN_PASSWORD from the
+environment, else generated once into $FLOWLAKE_HOME/superset/secrets.json (mode 600).
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import os
+import secrets as _secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from flowlake.config import REPO_ROOT
+
+log = logging.getLogger(__name__)
+
+SUPERSET_DIR = REPO_ROOT / "superset"
+SETUP_SCRIPT = REPO_ROOT / "scripts" / "setup-superset.sh"
+START_TIMEOUT = 240.0
+
+
+# ---- paths and secrets ------------------------------------------------------------------
+def venv_dir() -> Path:
+    return Path(os.environ.get("FLOWLAKE_SUPERSET_VENV") or REPO_ROOT / ".venv-superset")
+
+
+def venv_bin(tool: str) -> Path:
+    return venv_dir() / "bin" / tool
+
+
+def state_dir(cfg) -> Path:
+    return cfg.path("superset")
+
+
+def secrets(cfg) -> dict:
+    """Secret key and admin password: environment first, else generated once (mode 600)."""
+    path = state_dir(cfg) / "secrets.json"
+    stored: dict = {}
+    if path.exists():
+        try:
+            stored = json.loads(path.read_text())
+        except ValueError as exc:
+            raise click.ClickException(f"{path}: not valid JSON ({exc}); delete it to regenerate") from None
+    if not {"secret_key", "admin_password"} <= stored.keys():
+        stored = {"secret_key": stored.get("secret_key") or _secrets.token_urlsafe(48),
+                  "admin_password": stored.get("admin_password") or _secrets.token_urlsafe(12)}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(stored, fh)
+        os.replace(tmp, path)
+    os.chmod(path, 0o600)
+    return {"secret_key": os.environ.get("FLOWLAKE_SUPERSET_SECRET_KEY") or stored["secret_key"],
+            "admin_password": os.environ.get("FLOWLAKE_SUPERSET_ADMIN_PASSWORD") or stored["admin_password"]}
+
+
+def url(cfg) -> str:
+    return f"http://{cfg.superset.host}:{cfg.superset.port}"
+
+
+def credentials(cfg) -> dict:
+    return {"url": url(cfg), "username": cfg.superset.admin_user, "password": secrets(cfg)["admin_password"]}
+
+
+def superset_env(cfg) -> dict:
+    """Environment for every Superset process (config file, state, lake, secret)."""
+    env = {
+        "SUPERSET_CONFIG_PATH": str(SUPERSET_DIR / "superset_config.py"),
+        "FLOWLAKE_SUPERSET_STATE_DIR": str(state_dir(cfg)),
+        "FLOWLAKE_LAKE_DIR": str(cfg.lake),
+        "FLASK_APP": "superset.app:create_app()",
+        "PYTHONUNBUFFERED": "1",
+    }
+    if os.environ.get("FLOWLAKE_SUPERSET_SECRET_KEY"):
+        env["FLOWLAKE_SUPERSET_SECRET_KEY"] = os.environ["FLOWLAKE_SUPERSET_SECRET_KEY"]
+    return env
+
+
+def _managed(cfg):
+    from flowlake.services.process import Managed
+
+    return Managed("superset", cfg.path("run"), cfg.path("log"))
+
+
+def _run(cmd: list, cfg, what: str, timeout: float = 600) -> str:
+    res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout,
+                         env={**os.environ, **superset_env(cfg)}, cwd=str(state_dir(cfg)))
+    if res.returncode != 0:
+        tail = "\n".join((res.stdout + res.stderr).strip().splitlines()[-25:])
+        raise click.ClickException(f"superset {what} failed (exit {res.returncode}):\n{tail}")
+    return res.stdout
+
+
+# ---- lifecycle ----------------------------------------------------------------------------
+def install_venv() -> None:
+    """Create or refresh .venv-superset (no-op when up to date)."""
+    res = subprocess.run(["bash", str(SETUP_SCRIPT)], capture_output=True, text=True)
+    if res.returncode != 0:
+        raise click.ClickException(f"{SETUP_SCRIPT} failed:\n{res.stdout}\n{res.stderr}")
+
+
+def bootstrap(cfg) -> None:
+    """Metadata DB schema, admin user, roles: once per $FLOWLAKE_HOME (stamp file)."""
+    sdir = state_dir(cfg)
+    sdir.mkdir(parents=True, exist_ok=True)
+    stamp = sdir / "bootstrap.done"
+    sec = secrets(cfg)
+    if stamp.exists():
+        return
+    if not venv_bin("superset").exists():
+        raise click.ClickException(f"{venv_bin('superset')} missing: run scripts/setup-superset.sh (make setup)")
+    superset = venv_bin("superset")
+    _run([superset, "db", "upgrade"], cfg, "db upgrade")
+    out = _run([superset, "fab", "create-admin", "--username", cfg.superset.admin_user, "--firstname", "flowlake",
+                "--lastname", "admin", "--email", "admin@flowlake.invalid", "--password", sec["admin_password"]],
+               cfg, "fab create-admin")
+    if "already exist" in out:  # e.g. shared Postgres metadata: make the password the current one
+        _run([superset, "fab", "reset-password", "--username", cfg.superset.admin_user,
+              "--password", sec["admin_password"]], cfg, "fab reset-password")
+    _run([superset, "init"], cfg, "init")
+    stamp.write_text(time.strftime("%Y-%m-%dT%H:%M:%S\n"))
+
+
+def healthy(cfg) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url(cfg) + "/health", timeout=3) as resp:
+            return resp.status == 200 and resp.read().strip() == b"OK"
+    except OSError:
+        return False
+
+
+def gunicorn_argv(cfg) -> list[str]:
+    workers = int(getattr(cfg.superset, "workers", 2))
+    bind = f"{cfg.superset.host}:{cfg.superset.port}"
+    return [str(venv_bin("gunicorn")), "-w", str(workers), "-k", "gthread", "--threads", "4",
+            "--timeout", "120", "--graceful-timeout", "10", "-b", bind, "--limit-request-line", "0",
+            "--limit-request-field_size", "0", "superset.app:create_app()"]
+
+
+def provisioned(cfg) -> bool:
+    """True once `provision` imported the dashboards into this FLOWLAKE_HOME's Superset."""
+    return (state_dir(cfg) / "provisioned.json").exists()
+
+
+def start(cfg, timeout: float = START_TIMEOUT) -> dict:
+    """Start Superset (gunicorn) in the background; return when /health answers."""
+    from flowlake.services.process import wait_until
+
+    proc = _managed(cfg)
+    if proc.running() and healthy(cfg):
+        return credentials(cfg)
+    bootstrap(cfg)
+    bind = f"{cfg.superset.host}:{cfg.superset.port}"
+    proc.start(gunicorn_argv(cfg), env=superset_env(cfg), cwd=str(state_dir(cfg)))
+    wait_until(lambda: healthy(cfg), timeout, f"Superset /health on {bind}", interval=1.0, proc=proc)
+    return credentials(cfg)
+
+
+def stop(cfg) -> bool:
+    return _managed(cfg).stop(timeout=20)
+
+
+def _bundle_module():
+    """superset/bundle.py lives beside the YAML it reads; load it by path."""
+    name = "flowlake_superset_bundle"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, SUPERSET_DIR / "bundle.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def build_bundle(cfg, out: Path | None = None):
+    bundle_mod = _bundle_module()
+    try:
+        bundle = bundle_mod.build(cfg)
+    except bundle_mod.BundleError as exc:
+        raise click.ClickException(str(exc)) from None
+    out = out or state_dir(cfg) / "bundle.zip"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(bundle.zip_bytes())
+    return bundle, out
+
+
+def provision(cfg) -> dict:
+    """Build the bundle and import it (overwrites by UUID: safe to repeat)."""
+    bootstrap(cfg)
+    bundle, path = build_bundle(cfg)
+    _run([venv_bin("python"), SUPERSET_DIR / "import_bundle.py", path, cfg.superset.admin_user], cfg, "import")
+    result = {"bundle": str(path), "dashboards": bundle.charts, "skipped": bundle.skipped}
+    (state_dir(cfg) / "provisioned.json").write_text(json.dumps(result, default=str))
+    return result
+
+
+# ---- CLI ------------------------------------------------------------------------------------
+@click.group()
+def superset() -> None:
+    """Superset: credentials, start/stop, and dashboards provisioned from superset/*.yaml.
+
+    \b
+    Examples:
+      flowlake superset start            # bootstrap once, run on 127.0.0.1:$FLOWLAKE_SUPERSET_PORT
+      flowlake superset provision        # build the bundle and import it (repeatable)
+      flowlake superset credentials --json
+      flowlake superset bundle -o /tmp/bundle.zip   # only build the ZIP, no Superset needed
+      flowlake superset stop
+    """
+
+
+def _cfg():
+    from flowlake import config
+
+    return config.get()
+
+
+@superset.command("credentials")
+@click.option("--json", "as_json", is_flag=True, help='Print {"url","username","password"} as JSON.')
+def credentials_cmd(as_json: bool) -> None:
+    """Print Superset's URL, user and password (generated once per FLOWLAKE_HOME).
+
+    \b
+    Example:
+      flowlake superset credentials --json | jq -r .password
+    """
+    creds = credentials(_cfg())
+    if as_json:
+        click.echo(json.dumps(creds))
+    else:
+        click.echo(f"URL:      {creds['url']}\nusername: {creds['username']}\npassword: {creds['password']}")
+
+
+@superset.command("provision")
+def provision_cmd() -> None:
+    """Build the import bundle from superset/*.yaml and the schemas, and import it.
+
+    Charts whose report table or columns are not declared in schemas/ yet are skipped
+    with a warning. Re-running overwrites the same UUIDs (idempotent).
+
+    \b
+    Example:
+      flowlake superset provision
+    """
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    with console.status("building and importing the Superset bundle..."):
+        result = provision(_cfg())
+    # charts skipped for undeclared tables/columns were already logged as warnings
+    for slug, charts in result["dashboards"].items():
+        console.print(f"{slug}: {len(charts)} charts")
+    click.echo(f"provisioned {url(_cfg())}/superset/dashboard/<slug>/ from {result['bundle']}")
+
+
+@superset.command("bundle")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+              help="Where to write the ZIP.")
+def bundle_cmd(output: Path) -> None:
+    """Only build the import ZIP (for review or for `superset import-dashboards`).
+
+    \b
+    Example:
+      flowlake superset bundle -o /tmp/flowlake-bundle.zip && unzip -l /tmp/flowlake-bundle.zip
+    """
+    bundle, path = build_bundle(_cfg(), output)
+    for msg in bundle.skipped:
+        click.echo(f"skipped: {msg}", err=True)
+    click.echo(f"{path}: {len(bundle.files)} files")
+
+
+@superset.command("start")
+@click.option("--foreground", is_flag=True, help="Run gunicorn in the foreground (containers).")
+def start_cmd(foreground: bool) -> None:
+    """Start Superset in the background (first start also creates the metadata DB).
+
+    \b
+    Example:
+      FLOWLAKE_SUPERSET_PORT=8089 flowlake superset start
+    """
+    from rich.console import Console
+
+    cfg = _cfg()
+    if foreground:
+        bootstrap(cfg)
+        os.chdir(state_dir(cfg))
+        os.execve(gunicorn_argv(cfg)[0], gunicorn_argv(cfg), {**os.environ, **superset_env(cfg)})
+    with Console(stderr=True).status(f"starting Superset on {url(cfg)} (first start takes a few minutes)..."):
+        creds = start(cfg)
+    click.echo(f"Superset is up: {creds['url']}  user {creds['username']}  "
+               f"(password: flowlake superset credentials)")
+
+
+@superset.command("stop")
+def stop_cmd() -> None:
+    """Stop the Superset started by `flowlake superset start` / `flowlake up`."""
+    click.echo("stopped" if stop(_cfg()) else "Superset was not running")

@@ -1,0 +1,502 @@
+"""Build Superset's import bundle (a ZIP of YAML) from the sources in this folder.
+
+Sources, all with fixed UUIDs so a re-import overwrites instead of duplicating:
+  database.yaml          the DuckDB connection to the lake
+  datasets.yaml          calculated columns for table datasets, and derived SQL datasets
+  dashboards/*.yaml      one dashboard each, with its charts in compact form
+
+Table datasets are generated from `flowlake.schemas.registry()` (column descriptions
+included), so they follow the schemas as other areas add them. A chart whose dataset
+or columns are not declared (yet) is skipped with a warning, never invented.
+
+Runs in flowlake's virtualenv (it needs the schemas); the import itself runs inside
+Superset's virtualenv (superset/import_bundle.py).
+"""
+from __future__ import annotations
+
+import io
+import ipaddress
+import json
+import logging
+import re
+import uuid
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+log = logging.getLogger("flowlake.superset.bundle")
+
+HERE = Path(__file__).resolve().parent
+NAMESPACE = uuid.UUID("5a1e0c8e-7f1a-4f0e-9b7e-f10d1a4e0007")  # fixed: dataset UUIDs derive from it
+DATABASE_NAME = "flowlake lake (DuckDB)"
+VERSION = "1.0.0"
+
+
+class BundleError(ValueError):
+    """A source file under superset/ is malformed; the message names file and field."""
+
+
+def dataset_uuid(name: str) -> str:
+    return str(uuid.uuid5(NAMESPACE, f"dataset/{name}"))
+
+
+# ---- SQL fragments templated at provision time ------------------------------------------
+def parquet_source(lake: Path, rel: str) -> str:
+    path = str(Path(lake) / rel / "**" / "*.parquet").replace("'", "''")
+    return f"read_parquet('{path}', hive_partitioning=true, union_by_name=true)"
+
+
+def _ipv4_int(col: str) -> str:
+    # DuckDB without the inet extension: dotted quad -> integer (NULL for IPv6 text).
+    parts = [f"TRY_CAST(split_part({col}, '.', {i}) AS BIGINT)" for i in range(1, 5)]
+    return f"(CASE WHEN {col} LIKE '%.%.%.%' AND {col} NOT LIKE '%:%' THEN " \
+           f"(({parts[0]} * 16777216) + ({parts[1]} * 65536) + ({parts[2]} * 256) + {parts[3]}) END)"
+
+
+def local_sql(col: str, prefixes: list[str]) -> str:
+    """SQL boolean: is the address text in `col` inside one of the local prefixes?
+
+    IPv4 exactly (integer range); IPv6 by the prefix's leading hextets as text, which is
+    exact for prefixes whose length is a multiple of 16 and written without `::` inside
+    the prefix part (e.g. 2001:db8::/32); other IPv6 prefixes are rejected loudly."""
+    terms = []
+    for text in prefixes:
+        try:
+            net = ipaddress.ip_network(text, strict=False)
+        except ValueError as exc:
+            raise BundleError(f"[site] local_prefixes: {text!r}: {exc}") from None
+        if net.version == 4:
+            lo, hi = int(net.network_address), int(net.broadcast_address)
+            terms.append(f"({_ipv4_int(col)} BETWEEN {lo} AND {hi})")
+        else:
+            if net.prefixlen % 16:
+                raise BundleError(f"[site] local_prefixes: {text}: IPv6 prefix length must be a multiple of 16 for the Superset direction column")
+            groups = net.network_address.exploded.split(":")[: net.prefixlen // 16]
+            head = ":".join(format(int(g, 16), "x") for g in groups)
+            terms.append(f"(lower({col}) LIKE '{head}:%')")
+    return "(" + " OR ".join(terms) + ")" if terms else "FALSE"
+
+
+def direction_sql(prefixes: list[str], src: str = "src_addr", dst: str = "dst_addr") -> str:
+    s, d = local_sql(src, prefixes), local_sql(dst, prefixes)
+    return (f"CASE WHEN {s} AND {d} THEN 'internal' WHEN {d} THEN 'inbound' "
+            f"WHEN {s} THEN 'outbound' ELSE 'transit' END")
+
+
+PROTO_NAME_SQL = ("CASE proto WHEN 6 THEN 'TCP' WHEN 17 THEN 'UDP' WHEN 1 THEN 'ICMP' "
+                  "WHEN 58 THEN 'ICMPv6' WHEN 47 THEN 'GRE' WHEN 50 THEN 'ESP' "
+                  "ELSE 'proto ' || CAST(proto AS VARCHAR) END")
+
+
+def templates(cfg) -> dict[str, str]:
+    prefixes = list(cfg.site.local_prefixes)
+    direction = direction_sql(prefixes)
+    return {
+        "lake": str(cfg.lake),
+        "flows": parquet_source(cfg.lake, "flows"),
+        "direction": direction,
+        "proto_name": PROTO_NAME_SQL,
+        "flow_class": (f"CASE WHEN proto = 6 AND ({direction}) = 'inbound' THEN 'TCP in' "
+                       f"WHEN proto = 6 THEN 'TCP out' WHEN proto = 17 THEN 'UDP' "
+                       f"WHEN proto IN (1, 58) THEN 'ICMP' ELSE 'other' END"),
+        "interface_speed": interface_speed_sql(cfg),
+    }
+
+
+def interface_speed_sql(cfg, exporter: str = "exporter", if_index: str = "if_index") -> str:
+    """SQL for an interface's speed in bit/s, from the same settings the bulk-transfer job
+    uses ([active] interface_speeds "exporter/ifindex=bps" with "*" wildcards, first match
+    wins, else default_interface_speed_bps)."""
+    active = getattr(cfg, "active", None)
+    default = float(getattr(active, "default_interface_speed_bps", 1e9)) if active else 1e9
+    whens = []
+    for entry in (getattr(active, "interface_speeds", []) if active else []):
+        try:
+            key, bps = entry.split("=", 1)
+            exp_, idx = key.strip().rsplit("/", 1)
+            speed = float(bps)
+            conds = []
+            if exp_ != "*":
+                conds.append(f"{exporter} = '{exp_.replace(chr(39), '')}'")
+            if idx != "*":
+                conds.append(f"{if_index} = {int(idx)}")
+        except ValueError:
+            raise BundleError(f"[active] interface_speeds: {entry!r}: expected exporter/ifindex=bps") from None
+        whens.append(f"WHEN {' AND '.join(conds) or 'TRUE'} THEN {speed!r}")
+    if not whens:
+        return repr(default)
+    return f"(CASE {' '.join(whens)} ELSE {default!r} END)"
+
+
+class MissingTable(LookupError):
+    """A derived dataset reads a report table that is not declared (yet)."""
+
+
+def fill(text: str, values: dict[str, str], where: str) -> str:
+    def sub(m):
+        key = m.group(1)
+        if key.startswith("report_") and key not in values:
+            raise MissingTable(key[len("report_"):])
+        if key not in values:
+            raise BundleError(f"{where}: unknown placeholder ${{{key}}} (known: {', '.join(sorted(values))})")
+        return values[key]
+    return re.sub(r"\$\{(\w+)\}", sub, text)
+
+
+# ---- datasets -------------------------------------------------------------------------
+@dataclass
+class Dataset:
+    name: str
+    uuid: str
+    sql: str
+    columns: list[dict]
+    main_dttm_col: str | None
+    description: str = ""
+
+    @property
+    def column_names(self) -> set[str]:
+        return {c["column_name"] for c in self.columns}
+
+
+def table_location(record) -> str | None:
+    """Where a registry record lives in the lake, or None if it is not a lake table."""
+    if record.name == "flows":
+        return "flows"
+    if record.name == "active":
+        return "active"
+    if record.fields and record.fields[-1].name == "date" and record.namespace != "flowlake.v1":
+        return f"reports/{record.name}"
+    return None
+
+
+def _column(name, type_, doc="", is_dttm=False, expression=None) -> dict:
+    return {"column_name": name, "verbose_name": None, "is_dttm": is_dttm, "is_active": True,
+            "type": type_, "advanced_data_type": None, "groupby": True, "filterable": True,
+            "expression": expression, "description": doc or None, "python_date_format": None,
+            "extra": {}}
+
+
+def build_datasets(cfg, registry: dict, spec: dict, where: str) -> dict[str, Dataset]:
+    values = templates(cfg)
+    for name, record in registry.items():
+        if (table_location(record) or "").startswith("reports/"):
+            values[f"report_{name}"] = parquet_source(cfg.lake, f"reports/{name}")
+    out: dict[str, Dataset] = {}
+    for name, record in sorted(registry.items()):
+        rel = table_location(record)
+        if rel is None:
+            continue
+        cols = []
+        for c in record.superset_columns():
+            col = _column(c["column_name"], c["type"], c["description"], c["is_dttm"])
+            if c["column_name"] == "date":  # hive partition value: DuckDB reads it as DATE
+                col.update(type="DATE", is_dttm=True)
+            cols.append(col)
+        for i, extra in enumerate((spec.get("calculated") or {}).get(name, [])):
+            at = f"{where}: calculated.{name}[{i}]"
+            _need(extra, ("column_name", "type", "expression"), at)
+            cols.append(_column(extra["column_name"], extra["type"], extra.get("description", ""),
+                                bool(extra.get("is_dttm")), fill(extra["expression"], values, at)))
+        dttm = "time_start" if "time_start" in record.names else ("date" if "date" in record.names else None)
+        out[name] = Dataset(name, dataset_uuid(name),
+                            f"SELECT * FROM {parquet_source(cfg.lake, rel)}", cols, dttm, record.doc)
+    for i, d in enumerate(spec.get("derived") or []):
+        at = f"{where}: derived[{i}]"
+        _need(d, ("name", "uuid", "sql", "columns"), at)
+        cols = []
+        for j, c in enumerate(d["columns"]):
+            _need(c, ("name", "type"), f"{at}.columns[{j}]")
+            cols.append(_column(c["name"], c["type"], c.get("doc", ""), bool(c.get("is_dttm"))))
+        try:
+            sql = fill(d["sql"], values, at).strip()
+        except MissingTable as exc:
+            log.warning("%s: dataset %r skipped: report table %r is not declared in schemas/ yet", at, d["name"], str(exc))
+            continue
+        out[d["name"]] = Dataset(d["name"], str(uuid.UUID(d["uuid"])), sql,
+                                 cols, d.get("main_dttm_col"), d.get("description", ""))
+    return out
+
+
+def _need(obj, keys, where):
+    if not isinstance(obj, dict):
+        raise BundleError(f"{where}: expected a mapping")
+    missing = [k for k in keys if k not in obj]
+    if missing:
+        raise BundleError(f"{where}: missing {', '.join(missing)}")
+
+
+def dataset_yaml(ds: Dataset, database_uuid: str) -> dict:
+    return {
+        "table_name": ds.name, "main_dttm_col": ds.main_dttm_col, "description": ds.description or None,
+        "default_endpoint": None, "offset": 0, "cache_timeout": None, "catalog": None, "schema": None,
+        "sql": ds.sql, "params": None, "template_params": None, "filter_select_enabled": True,
+        "fetch_values_predicate": None, "extra": None, "normalize_columns": False,
+        "uuid": ds.uuid,
+        "metrics": [{"metric_name": "count", "verbose_name": "COUNT(*)", "metric_type": "count",
+                     "expression": "COUNT(*)", "description": None, "d3format": None,
+                     "extra": {}, "warning_text": None}],
+        "columns": ds.columns, "version": VERSION, "database_uuid": database_uuid,
+    }
+
+
+# ---- charts -----------------------------------------------------------------------------
+VIZ = {"table": "table", "line": "echarts_timeseries_line", "bar": "echarts_timeseries_bar",
+       "big_number": "big_number_total", "pie": "pie"}
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _metric(m, where) -> dict:
+    if isinstance(m, str):
+        m = {"sql": m, "label": m}
+    _need(m, ("sql",), where)
+    return {"expressionType": "SQL", "sqlExpression": m["sql"], "label": m.get("label", m["sql"]),
+            "hasCustomLabel": True, "optionName": "metric_" + re.sub(r"\W", "_", m.get("label", m["sql"]))}
+
+
+def chart_columns(chart: dict) -> set[str]:
+    """Dataset columns a chart needs: explicit ones plus `requires` for SQL expressions."""
+    cols = set(chart.get("groupby") or []) | set(chart.get("columns") or []) | set(chart.get("requires") or [])
+    if chart.get("x"):
+        cols.add(chart["x"])
+    for f in chart.get("filters") or []:
+        cols.add(f["col"])
+    return cols
+
+
+def chart_payload(chart: dict, ds: Dataset, where: str) -> tuple[dict, dict]:
+    """(params, query_context) for one compact chart spec."""
+    viz = chart["viz"]
+    if viz not in VIZ:
+        raise BundleError(f"{where}: viz {viz!r} not one of {', '.join(VIZ)}")
+    metrics = [_metric(m, f"{where}.metrics[{i}]") for i, m in enumerate(chart.get("metrics") or [])]
+    if viz in ("line", "bar", "big_number", "pie") and not metrics:
+        raise BundleError(f"{where}: a {viz} chart needs metrics")
+    groupby = list(chart.get("groupby") or [])
+    limit = int(chart.get("limit", 1000))
+    filters = []
+    if ds.main_dttm_col:  # the dashboard's time-range filter lands here
+        filters.append({"clause": "WHERE", "subject": ds.main_dttm_col, "operator": "TEMPORAL_RANGE",
+                        "comparator": "No filter", "expressionType": "SIMPLE"})
+    for f in chart.get("filters") or []:
+        filters.append({"clause": "WHERE", "subject": f["col"], "operator": f.get("op", "=="),
+                        "comparator": f["val"], "expressionType": "SIMPLE"})
+    if chart.get("where"):
+        filters.append({"clause": "WHERE", "expressionType": "SQL", "sqlExpression": chart["where"]})
+    qfilters = [{"col": f["subject"], "op": f["operator"], "val": f["comparator"]}
+                for f in filters if f["expressionType"] == "SIMPLE"]
+    where_sql = " AND ".join(f"({f['sqlExpression']})" for f in filters if f["expressionType"] == "SQL")
+    extras = {"having": "", "where": where_sql}
+    params = {"viz_type": VIZ[viz], "adhoc_filters": filters, "row_limit": limit,
+              "extra_form_data": {}, "dashboards": []}
+    query = {"filters": qfilters, "extras": extras, "applied_time_extras": {}, "orderby": [],
+             "annotation_layers": [], "row_limit": limit, "series_limit": 0, "order_desc": True,
+             "url_params": {}, "custom_params": {}, "custom_form_data": {}}
+    order = chart.get("order_by")
+    if viz == "table":
+        if chart.get("columns"):  # raw rows
+            cols = list(chart["columns"])
+            asc = not chart.get("order_desc", True)
+            params.update(query_mode="raw", all_columns=cols, order_by_cols=[json.dumps([order, asc])] if order else [])
+            query.update(columns=cols, metrics=[], orderby=[[order, asc]] if order else [])
+        else:
+            params.update(query_mode="aggregate", groupby=groupby, metrics=metrics,
+                          order_desc=True, timeseries_limit_metric=metrics[0] if metrics else None)
+            query.update(columns=groupby, metrics=metrics, orderby=[[metrics[0], False]] if metrics else [])
+        params.update(table_timestamp_format="smart_date", server_pagination=False, include_search=False)
+    elif viz in ("line", "bar"):
+        x = chart.get("x")
+        if not x:
+            raise BundleError(f"{where}: a {viz} chart needs x")
+        grain = chart.get("time_grain")
+        temporal = x in {c["column_name"] for c in ds.columns if c["is_dttm"]}
+        params.update(x_axis=x, time_grain_sqla=grain, metrics=metrics, groupby=groupby,
+                      logAxis=bool(chart.get("log_y")), truncateYAxis=False, show_legend=True,
+                      rich_tooltip=True, x_axis_title=chart.get("x_title", ""), y_axis_title=chart.get("y_title", ""),
+                      y_axis_format=chart.get("y_format", "SMART_NUMBER"), markerEnabled=viz == "line" and not temporal,
+                      seriesType="line", order_desc=True, xAxisForceCategorical=not temporal and viz == "bar")
+        xcol = {"label": x, "sqlExpression": x, "columnType": "BASE_AXIS", "expressionType": "SQL"}
+        if temporal:
+            xcol["timeGrain"] = grain
+        query.update(columns=[xcol] + groupby, metrics=metrics, orderby=[[metrics[0], False]],
+                     series_columns=groupby,
+                     post_processing=[{"operation": "pivot", "options": {
+                         "index": [x], "columns": groupby,
+                         "aggregates": {m["label"]: {"operator": "mean"} for m in metrics},
+                         "drop_missing_columns": False}},
+                         {"operation": "flatten"}])
+        if not temporal:  # numeric x (e.g. CCDF): points in x order
+            query["orderby"] = [[x, True]]
+    elif viz == "big_number":
+        params.update(metric=metrics[0], header_font_size=0.4, subheader_font_size=0.15,
+                      y_axis_format=chart.get("y_format", "SMART_NUMBER"))
+        query.update(columns=[], metrics=[metrics[0]], orderby=[])
+    elif viz == "pie":
+        params.update(groupby=groupby, metric=metrics[0], show_legend=True, show_labels=True,
+                      label_type="key_percent", number_format="SMART_NUMBER", sort_by_metric=True)
+        query.update(columns=groupby, metrics=[metrics[0]], orderby=[[metrics[0], False]])
+    query_context = {
+        "datasource": {"id": 0, "type": "table"}, "force": False, "queries": [query],
+        "form_data": params, "result_format": "json", "result_type": "full",
+    }
+    return params, query_context
+
+
+# ---- dashboards -----------------------------------------------------------------------
+FILTERS = {
+    "time": ("Date range", "filter_time", None),
+    "exporter": ("Exporter", "filter_select", "exporter"),
+    "direction": ("Direction", "filter_select", "direction"),
+}
+
+
+@dataclass
+class Bundle:
+    files: dict[str, str] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    charts: dict[str, list[str]] = field(default_factory=dict)  # dashboard slug -> chart titles
+
+    def zip_bytes(self) -> bytes:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+            for name, text in sorted(self.files.items()):
+                zf.writestr(f"flowlake_bundle/{name}", text)
+        return buf.getvalue()
+
+
+def _dump(obj) -> str:
+    return yaml.safe_dump(obj, sort_keys=False, allow_unicode=True, width=120)
+
+
+def _load(path: Path):
+    try:
+        return yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise BundleError(f"{path}: not valid YAML: {exc}") from None
+
+
+def build(cfg, registry: dict | None = None, source: Path = HERE) -> Bundle:
+    if registry is None:
+        from flowlake.schemas import registry as _reg
+        registry = _reg()
+    bundle = Bundle()
+    bundle.files["metadata.yaml"] = _dump({"version": VERSION, "type": "assets",
+                                           "timestamp": "2026-01-01T00:00:00+00:00"})
+    db = _load(source / "database.yaml")
+    _need(db, ("uuid", "database_name", "sqlalchemy_uri"), str(source / "database.yaml"))
+    db_uuid = str(uuid.UUID(db["uuid"]))
+    db = json.loads(json.dumps(db))
+    db["version"] = VERSION
+    bundle.files["databases/flowlake_lake.yaml"] = _dump(db)
+
+    ds_path = source / "datasets.yaml"
+    datasets = build_datasets(cfg, registry, _load(ds_path) or {}, str(ds_path))
+    used: set[str] = set()
+    for dash_path in sorted((source / "dashboards").glob("*.yaml")):
+        used |= _build_dashboard(bundle, dash_path, datasets, db_uuid)
+    for name in sorted(used):
+        bundle.files[f"datasets/{name}.yaml"] = _dump(dataset_yaml(datasets[name], db_uuid))
+    # Every table dataset is offered for SQL Lab/explore, even if no chart uses it yet.
+    for name, ds in datasets.items():
+        bundle.files.setdefault(f"datasets/{name}.yaml", _dump(dataset_yaml(ds, db_uuid)))
+    return bundle
+
+
+def _build_dashboard(bundle: Bundle, path: Path, datasets: dict[str, Dataset], db_uuid: str) -> set[str]:
+    spec = _load(path)
+    _need(spec, ("uuid", "title", "slug", "charts"), str(path))
+    used: set[str] = set()
+    placed: list[tuple[dict, int, Dataset]] = []  # (chart spec, local id, dataset)
+    for i, chart in enumerate(spec["charts"]):
+        where = f"{path}: charts[{i}]"
+        _need(chart, ("uuid", "title", "dataset", "viz"), where)
+        ds = datasets.get(chart["dataset"])
+        if ds is None:
+            msg = f"{path.name}: chart {chart['title']!r} skipped: dataset {chart['dataset']!r} is not declared in schemas/ yet"
+            log.warning(msg)
+            bundle.skipped.append(msg)
+            continue
+        missing = sorted(chart_columns(chart) - ds.column_names)
+        if missing:
+            msg = (f"{path.name}: chart {chart['title']!r} skipped: dataset {ds.name!r} has no column(s) "
+                   f"{', '.join(missing)}")
+            log.warning(msg)
+            bundle.skipped.append(msg)
+            continue
+        params, qc = chart_payload(chart, ds, where)
+        chart_uuid = str(uuid.UUID(chart["uuid"]))
+        bundle.files[f"charts/{_slug(chart['title'])}_{chart_uuid[:8]}.yaml"] = _dump({
+            "slice_name": chart["title"], "description": chart.get("description"),
+            "certified_by": None, "certification_details": None, "viz_type": params["viz_type"],
+            "params": params, "query_context": json.dumps(qc), "cache_timeout": None,
+            "uuid": chart_uuid, "version": VERSION, "dataset_uuid": ds.uuid,
+        })
+        used.add(ds.name)
+        placed.append((chart, len(placed) + 1, ds))
+    bundle.charts[spec["slug"]] = [c["title"] for c, _, _ in placed]
+
+    position = _layout(spec, placed)
+    filters = []
+    for key in spec.get("filters") or []:
+        if key not in FILTERS:
+            raise BundleError(f"{path}: filters: {key!r} not one of {', '.join(FILTERS)}")
+        name, ftype, column = FILTERS[key]
+        fid = "NATIVE_FILTER-" + str(uuid.uuid5(uuid.UUID(spec["uuid"]), key))[:12]
+        flt = {"id": fid, "name": name, "filterType": ftype, "type": "NATIVE_FILTER",
+               "controlValues": {}, "defaultDataMask": {"extraFormData": {}, "filterState": {}, "ownState": {}},
+               "cascadeParentIds": [], "targets": [{}], "description": "",
+               "scope": {"rootPath": ["ROOT_ID"], "excluded": []}}
+        if column:
+            source = next((ds for _, _, ds in placed if column in ds.column_names), None)
+            if source is None:
+                log.warning("%s: filter %r skipped: no chart's dataset has column %r", path.name, key, column)
+                continue
+            flt["targets"] = [{"datasetUuid": source.uuid, "column": {"name": column}}]
+            flt["controlValues"] = {"enableEmptyFilter": False, "defaultToFirstItem": False,
+                                    "multiSelect": True, "searchAllOptions": False, "inverseSelection": False}
+            # Charts over datasets without the column are left out of the filter's scope.
+            flt["scope"]["excluded"] = [cid for c, cid, ds in placed
+                                        if column not in ds.column_names or key in (c.get("exclude_filters") or [])]
+        else:
+            flt["scope"]["excluded"] = [cid for c, cid, ds in placed
+                                        if not ds.main_dttm_col or key in (c.get("exclude_filters") or [])]
+        filters.append(flt)
+    bundle.files[f"dashboards/{spec['slug']}.yaml"] = _dump({
+        "dashboard_title": spec["title"], "description": spec.get("description"), "css": "",
+        "slug": spec["slug"], "certified_by": None, "certification_details": None, "published": True,
+        "uuid": str(uuid.UUID(spec["uuid"])), "position": position,
+        "metadata": {"native_filter_configuration": filters, "color_scheme": "supersetColors",
+                     "cross_filters_enabled": False, "refresh_frequency": 0, "expanded_slices": {},
+                     "timed_refresh_immune_slices": [], "shared_label_colors": [], "color_scheme_domain": []},
+        "version": VERSION,
+    })
+    return used
+
+
+def _layout(spec: dict, placed) -> dict:
+    """Rows of charts, 12 grid columns wide, in the order the YAML lists them."""
+    pos = {"DASHBOARD_VERSION_KEY": "v2",
+           "ROOT_ID": {"type": "ROOT", "id": "ROOT_ID", "children": ["GRID_ID"]},
+           "GRID_ID": {"type": "GRID", "id": "GRID_ID", "children": [], "parents": ["ROOT_ID"]},
+           "HEADER_ID": {"type": "HEADER", "id": "HEADER_ID", "meta": {"text": spec["title"]}}}
+    row, used = None, 12
+    for chart, cid, _ in placed:
+        width = int(chart.get("width", 6))
+        if row is None or used + width > 12 or chart.get("new_row"):
+            row = f"ROW-{cid}"
+            pos[row] = {"type": "ROW", "id": row, "children": [], "parents": ["ROOT_ID", "GRID_ID"],
+                        "meta": {"background": "BACKGROUND_TRANSPARENT"}}
+            pos["GRID_ID"]["children"].append(row)
+            used = 0
+        key = f"CHART-{cid}"
+        pos[key] = {"type": "CHART", "id": key, "children": [], "parents": ["ROOT_ID", "GRID_ID", row],
+                    "meta": {"width": width, "height": int(chart.get("height", 50)), "chartId": cid,
+                             "uuid": str(uuid.UUID(chart["uuid"])), "sliceName": chart["title"]}}
+        pos[row]["children"].append(key)
+        used += width
+    return pos
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:40]

@@ -1,0 +1,157 @@
+"""A small demo lake for the Superset tests, and the one Superset of the test run.
+
+The lake follows the declared Records (flowlake.schemas.registry()): flows for two days
+plus every report table that is declared, filled with plausible values by column name,
+written with pyarrow under the test's FLOWLAKE_HOME.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+DAYS = (dt.date(2026, 11, 20), dt.date(2026, 11, 21))
+EXPORTERS = ("192.0.2.1", "192.0.2.2")
+TARGETS = ("ping.example.net", "cern.example.org", "slac.example.edu")
+
+ARROW = {"int": pa.int32(), "long": pa.int64(), "double": pa.float64(), "string": pa.string(),
+         "boolean": pa.bool_(), "bytes": pa.binary(), "timestamp_ms": pa.timestamp("ms", tz="UTC"),
+         "date": pa.date32(), "map_string_double": pa.map_(pa.string(), pa.float64()),
+         "map_string_string": pa.map_(pa.string(), pa.string()), "array_double": pa.list_(pa.float64())}
+
+# Values chosen by column name so the dashboards' fixed filters (by=src, kind=daily, ...) match.
+VOCAB = {
+    "direction": ["all", "inbound", "outbound"], "by": ["src", "dst", "pair"],
+    "metric": ["bytes", "packets", "flows"], "kind": ["ts", "daily"], "series": ["total", "interface", "proto"],
+    "period": ["hour", "day"], "flow_class": ["TCP in", "TCP out", "UDP", "ICMP"],
+    "target": list(TARGETS), "exporter": list(EXPORTERS), "proto_name": ["TCP", "UDP", "ICMP"],
+    "app": ["https", "bbftp", "GridFTP", "dns", "other"], "rtt_band": ["0-64", "64-128", "128-256"],
+    "loss_band": ["0-0.1%", "0.1-1%", "1-2.5%"], "reason": ["thresholds", "port"],
+    "path": ["path-a", "path-b"], "path_a": ["path-a"], "path_b": ["path-b"], "best_path": ["path-a", "path-b"],
+    "test_type": ["rtt", "throughput"], "tool": ["ping", "iperf3"], "source": ["probe1"],
+    "destination": list(TARGETS), "class": ["tcp_in", "tcp_out", "udp"],
+}
+
+
+def _addr(rng, n, local_share=0.5):
+    local = rng.random(n) < local_share
+    base_local = int(ipaddress.ip_address("10.1.0.0"))
+    base_remote = int(ipaddress.ip_address("203.0.113.0"))
+    nums = np.where(local, base_local + rng.integers(1, 4000, n), base_remote + rng.integers(1, 250, n))
+    return [str(ipaddress.ip_address(int(x))) for x in nums]
+
+
+def write_flows(lake: Path, flows_per_day: int = 20000, seed: int = 7) -> int:
+    from flowlake.schemas import FLOWS_TABLE
+
+    rng = np.random.default_rng(seed)
+    schema = pa.schema([(f.name, ARROW[f.type]) for f in FLOWS_TABLE.fields if f.name not in ("date", "hour")])
+    total = 0
+    for day in DAYS:
+        n = flows_per_day
+        start0 = int(dt.datetime.combine(day, dt.time(), dt.timezone.utc).timestamp() * 1000)
+        t = np.sort(start0 + rng.integers(0, 86_400_000, n))
+        proto = rng.choice([6, 17, 1], n, p=[0.7, 0.25, 0.05])
+        size = np.floor(40 * (1 + rng.pareto(1.2, n))).astype(np.int64)  # heavy-tailed bytes
+        cols = {
+            "time_start": t, "time_end": t + rng.integers(0, 60_000, n),
+            "exporter": rng.choice(EXPORTERS, n), "input_if": rng.integers(1, 3, n), "output_if": rng.integers(3, 5, n),
+            "src_addr": _addr(rng, n), "dst_addr": _addr(rng, n), "src_port": rng.integers(1024, 65535, n),
+            "dst_port": rng.choice([443, 80, 53, 5021, 2811], n), "proto": proto, "tcp_flags": np.where(proto == 6, 27, 0),
+            "tos": np.zeros(n, dtype=np.int64), "packets": np.maximum(1, size // 800), "bytes": size,
+            "sampling_rate": np.ones(n, dtype=np.int64), "src_as": rng.integers(1, 65000, n),
+            "dst_as": rng.integers(1, 65000, n), "source_file": ["nfcapd.demo"] * n, "file_seq": np.arange(n),
+        }
+        table = pa.table({k: pa.array(cols[k]).cast(schema.field(k).type) for k in schema.names}, schema=schema)
+        hours = (t - start0) // 3_600_000
+        for h in np.unique(hours):
+            part = lake / "flows" / f"date={day.isoformat()}" / f"hour={int(h):02d}"
+            part.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table.filter(pa.array(hours == h)), part / "part-0.parquet")
+        total += n
+    return total
+
+
+def _column(f, n, rng, day):
+    day0 = int(dt.datetime.combine(day, dt.time(), dt.timezone.utc).timestamp() * 1000)
+    if f.name in VOCAB:
+        return [str(x) for x in rng.choice(VOCAB[f.name], n)]
+    if f.name == "hour":
+        return [None if rng.random() < 0.5 else int(rng.integers(0, 24)) for _ in range(n)]
+    if f.type == "timestamp_ms":
+        return [dt.datetime.fromtimestamp(int(x) / 1000, dt.timezone.utc) for x in day0 + rng.integers(0, 86_400_000, n)]
+    if f.type in ("int", "long"):
+        return [int(x) for x in rng.integers(1, 1000, n)]
+    if f.type == "double":
+        if "loss" in f.name or "share" in f.name or f.name in ("p_value", "utilisation", "reachability", "r2", "gain"):
+            return [float(x) for x in rng.random(n) * 0.05]
+        return [float(x) for x in rng.random(n) * 1e6 + 1]
+    if f.name == "insufficient":  # mostly real fits
+        return [bool(x) for x in rng.random(n) < 0.1]
+    if f.type == "boolean":
+        return [bool(x) for x in rng.random(n) < 0.5]
+    if f.type == "string":
+        return [f"{f.name}-{i % 7}" for i in range(n)]
+    if f.type == "array_double":
+        return [sorted(float(x) for x in rng.random(8) * 1e6) for _ in range(n)]
+    if f.type == "map_string_double":
+        return [{"rtt_ms": float(rng.random() * 100)} for _ in range(n)]
+    if f.type == "map_string_string":
+        return [{"count": "10"} for _ in range(n)]
+    raise ValueError(f"no demo value for {f.name} ({f.type})")
+
+
+def write_reports(lake: Path, rows: int = 600, seed: int = 11) -> list[str]:
+    """Every declared report table (and `active`), two dates, `rows` rows each."""
+    from flowlake.schemas import registry
+
+    rng = np.random.default_rng(seed)
+    written = []
+    for name, rec in sorted(registry().items()):
+        if not rec.fields or rec.fields[-1].name != "date" or rec.namespace == "flowlake.v1" or name == "flows":
+            continue
+        base = lake / ("active" if name == "active" else f"reports/{name}")
+        fields = [f for f in rec.fields if f.name != "date"]
+        schema = pa.schema([(f.name, ARROW[f.type]) for f in fields])
+        for day in DAYS:
+            data = {f.name: pa.array(_column(f, rows, rng, day), type=ARROW[f.type]) for f in fields}
+            part = base / f"date={day.isoformat()}"
+            part.mkdir(parents=True, exist_ok=True)
+            pq.write_table(pa.table(data, schema=schema), part / "part-0.parquet")
+        written.append(name)
+    return written
+
+
+# ---- the one Superset of the test run ---------------------------------------------------
+_STATE: dict = {}
+
+
+def superset_up(cfg, pytest_config=None) -> dict:
+    """Demo lake + Superset started and provisioned once per test run (slow: ~1-2 min).
+    Stopped when the pytest session ends (unless FLOWLAKE_KEEP_SUPERSET=1)."""
+    if "creds" not in _STATE:
+        import os
+
+        from flowlake import superset_cli
+
+        if pytest_config is not None and os.environ.get("FLOWLAKE_KEEP_SUPERSET") != "1":
+            pytest_config.add_cleanup(lambda: superset_down(cfg))
+
+        lake = cfg.lake
+        _STATE["flows"] = write_flows(lake)
+        _STATE["tables"] = write_reports(lake)
+        superset_cli.start(cfg)
+        _STATE["provision"] = superset_cli.provision(cfg)
+        _STATE["creds"] = superset_cli.credentials(cfg)
+    return _STATE
+
+
+def superset_down(cfg) -> None:
+    if _STATE.pop("creds", None) is not None:
+        from flowlake import superset_cli
+
+        superset_cli.stop(cfg)

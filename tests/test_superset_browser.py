@@ -1,0 +1,87 @@
+"""The four dashboards in a real browser: Debian chromium driven by Playwright.
+
+Logs in through the login page, opens each dashboard, waits for every chart, and
+asserts none shows an error and each renders data. Screenshots go to test-output/;
+each dashboard's full render time is printed (not asserted: the 2-CPU CI box is shared).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from superset_lake import superset_up  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "test-output"
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+
+ALL_CHARTS_SETTLED = """() => {
+  const h = document.querySelectorAll('[data-test="dashboard-component-chart-holder"]');
+  return h.length > 0 && Array.from(h).every(e =>
+    !e.querySelector('[data-test="loading-indicator"], .loading') &&
+    e.querySelector('[data-test="slice-container"], [role="alert"], .ant-alert'));
+}"""
+
+# What each chart holder shows: errors, canvases (ECharts), table rows, text.
+INSPECT = """e => ({
+  title: (e.querySelector('[data-test="editable-title"]') || e).innerText.trim(),
+  errors: Array.from(e.querySelectorAll('[role="alert"], .ant-alert-error, [data-test="chart-error"]')).map(x => x.innerText.slice(0, 200)),
+  canvases: Array.from(e.querySelectorAll('canvas')).filter(c => c.width > 0 && c.height > 0).length,
+  rows: e.querySelectorAll('table tbody tr').length,
+  text: e.innerText,
+})"""
+
+
+@pytest.fixture(scope="module")
+def superset(cfg, request):
+    # One Superset for the whole run (both Superset test modules); stopped at session end.
+    return superset_up(cfg, request.config)
+
+
+@pytest.fixture(scope="module")
+def page(superset):
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} missing: apt-get install chromium (make setup)")
+    creds = superset["creds"]
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        pg = browser.new_page(viewport={"width": 1600, "height": 1200})
+        pg.goto(creds["url"] + "/login/")
+        pg.fill('[data-test="username-input"]', creds["username"])
+        pg.fill('[data-test="password-input"]', creds["password"])
+        pg.click('[data-test="login-button"]')
+        pg.wait_for_url(lambda u: "/login" not in u, timeout=60_000)
+        yield pg
+        browser.close()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("slug", ["daily-operations", "flow-sizes", "active-vs-passive", "capacity"])
+def test_dashboard_renders_every_chart(page, superset, slug):
+    expected = superset["provision"]["dashboards"][slug]
+    t0 = time.monotonic()
+    page.goto(f"{superset['creds']['url']}/superset/dashboard/{slug}/")
+    page.wait_for_function(ALL_CHARTS_SETTLED, timeout=180_000, polling=100)
+    elapsed = time.monotonic() - t0
+    OUT.mkdir(exist_ok=True)
+    page.screenshot(path=str(OUT / f"superset-{slug}.png"), full_page=True)
+    print(f"\ndashboard {slug}: {len(expected)} charts rendered in {elapsed:.2f} s")
+
+    holders = page.locator('[data-test="dashboard-component-chart-holder"]')
+    charts = [holders.nth(i).evaluate(INSPECT) for i in range(holders.count())]
+    assert sorted(c["title"] for c in charts) == sorted(expected)
+    for c in charts:
+        assert not c["errors"], f"{slug} / {c['title']}: {c['errors']}"
+        assert "No results" not in c["text"], f"{slug} / {c['title']}: no data"
+        body = c["text"].replace(c["title"], "", 1)
+        assert c["canvases"] or c["rows"] or any(ch.isdigit() for ch in body), \
+            f"{slug} / {c['title']}: nothing rendered"
