@@ -26,6 +26,10 @@ inter.broker.listener.name=PLAINTEXT
 log.dirs={data}
 num.partitions={partitions}
 offsets.topic.replication.factor=1
+# one node: a few partitions for the internal topics make the first transaction and
+# consumer group start in a second instead of creating 50 partitions each
+offsets.topic.num.partitions=4
+transaction.state.log.num.partitions=4
 transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1

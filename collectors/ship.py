@@ -1,0 +1,252 @@
+"""`flowlake ship`: the Python side of the Go shipper (collectors/shipper/).
+
+The Go binary reads nfcapd files natively and ships each one in one Kafka
+transaction with its ledger entry; this module builds it, hands it the FLOW Avro
+schema and fingerprint (the one declaration in schemas/flow.py), the settings from
+flowlake.toml, and renders its progress. `serve_argv(cfg)` is what `flowlake up`
+starts as the background shipper service.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import click
+
+from flowlake import config as _config
+
+SHIPPER_DIR = Path(__file__).resolve().parent / "shipper"
+BINARY = SHIPPER_DIR / "bin" / "flowlake-shipper"
+
+
+def go_binary() -> str:
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    if not Path(go).exists():
+        raise click.ClickException("Go is not installed (need /usr/local/go/bin/go or `go` on PATH): run `make setup`")
+    return go
+
+
+def _sources() -> list[Path]:
+    return [p for p in SHIPPER_DIR.glob("*") if p.suffix == ".go" or p.name in ("go.mod", "go.sum")]
+
+
+def needs_build() -> bool:
+    if not BINARY.exists():
+        return True
+    built = BINARY.stat().st_mtime
+    return any(p.stat().st_mtime > built for p in _sources())
+
+
+def build_binary(force: bool = False) -> Path:
+    """`go build` the shipper when the binary is missing or older than its sources."""
+    if not force and not needs_build():
+        return BINARY
+    BINARY.parent.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run([go_binary(), "build", "-trimpath", "-o", str(BINARY), "."],
+                         cwd=SHIPPER_DIR, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise click.ClickException(f"building {SHIPPER_DIR} failed:\n{res.stdout}{res.stderr}")
+    return BINARY
+
+
+def spool_dir(cfg) -> Path:
+    return cfg.path("nfcapd")
+
+
+def state_file(cfg) -> Path:
+    return cfg.path("state", "shipper.json")
+
+
+def quarantine_dir(cfg) -> Path:
+    return cfg.path("lake", "quarantine", "nfcapd")
+
+
+def schema_args(cfg) -> list[str]:
+    """Write the FLOW Avro schema where the binary reads it; return its flags."""
+    from flowlake.schemas import FLOW, avro
+
+    path = cfg.path("state", "flow.avsc")
+    text = FLOW.avro_json()
+    if not path.exists() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return ["--schema", str(path), "--fingerprint", avro.fingerprint(FLOW).hex()]
+
+
+def common_args(cfg) -> list[str]:
+    k, s = cfg.kafka, cfg.shipper
+    args = [
+        "--brokers", cfg.kafka_bootstrap,
+        "--topic", k.flows_topic,
+        "--ledger-topic", k.ledger_topic,
+        "--spool", str(spool_dir(cfg)),
+        "--state", str(state_file(cfg)),
+        "--quarantine", str(quarantine_dir(cfg)),
+        "--lock", str(cfg.path("run", "shipper.lock")),
+        "--linger", f"{int(s.linger_ms)}ms",
+        "--max-buffered", str(int(s.batch_records)),
+        "--batch-bytes", str(int(s.batch_bytes)),
+        "--compression", s.compression,
+        "--poll", f"{float(s.poll_seconds)}s",
+        "--txn-timeout", f"{int(s.txn_timeout_seconds)}s",
+        "--spool-warn-bytes", str(int(cfg.collector.spool_warn_bytes)),
+        *schema_args(cfg),
+    ]
+    if k.security_protocol != "PLAINTEXT":
+        args += ["--security-protocol", k.security_protocol]
+        if k.security_protocol.startswith("SASL"):
+            args += ["--sasl-mechanism", k.sasl_mechanism, "--sasl-username", k.sasl_username]
+        if k.ssl_cafile:
+            args += ["--ssl-cafile", k.ssl_cafile]
+    if s.delete_after_ship:
+        args.append("--delete-after-ship")
+    return args
+
+
+def child_env(cfg) -> dict:
+    """The SASL password travels in the environment, never on the command line."""
+    env = dict(os.environ)
+    if cfg.kafka.sasl_password:
+        env["FLOWLAKE_KAFKA_SASL_PASSWORD"] = cfg.kafka.sasl_password
+    return env
+
+
+def serve_argv(cfg=None) -> list[str]:
+    """The argv of the background shipper service (`flowlake up` starts it)."""
+    cfg = cfg or _config.get()
+    spool_dir(cfg).mkdir(parents=True, exist_ok=True)
+    return [str(BINARY), "serve", *common_args(cfg)]
+
+
+def ship_argv(cfg, files, pending=False, force=False, extra=()) -> list[str]:
+    argv = [str(BINARY), "ship", "--events", *common_args(cfg), *extra]
+    if pending:
+        argv.append("--pending")
+    if force:
+        argv.append("--force")
+    return argv + [str(f) for f in files]
+
+
+def read_ledger(cfg=None, timeout: float = 30.0) -> dict[str, dict]:
+    """Files in the ledger topic (read_committed): {file: {"flows", "packets", ...}}."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    cfg = cfg or _config.get()
+    topic = cfg.kafka.ledger_topic
+    consumer = Consumer({**cfg.kafka_client_conf(), "group.id": "flowlake-ledger-reader",
+                         "enable.auto.commit": False, "isolation.level": "read_committed",
+                         "auto.offset.reset": "earliest"})
+    try:
+        parts = consumer.list_topics(topic, timeout=timeout).topics[topic].partitions
+        tps = [TopicPartition(topic, p, 0) for p in parts]
+        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=timeout)[1] for tp in tps}
+        consumer.assign(tps)
+        out: dict[str, dict] = {}
+        done = {p for p, end in ends.items() if end == 0}
+        while len(done) < len(tps):
+            msg = consumer.poll(1.0)
+            if msg is None:
+                # read_committed skips control records: position shows we reached the end
+                for tp in consumer.position(tps):
+                    if tp.offset >= ends[tp.partition]:
+                        done.add(tp.partition)
+                continue
+            if msg.error():
+                raise click.ClickException(f"ledger topic {topic}: {msg.error()}")
+            key = msg.key().decode()
+            if not key.startswith("__barrier__/"):
+                if msg.value() is None:
+                    out.pop(key, None)
+                else:
+                    out[key] = json.loads(msg.value())
+            if msg.offset() + 1 >= ends[msg.partition()]:
+                done.add(msg.partition())
+        return out
+    finally:
+        consumer.close()
+
+
+EXAMPLES = """
+\b
+Examples:
+  flowlake ship --pending                     ship everything nfcapd wrote that is not shipped yet
+  flowlake ship var/nfcapd/nfcapd.202611201200   backfill one file (skipped if in the ledger)
+  flowlake ship --force old/nfcapd.*          reship files even though the ledger has them
+  flowlake ship --build                       (re)build the Go shipper binary only
+
+Each file is shipped in one Kafka transaction together with its ledger entry
+(topic kafka.ledger_topic), so a file appears exactly once to read_committed
+readers even if the shipper is killed mid-file. Corrupt files found with
+--pending are moved to $FLOWLAKE_HOME/lake/quarantine/nfcapd/ with a .reason file.
+While the shipper service runs (`flowlake up`) it ships the spool itself and
+holds its lock: stop it with `flowlake down` before backfilling.
+"""
+
+
+@click.command("ship", epilog=EXAMPLES)
+@click.argument("files", nargs=-1, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--pending", is_flag=True, help="Ship every closed nfcapd file in $FLOWLAKE_HOME/nfcapd not yet in the ledger.")
+@click.option("--force", is_flag=True, help="Ship FILES even if the ledger says they were shipped (duplicates their flows).")
+@click.option("--build", "build_only", is_flag=True, help="Build the Go shipper (collectors/shipper) and exit.")
+def ship(files: tuple[Path, ...], pending: bool, force: bool, build_only: bool) -> None:
+    """Ship nfcapd files to Kafka, one Avro record per flow, exactly once per file."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if build_only:
+        path = build_binary(force=True)
+        click.echo(f"built {path}")
+        return
+    if not files and not pending:
+        raise click.UsageError("give nfcapd FILES to ship, or --pending")
+    for f in files:
+        if not f.exists():
+            raise click.BadParameter(f"{f}: no such file", param_hint="FILES")
+    cfg = _config.get()
+    build_binary()
+    argv = ship_argv(cfg, files, pending=pending, force=force)
+    console = Console(stderr=True, soft_wrap=True)  # whole lines: errors stay greppable
+    summary, errors = {}, []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[flows]:,} flows"), TimeElapsedColumn(), console=console) as bar:
+        task = bar.add_task("shipping", total=len(files) or None, flows=0)
+        errlog = tempfile.TemporaryFile("w+")  # a file, not a pipe: its log cannot block the child
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errlog, text=True, env=child_env(cfg))
+        flows = 0
+        for line in proc.stdout:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue
+            kind = ev.get("event")
+            if kind == "progress":
+                bar.update(task, description=f"shipping {ev['file']}", flows=flows + ev["flows"])
+            elif kind == "shipped":
+                flows += ev["flows"]
+                bar.update(task, advance=1, flows=flows, description="shipping")
+                console.print(f"shipped {ev['file']}: {ev['flows']:,} flows, {ev['packets']:,} packets, "
+                              f"{ev['bytes']:,} bytes in {ev['seconds']:.2f}s")
+            elif kind == "skipped":
+                bar.update(task, advance=1)
+                console.print(f"skipped {ev['file']}: {ev['reason']} (--force reships)")
+            elif kind in ("quarantined", "failed"):
+                bar.update(task, advance=1)
+                errors.append(f"{kind} {ev['file']}: {ev['error']}")
+                console.print(f"[red]{kind}[/red] {ev['file']}: {ev['error']}")
+            elif kind == "summary":
+                summary = ev
+        rc = proc.wait()
+        errlog.seek(0)
+        stderr = errlog.read()
+    if summary:
+        click.echo(f"{summary['shipped']} files shipped ({summary['flows']:,} flows), "
+                   f"{summary['skipped']} skipped, {summary['failed']} failed")
+    if rc != 0:
+        last = [ln for ln in stderr.splitlines() if ln.startswith("flowlake-shipper:")]
+        raise click.ClickException(last[-1].removeprefix("flowlake-shipper: ") if last else stderr.strip() or f"shipper exited {rc}")

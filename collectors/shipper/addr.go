@@ -1,0 +1,69 @@
+package main
+
+import (
+	"net/netip"
+	"strconv"
+)
+
+// appendIPv4 writes dotted quad text without allocating.
+func appendIPv4(dst []byte, a []byte) []byte {
+	dst = strconv.AppendUint(dst, uint64(a[0]), 10)
+	dst = append(dst, '.')
+	dst = strconv.AppendUint(dst, uint64(a[1]), 10)
+	dst = append(dst, '.')
+	dst = strconv.AppendUint(dst, uint64(a[2]), 10)
+	dst = append(dst, '.')
+	return strconv.AppendUint(dst, uint64(a[3]), 10)
+}
+
+// appendIPv6 writes RFC 5952 text, the same as Python's ipaddress (for IPv4-mapped
+// addresses too: Python 3.11 prints ::ffff:102:304, not ::ffff:1.2.3.4).
+func appendIPv6(dst []byte, a *[16]byte) []byte {
+	ip := netip.AddrFrom16(*a)
+	if ip.Is4In6() {
+		return appendHexV6(dst, a)
+	}
+	return ip.AppendTo(dst)
+}
+
+// appendHexV6 formats all eight groups in hex with the longest zero run compressed.
+func appendHexV6(dst []byte, a *[16]byte) []byte {
+	var g [8]uint16
+	for i := range g {
+		g[i] = uint16(a[2*i])<<8 | uint16(a[2*i+1])
+	}
+	best, bestLen := -1, 1
+	for i := 0; i < 8; {
+		if g[i] != 0 {
+			i++
+			continue
+		}
+		j := i
+		for j < 8 && g[j] == 0 {
+			j++
+		}
+		if j-i > bestLen {
+			best, bestLen = i, j-i
+		}
+		i = j
+	}
+	for i := 0; i < 8; i++ {
+		if i == best {
+			dst = append(dst, ':', ':')
+			i += bestLen - 1
+			continue
+		}
+		if i > 0 && !(best >= 0 && i == best+bestLen) {
+			dst = append(dst, ':')
+		}
+		dst = strconv.AppendUint(dst, uint64(g[i]), 16)
+	}
+	return dst
+}
+
+func appendAddr(dst []byte, a *[16]byte, v6 bool) []byte {
+	if v6 {
+		return appendIPv6(dst, a)
+	}
+	return appendIPv4(dst, a[:4])
+}

@@ -1,0 +1,12 @@
+module github.com/flowlake/flowlake/collectors/shipper
+
+go 1.26.0
+
+require (
+	github.com/klauspost/compress v1.20.3
+	github.com/pierrec/lz4/v4 v4.1.33
+	github.com/twmb/franz-go v1.22.2
+	github.com/twmb/franz-go/pkg/kadm v1.19.0
+)
+
+require github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect

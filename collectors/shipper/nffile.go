@@ -1,0 +1,630 @@
+// Native reader for nfdump 1.7 files (LAYOUT_VERSION_2, V3 records).
+//
+// Layout (nfdump src/lib/nffileV2.h, nfxV3.h, exporter.h), all little endian:
+//
+//	file header (40 bytes) | data block 0 | ... | data block n-1 | appendix blocks
+//	data block: NumRecords u32, size u32, type u16, flags u16, then `size` bytes
+//	            (compressed with the file's method unless flags bit 0 is set)
+//	record:     type u16, size u16 (including the header), body
+//
+// Flows are V3 records (type 11): a 12-byte header then extension elements
+// (type u16, length u16 including the header). Exporter info (type 7) and sampler
+// (type 15) records come before the flows that reference them.
+package main
+
+import (
+	"bytes"
+	"compress/bzip2"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
+)
+
+const (
+	nfMagic        = 0xA50C
+	layoutV1       = 1
+	layoutV2       = 2
+	fileHeaderSize = 40
+	blockHeaderLen = 12
+
+	compNone = 0
+	compLZO  = 1
+	compBZ2  = 2
+	compLZ4  = 3
+	compZSTD = 4
+
+	blockType3           = 3
+	flagBlockUncompressd = 0x1
+
+	recExporterInfo = 7
+	recSampler      = 15
+	recV3           = 11
+
+	v3FlagSampled = 2
+
+	exGenericFlow = 1
+	exIPv4Flow    = 2
+	exIPv6Flow    = 3
+	exFlowMisc    = 4
+	exASRouting   = 7
+	exIPRecvV4    = 12
+	exIPRecvV6    = 13
+	exSamplerInfo = 18
+
+	// nfdump never writes a block bigger than a few MB; anything beyond is garbage.
+	maxBlockBytes = 64 << 20
+)
+
+// CorruptError says what is wrong with a file and where; such a file is quarantined.
+type CorruptError struct {
+	File   string
+	Offset int64
+	Msg    string
+}
+
+func (e *CorruptError) Error() string {
+	if e.Offset >= 0 {
+		return fmt.Sprintf("%s: %s (at byte offset %d)", e.File, e.Msg, e.Offset)
+	}
+	return fmt.Sprintf("%s: %s", e.File, e.Msg)
+}
+
+// IsCorrupt reports whether err means the file itself is bad (as opposed to I/O trouble).
+func IsCorrupt(err error) bool {
+	var ce *CorruptError
+	return errors.As(err, &ce)
+}
+
+// Flow is one decoded flow, as the FLOW Avro record needs it.
+type Flow struct {
+	TimeStart, TimeEnd int64 // ms since epoch, UTC
+	Exporter           *Exporter
+	InputIf, OutputIf  uint32
+	SrcAddr, DstAddr   [16]byte // IPv4 in the first 4 bytes when !V6
+	V6                 bool
+	SrcPort, DstPort   uint16
+	Proto, TCPFlags    uint8
+	Tos                uint8
+	Packets, Bytes     uint64
+	SamplingRate       uint32
+	SrcAS, DstAS       uint32
+	Seq                int64 // position of the flow in its file, from 0
+}
+
+// Exporter is an exporter info record: the router's address as text.
+type Exporter struct {
+	SysID   uint16
+	Version uint32
+	Addr    string
+	addrRaw []byte // 4 or 16 bytes, for the Kafka key hash
+}
+
+type sampler struct {
+	id       int64
+	interval uint32 // 1:N
+}
+
+// Header is the parsed file header.
+type Header struct {
+	Version     uint16
+	NfdVersion  uint32
+	Created     int64
+	Compression uint8
+	Encryption  uint8
+	Appendix    uint16
+	Creator     uint32
+	OffAppendix int64
+	BlockSize   uint32
+	NumBlocks   uint32
+}
+
+// Stats are per-file totals, the same figures `nfdump -I` prints.
+type Stats struct {
+	File         string `json:"file"`
+	Compression  string `json:"compression"`
+	Blocks       uint32 `json:"blocks"`
+	Flows        uint64 `json:"flows"`
+	Packets      uint64 `json:"packets"`
+	Bytes        uint64 `json:"bytes"`
+	FlowsTCP     uint64 `json:"flows_tcp"`
+	FlowsUDP     uint64 `json:"flows_udp"`
+	FlowsICMP    uint64 `json:"flows_icmp"`
+	FlowsOther   uint64 `json:"flows_other"`
+	PacketsTCP   uint64 `json:"packets_tcp"`
+	PacketsUDP   uint64 `json:"packets_udp"`
+	PacketsICMP  uint64 `json:"packets_icmp"`
+	PacketsOther uint64 `json:"packets_other"`
+	BytesTCP     uint64 `json:"bytes_tcp"`
+	BytesUDP     uint64 `json:"bytes_udp"`
+	BytesICMP    uint64 `json:"bytes_icmp"`
+	BytesOther   uint64 `json:"bytes_other"`
+	FirstMs      int64  `json:"first_ms"`
+	LastMs       int64  `json:"last_ms"`
+	Exporters    int    `json:"exporters"`
+	Samplers     int    `json:"samplers"`
+	Unfinished   bool   `json:"unfinished"`    // never closed by nfcapd (killed)
+	DroppedBytes int64  `json:"dropped_bytes"` // unfinished: partly written last block
+}
+
+func (s *Stats) add(f *Flow) {
+	s.Flows++
+	s.Packets += f.Packets
+	s.Bytes += f.Bytes
+	switch f.Proto {
+	case 6:
+		s.FlowsTCP++
+		s.PacketsTCP += f.Packets
+		s.BytesTCP += f.Bytes
+	case 17:
+		s.FlowsUDP++
+		s.PacketsUDP += f.Packets
+		s.BytesUDP += f.Bytes
+	case 1, 58:
+		s.FlowsICMP++
+		s.PacketsICMP += f.Packets
+		s.BytesICMP += f.Bytes
+	default:
+		s.FlowsOther++
+		s.PacketsOther += f.Packets
+		s.BytesOther += f.Bytes
+	}
+	if s.FirstMs == 0 || f.TimeStart < s.FirstMs {
+		s.FirstMs = f.TimeStart
+	}
+	if f.TimeEnd > s.LastMs {
+		s.LastMs = f.TimeEnd
+	}
+}
+
+var compressionNames = map[uint8]string{compNone: "none", compLZO: "lzo", compBZ2: "bz2", compLZ4: "lz4", compZSTD: "zstd"}
+
+// ReadFile decodes every flow of an nfcapd file, calling fn for each in file order.
+// The whole file is validated as it goes; the first problem ends the read with a
+// *CorruptError naming the file, the problem and the byte offset. Callers that must
+// not act on part of a bad file (the shipper) undo what fn did when an error comes back.
+func ReadFile(path string, fn func(*Flow) error) (*Stats, error) {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		return nil, err
+	}
+	r := &reader{path: path, size: st.Size(), exporters: map[uint16]*Exporter{}, samplers: map[uint16][]sampler{}}
+	return r.read(fh, fn)
+}
+
+type reader struct {
+	path      string
+	size      int64
+	hdr       Header
+	exporters map[uint16]*Exporter
+	unknown   map[uint16]*Exporter
+	samplers  map[uint16][]sampler
+	stats     Stats
+	seq       int64
+	raw       []byte // one block as stored
+	plain     []byte // one block decompressed
+	zstdDec   *zstd.Decoder
+}
+
+func (r *reader) corrupt(off int64, format string, args ...any) error {
+	return &CorruptError{File: r.path, Offset: off, Msg: fmt.Sprintf(format, args...)}
+}
+
+func (r *reader) read(fh io.Reader, fn func(*Flow) error) (*Stats, error) {
+	var hb [fileHeaderSize]byte
+	n, err := io.ReadFull(fh, hb[:])
+	if n >= 4 && binary.LittleEndian.Uint16(hb[0:]) != nfMagic {
+		return nil, r.corrupt(0, "bad magic 0x%04X, not an nfdump file (want 0xA50C)", binary.LittleEndian.Uint16(hb[0:]))
+	}
+	if err != nil {
+		if n < 2 {
+			return nil, r.corrupt(-1, "empty or too short to be an nfdump file (%d bytes)", n)
+		}
+		if binary.LittleEndian.Uint16(hb[0:]) != nfMagic {
+			return nil, r.corrupt(0, "bad magic 0x%04X, not an nfdump file (want 0xA50C)", binary.LittleEndian.Uint16(hb[0:]))
+		}
+		return nil, r.corrupt(int64(n), "truncated file header: %d of %d bytes", n, fileHeaderSize)
+	}
+	h := &r.hdr
+	h.Version = binary.LittleEndian.Uint16(hb[2:])
+	h.NfdVersion = binary.LittleEndian.Uint32(hb[4:])
+	h.Created = int64(binary.LittleEndian.Uint64(hb[8:]))
+	h.Compression = hb[16]
+	h.Encryption = hb[17]
+	h.Appendix = binary.LittleEndian.Uint16(hb[18:])
+	h.Creator = binary.LittleEndian.Uint32(hb[20:])
+	h.OffAppendix = int64(binary.LittleEndian.Uint64(hb[24:]))
+	h.BlockSize = binary.LittleEndian.Uint32(hb[32:])
+	h.NumBlocks = binary.LittleEndian.Uint32(hb[36:])
+	switch {
+	case h.Version == layoutV1:
+		return nil, r.corrupt(2, "layout version 1 (nfdump 1.6) is not supported: rewrite it with `nfdump -r FILE -w NEWFILE`")
+	case h.Version != layoutV2:
+		return nil, r.corrupt(2, "unknown layout version %d (want 2)", h.Version)
+	case h.Encryption != 0:
+		return nil, r.corrupt(17, "encrypted files are not supported (encryption %d)", h.Encryption)
+	}
+	if _, ok := compressionNames[h.Compression]; !ok {
+		return nil, r.corrupt(16, "unknown compression method %d", h.Compression)
+	}
+	if h.OffAppendix < 0 || h.OffAppendix > r.size {
+		return nil, r.corrupt(24, "truncated: appendix offset %d is beyond the end of the file (%d bytes)", h.OffAppendix, r.size)
+	}
+	r.stats.File = r.path
+	r.stats.Compression = compressionNames[h.Compression]
+	r.stats.Blocks = h.NumBlocks
+
+	// A file nfcapd never closed (killed; renamed by collectors/nfcapd.py to
+	// *.recoveredPID) has no block count and no appendix yet: read its complete
+	// blocks up to the end and drop a partly written last one.
+	unfinished := h.NumBlocks == 0 && h.OffAppendix == 0 && r.size > fileHeaderSize
+	r.stats.Unfinished = unfinished
+	off := int64(fileHeaderSize)
+	var bh [blockHeaderLen]byte
+	for b := uint32(0); b < h.NumBlocks || unfinished; b++ {
+		if unfinished {
+			if left := r.size - off; left < blockHeaderLen {
+				r.stats.DroppedBytes = left
+				break
+			}
+		}
+		if n, err := io.ReadFull(fh, bh[:]); err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, r.corrupt(off, "truncated: block %d of %d header missing (%d of 12 bytes)", b+1, h.NumBlocks, n)
+			}
+			return nil, err
+		}
+		numRecords := binary.LittleEndian.Uint32(bh[0:])
+		size := binary.LittleEndian.Uint32(bh[4:])
+		btype := binary.LittleEndian.Uint16(bh[8:])
+		flags := binary.LittleEndian.Uint16(bh[10:])
+		if size > maxBlockBytes {
+			return nil, r.corrupt(off, "block %d claims %d bytes (more than %d): corrupt block header", b+1, size, maxBlockBytes)
+		}
+		if left := r.size - off - blockHeaderLen; int64(size) > left && unfinished {
+			r.stats.DroppedBytes = left + blockHeaderLen
+			break
+		}
+		if left := r.size - off - blockHeaderLen; int64(size) > left {
+			return nil, r.corrupt(off, "truncated block %d of %d: header says %d bytes, %d left in the file", b+1, h.NumBlocks, size, left)
+		}
+		if cap(r.raw) < int(size) {
+			r.raw = make([]byte, size, size+size/4)
+		}
+		r.raw = r.raw[:size]
+		if _, err := io.ReadFull(fh, r.raw); err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, r.corrupt(off, "truncated block %d of %d", b+1, h.NumBlocks)
+			}
+			return nil, err
+		}
+		data := r.raw
+		if h.Compression != compNone && flags&flagBlockUncompressd == 0 {
+			if data, err = r.decompress(r.raw); err != nil {
+				return nil, r.corrupt(off, "block %d of %d: %s decompression failed: %v", b+1, h.NumBlocks, compressionNames[h.Compression], err)
+			}
+		}
+		if btype == blockType3 {
+			if err := r.records(data, numRecords, off, b+1, fn); err != nil {
+				return nil, err
+			}
+		} else if btype != 2 && btype != 4 {
+			return nil, r.corrupt(off, "block %d of %d has unknown type %d", b+1, h.NumBlocks, btype)
+		}
+		off += blockHeaderLen + int64(size)
+		if unfinished {
+			r.stats.Blocks = b + 1
+		}
+	}
+	if h.OffAppendix > 0 {
+		if off > h.OffAppendix {
+			return nil, r.corrupt(off, "data blocks run past the appendix offset %d", h.OffAppendix)
+		}
+		if err := r.checkAppendix(); err != nil {
+			return nil, err
+		}
+	}
+	r.stats.Exporters = len(r.exporters)
+	for _, s := range r.samplers {
+		r.stats.Samplers += len(s)
+	}
+	return &r.stats, nil
+}
+
+// checkAppendix verifies the appendix blocks (ident, stat record) are all present,
+// so a file cut short after its data blocks is still caught.
+func (r *reader) checkAppendix() error {
+	fh, err := os.Open(r.path)
+	if err != nil {
+		return err
+	}
+	defer fh.Close()
+	off := r.hdr.OffAppendix
+	var bh [blockHeaderLen]byte
+	for i := uint16(0); i < r.hdr.Appendix; i++ {
+		if _, err := fh.ReadAt(bh[:], off); err != nil {
+			return r.corrupt(off, "truncated: appendix block %d of %d missing", i+1, r.hdr.Appendix)
+		}
+		size := int64(binary.LittleEndian.Uint32(bh[4:]))
+		if off+blockHeaderLen+size > r.size {
+			return r.corrupt(off, "truncated appendix block %d of %d: header says %d bytes, %d left", i+1, r.hdr.Appendix, size, r.size-off-blockHeaderLen)
+		}
+		off += blockHeaderLen + size
+	}
+	return nil
+}
+
+func (r *reader) decompress(in []byte) ([]byte, error) {
+	switch r.hdr.Compression {
+	case compLZ4:
+		// nfcapd blocks hold at most 5 MB (nfdump BUFFSIZE); start at 2 MB, grow on demand
+		if cap(r.plain) < 2<<20 {
+			r.plain = make([]byte, 2<<20)
+		}
+		for {
+			r.plain = r.plain[:cap(r.plain)]
+			n, err := lz4.UncompressBlock(in, r.plain)
+			if err == nil {
+				return r.plain[:n], nil
+			}
+			if errors.Is(err, lz4.ErrInvalidSourceShortBuffer) && cap(r.plain) < 16<<20 {
+				r.plain = make([]byte, 2*cap(r.plain))
+				continue
+			}
+			return nil, err
+		}
+	case compLZO:
+		out, err := lzo1xDecompress(in, r.plain[:0], maxBlockBytes)
+		if err != nil {
+			return nil, err
+		}
+		r.plain = out
+		return out, nil
+	case compBZ2:
+		var buf bytes.Buffer
+		if _, err := io.Copy(&buf, io.LimitReader(bzip2.NewReader(bytes.NewReader(in)), maxBlockBytes)); err != nil {
+			return nil, err
+		}
+		return buf.Bytes(), nil
+	case compZSTD:
+		if r.zstdDec == nil {
+			d, err := zstd.NewReader(nil)
+			if err != nil {
+				return nil, err
+			}
+			r.zstdDec = d
+		}
+		out, err := r.zstdDec.DecodeAll(in, r.plain[:0])
+		if err != nil {
+			return nil, err
+		}
+		r.plain = out
+		return out, nil
+	}
+	return nil, fmt.Errorf("unknown compression %d", r.hdr.Compression)
+}
+
+func (r *reader) records(data []byte, numRecords uint32, blockOff int64, blockNo uint32, fn func(*Flow) error) error {
+	pos := 0
+	var f Flow
+	for i := uint32(0); i < numRecords; i++ {
+		if len(data)-pos < 4 {
+			return r.corrupt(blockOff, "block %d: record %d of %d starts past the block's end", blockNo, i+1, numRecords)
+		}
+		rtype := binary.LittleEndian.Uint16(data[pos:])
+		rsize := int(binary.LittleEndian.Uint16(data[pos+2:]))
+		if rsize < 4 || rsize > len(data)-pos {
+			return r.corrupt(blockOff, "block %d: record %d of %d (type %d) has size %d, %d bytes left in the block", blockNo, i+1, numRecords, rtype, rsize, len(data)-pos)
+		}
+		rec := data[pos : pos+rsize]
+		switch rtype {
+		case recV3:
+			if err := r.v3(rec, &f, blockOff, blockNo); err != nil {
+				return err
+			}
+			f.Seq = r.seq
+			r.seq++
+			r.stats.add(&f)
+			if fn != nil {
+				if err := fn(&f); err != nil {
+					return err
+				}
+			}
+		case recExporterInfo:
+			if rsize < 32 {
+				return r.corrupt(blockOff, "block %d: exporter record of %d bytes (want 32)", blockNo, rsize)
+			}
+			r.exporter(rec)
+		case recSampler:
+			if rsize < 24 {
+				return r.corrupt(blockOff, "block %d: sampler record of %d bytes (want 24)", blockNo, rsize)
+			}
+			sys := binary.LittleEndian.Uint16(rec[4:])
+			id := int64(binary.LittleEndian.Uint64(rec[8:]))
+			pi := binary.LittleEndian.Uint32(rec[16:])
+			si := binary.LittleEndian.Uint32(rec[20:])
+			rate := uint32(1)
+			if pi > 0 {
+				rate = (pi + si) / pi
+			}
+			r.samplers[sys] = append(r.samplers[sys], sampler{id: id, interval: rate})
+		case 1, 5, 6, 10:
+			return r.corrupt(blockOff, "block %d: record type %d is the nfdump 1.6 layout: rewrite the file with nfdump 1.7 (`nfdump -r FILE -w NEWFILE`)", blockNo, rtype)
+		}
+		pos += rsize
+	}
+	return nil
+}
+
+func (r *reader) exporter(rec []byte) {
+	e := &Exporter{Version: binary.LittleEndian.Uint32(rec[4:]), SysID: binary.LittleEndian.Uint16(rec[26:])}
+	family := binary.LittleEndian.Uint16(rec[24:])
+	// ip is two host-order u64 (high, low); IPv4 sits in the low 32 bits of the second.
+	hi := binary.LittleEndian.Uint64(rec[8:])
+	lo := binary.LittleEndian.Uint64(rec[16:])
+	if family == 10 || (family != 2 && hi != 0) {
+		var a [16]byte
+		binary.BigEndian.PutUint64(a[0:], hi)
+		binary.BigEndian.PutUint64(a[8:], lo)
+		e.addrRaw = a[:]
+		e.Addr = string(appendIPv6(nil, &a))
+	} else {
+		var a [4]byte
+		binary.BigEndian.PutUint32(a[:], uint32(lo))
+		e.addrRaw = a[:]
+		e.Addr = string(appendIPv4(nil, a[:]))
+	}
+	r.exporters[e.SysID] = e
+}
+
+// samplingRate picks the sampler that applies to a sampled flow: the one the flow
+// names, else the exporter's default (negative id), else the exporter's only one.
+func (r *reader) samplingRate(sysid uint16, selector int64, hasSelector bool) uint32 {
+	list := r.samplers[sysid]
+	if len(list) == 0 {
+		return 1
+	}
+	if hasSelector {
+		for _, s := range list {
+			if s.id == selector {
+				return s.interval
+			}
+		}
+	}
+	for _, s := range list {
+		if s.id < 0 {
+			return s.interval
+		}
+	}
+	return list[0].interval
+}
+
+// exporterFor returns the exporter info for a sysid; one without an info record has
+// an empty address (the flow's exporter field is then "").
+func (r *reader) exporterFor(sysid uint16) *Exporter {
+	if e, ok := r.exporters[sysid]; ok {
+		return e
+	}
+	if e, ok := r.unknown[sysid]; ok {
+		return e
+	}
+	if r.unknown == nil {
+		r.unknown = map[uint16]*Exporter{}
+	}
+	e := &Exporter{SysID: sysid}
+	r.unknown[sysid] = e
+	return e
+}
+
+func (r *reader) v3(rec []byte, f *Flow, blockOff int64, blockNo uint32) error {
+	if len(rec) < 12 {
+		return r.corrupt(blockOff, "block %d: V3 record of %d bytes, shorter than its header", blockNo, len(rec))
+	}
+	*f = Flow{}
+	numElements := int(binary.LittleEndian.Uint16(rec[4:]))
+	sysid := binary.LittleEndian.Uint16(rec[8:])
+	flags := rec[10]
+	var received []byte
+	var selector int64
+	hasSelector := false
+	pos := 12
+	for e := 0; e < numElements; e++ {
+		if len(rec)-pos < 4 {
+			return r.corrupt(blockOff, "block %d: flow %d: element %d of %d starts past the record's end", blockNo, r.seq, e+1, numElements)
+		}
+		etype := binary.LittleEndian.Uint16(rec[pos:])
+		elen := int(binary.LittleEndian.Uint16(rec[pos+2:]))
+		if elen < 4 || elen > len(rec)-pos {
+			return r.corrupt(blockOff, "block %d: flow %d: element %d (type %d) has length %d, %d bytes left in the record", blockNo, r.seq, e+1, etype, elen, len(rec)-pos)
+		}
+		el := rec[pos+4 : pos+elen]
+		need := 0
+		switch etype {
+		case exGenericFlow:
+			need = 48
+		case exIPv4Flow:
+			need = 8
+		case exIPv6Flow:
+			need = 32
+		case exFlowMisc, exASRouting:
+			need = 8
+		case exIPRecvV4:
+			need = 4
+		case exIPRecvV6:
+			need = 16
+		case exSamplerInfo:
+			need = 8
+		}
+		if len(el) < need {
+			return r.corrupt(blockOff, "block %d: flow %d: element type %d has %d bytes (want %d)", blockNo, r.seq, etype, len(el), need)
+		}
+		switch etype {
+		case exGenericFlow:
+			f.TimeStart = int64(binary.LittleEndian.Uint64(el[0:]))
+			f.TimeEnd = int64(binary.LittleEndian.Uint64(el[8:]))
+			f.Packets = binary.LittleEndian.Uint64(el[24:])
+			f.Bytes = binary.LittleEndian.Uint64(el[32:])
+			f.SrcPort = binary.LittleEndian.Uint16(el[40:])
+			f.DstPort = binary.LittleEndian.Uint16(el[42:])
+			f.Proto = el[44]
+			f.TCPFlags = el[45]
+			f.Tos = el[47]
+		case exIPv4Flow:
+			copy(f.SrcAddr[:4], []byte{el[3], el[2], el[1], el[0]})
+			copy(f.DstAddr[:4], []byte{el[7], el[6], el[5], el[4]})
+		case exIPv6Flow:
+			f.V6 = true
+			binary.BigEndian.PutUint64(f.SrcAddr[0:], binary.LittleEndian.Uint64(el[0:]))
+			binary.BigEndian.PutUint64(f.SrcAddr[8:], binary.LittleEndian.Uint64(el[8:]))
+			binary.BigEndian.PutUint64(f.DstAddr[0:], binary.LittleEndian.Uint64(el[16:]))
+			binary.BigEndian.PutUint64(f.DstAddr[8:], binary.LittleEndian.Uint64(el[24:]))
+		case exFlowMisc:
+			f.InputIf = binary.LittleEndian.Uint32(el[0:])
+			f.OutputIf = binary.LittleEndian.Uint32(el[4:])
+		case exASRouting:
+			f.SrcAS = binary.LittleEndian.Uint32(el[0:])
+			f.DstAS = binary.LittleEndian.Uint32(el[4:])
+		case exIPRecvV4, exIPRecvV6:
+			received = el
+		case exSamplerInfo:
+			selector = int64(binary.LittleEndian.Uint64(el[0:]))
+			hasSelector = true
+		}
+		pos += elen
+	}
+	f.Exporter = r.exporterFor(sysid)
+	if f.Exporter.Addr == "" && received != nil {
+		f.Exporter = r.receivedExporter(sysid, received)
+	}
+	f.SamplingRate = 1
+	if flags&v3FlagSampled != 0 {
+		f.SamplingRate = r.samplingRate(sysid, selector, hasSelector)
+	}
+	return nil
+}
+
+// receivedExporter names an exporter without an info record by the address nfcapd
+// received its packets from (the EXipReceived element).
+func (r *reader) receivedExporter(sysid uint16, el []byte) *Exporter {
+	e := &Exporter{SysID: sysid}
+	if len(el) >= 16 {
+		var a [16]byte
+		binary.BigEndian.PutUint64(a[0:], binary.LittleEndian.Uint64(el[0:]))
+		binary.BigEndian.PutUint64(a[8:], binary.LittleEndian.Uint64(el[8:]))
+		e.addrRaw, e.Addr = a[:], string(appendIPv6(nil, &a))
+	} else {
+		a := []byte{el[3], el[2], el[1], el[0]}
+		e.addrRaw, e.Addr = a, string(appendIPv4(nil, a))
+	}
+	r.exporters[sysid] = e
+	return e
+}
