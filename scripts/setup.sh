@@ -8,7 +8,7 @@ say() { printf '\033[1;34m==> %s\033[0m\n' "$*"; }
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 
 # --- Debian packages ---------------------------------------------------------------
-APT_PACKAGES="nfdump softflowd iperf3 fping iputils-ping chromium chromium-driver kcat iproute2 tcpdump maven openjdk-17-jdk-headless python3-venv"
+APT_PACKAGES="nfdump softflowd iperf3 fping iputils-ping chromium chromium-driver kcat iproute2 tcpdump maven openjdk-17-jdk-headless python3-venv docker-compose openssl"
 missing=""
 for p in $APT_PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -51,6 +51,10 @@ fetch_jars spark .jars/spark
 
 # --- Go shipper ---------------------------------------------------------------------------
 export PATH="$PATH:/usr/local/go/bin"
+if ! command -v go >/dev/null; then
+  echo "Go (>= $(sed -n 's/^go //p' collectors/shipper/go.mod)) is needed to build the shipper: install it from go.dev or your distribution" >&2
+  exit 1
+fi
 if [ -f collectors/shipper/go.mod ]; then
   .venv/bin/flowlake ship --build >/dev/null
 fi
