@@ -158,9 +158,17 @@ def test_real_netflow_lands_exactly(stack, tmp_path):
         assert (row[9], row[10]) == (int(first.timestamp() * 1000), int(last.timestamp() * 1000))
         assert (row[11], row[12], row[13]) == (rec["input_snmp"], rec["output_snmp"], rec["src_tos"])
 
-    st = status(stack)
+    for _ in range(30):  # the shipper writes its state file every second or so
+        st = status(stack)
+        if st["counts"]["shipper"].get("flows_shipped") == ref2["flows"]:
+            break
+        time.sleep(1)
     assert all(st["components"][c]["state"] == "running" for c in ("kafka", "nfcapd", "shipper", "ingest"))
+    # counts at every stage agree: nfcapd received >= written = shipped = in the lake
+    assert st["counts"]["shipper"]["flows_shipped"] == ref2["flows"]
     assert st["counts"]["lake"]["flows"]["rows"] == ref2["flows"]
+    assert st["counts"]["nfcapd"]["flows"] == ref2["flows"]
+    assert st["counts"]["quarantined"]["kafka_messages"] == 0
 
 
 def _kill(stack, name: str):

@@ -240,6 +240,14 @@ func (s *Shipper) connect(ctx context.Context) error {
 		return err
 	}
 	s.cl, s.ledger = cl, ledger
+	// Totals over the spool's whole life (not this process's) come from the ledger.
+	s.count.FilesShipped, s.count.FlowsShipped, s.count.PacketsShipped, s.count.BytesShipped = 0, 0, 0, 0
+	for _, e := range ledger {
+		s.count.FilesShipped++
+		s.count.FlowsShipped += e.Flows
+		s.count.PacketsShipped += e.Packets
+		s.count.BytesShipped += e.Bytes
+	}
 	return nil
 }
 
