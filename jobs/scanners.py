@@ -1,0 +1,59 @@
+"""Scan detection: sources probing many hosts or many ports with small flows.
+
+Evidence kept per source: counts, a sample of targets and ports, first/last seen.
+Thresholds: flowlake.toml [security] scan_*; see the `scanners` table doc.
+"""
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from flowlake.schemas.security import SCANNERS
+
+NAME = "scanners"
+TABLES = (SCANNERS,)
+
+
+def _sample(col: str, n: int, sort: bool = False):
+    values = F.array_distinct(F.collect_list(F.col(col).cast("string")))
+    if sort:  # ports: numeric order reads better than text order
+        values = F.transform(F.sort_array(F.array_distinct(F.collect_list(F.col(col)))), lambda x: x.cast("string"))
+    else:
+        values = F.sort_array(values)
+    return F.array_join(F.slice(values, 1, n), ",")
+
+
+def find_scanners(flows: DataFrame, small_packets: int = 3, min_destinations: int = 20, min_ports: int = 20,
+                  min_small_share: float = 0.8, sample_size: int = 10) -> DataFrame:
+    """flows (FLOWS_TABLE columns) -> one row per scanning source (SCANNERS columns, no date)."""
+    per_src = flows.groupBy("src_addr").agg(F.count(F.lit(1)).alias("flows"))
+    probes = flows.where(F.col("packets") <= small_packets)
+    per_dst = (probes.groupBy("src_addr", "dst_addr")
+               .agg(F.countDistinct("dst_port").alias("ports_on_dst")))
+    vertical = per_dst.groupBy("src_addr").agg(F.max("ports_on_dst").alias("max_ports_per_destination"))
+    port_counts = probes.groupBy("src_addr", "dst_port").agg(F.count(F.lit(1)).alias("n"))
+    w = Window.partitionBy("src_addr").orderBy(F.desc("n"), F.asc("dst_port"))
+    top_port = (port_counts.withColumn("r", F.row_number().over(w)).where("r = 1")
+                .select("src_addr", F.col("dst_port").cast("int").alias("top_port")))
+    agg = probes.groupBy("src_addr").agg(
+        F.count(F.lit(1)).alias("probe_flows"),
+        F.countDistinct("dst_addr").alias("distinct_destinations"),
+        F.countDistinct("dst_port").alias("distinct_ports"),
+        F.sum("packets").alias("packets"), F.sum("bytes").alias("bytes"),
+        _sample("dst_addr", sample_size).alias("sample_targets"),
+        _sample("dst_port", sample_size, sort=True).alias("sample_ports"),
+        F.min("time_start").alias("first_seen"), F.max("time_end").alias("last_seen"))
+    out = (agg.join(per_src, "src_addr").join(vertical, "src_addr").join(top_port, "src_addr")
+           .withColumn("small_share", F.col("probe_flows") / F.col("flows")))
+    horizontal = F.col("distinct_destinations") >= min_destinations
+    vert = F.col("max_ports_per_destination") >= min_ports
+    out = out.where((horizontal | vert) & (F.col("small_share") >= min_small_share))
+    kind = F.when(horizontal & vert, "both").when(horizontal, "horizontal").otherwise("vertical")
+    return out.withColumn("kind", kind).select(*[n for n in SCANNERS.names if n != "date"]) \
+        .orderBy(F.desc("distinct_destinations"), F.desc("max_ports_per_destination"), "src_addr")
+
+
+def run(ctx) -> None:
+    s = ctx.cfg.security
+    ctx.write(find_scanners(ctx.flows(), s.scan_small_packets, s.scan_min_destinations, s.scan_min_ports,
+                            s.scan_min_small_share, s.sample_size), SCANNERS.name)
