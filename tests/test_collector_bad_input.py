@@ -44,7 +44,7 @@ def test_bad_datagrams_are_rejected_counted_and_harmless(tmp_path):
         time.sleep(2.5)
         pcap = tmp_path / "good.pcap"
         pcapgen.write_pcap(pcap, 800, seed=3)
-        subprocess.run(["softflowd", "-r", str(pcap), "-n", f"127.0.0.1:{port}", "-v", "9", "-d"],
+        subprocess.run(["softflowd", "-r", str(pcap), "-n", f"127.0.0.1:{port}", "-v", "9", "-d", "-c", "none"],
                        check=True, capture_output=True)
         time.sleep(4.5)
         assert nfcapd.managed(cfg).running(), "nfcapd died on bad input"

@@ -113,7 +113,7 @@ def no_duplicates(stack):
 
 
 def send_softflowd(stack, pcap: Path, version: int):
-    subprocess.run(["softflowd", "-r", str(pcap), "-n", f"127.0.0.1:{stack['port']}", "-v", str(version), "-d"],
+    subprocess.run(["softflowd", "-r", str(pcap), "-n", f"127.0.0.1:{stack['port']}", "-v", str(version), "-d", "-c", "none"],
                    check=True, capture_output=True, timeout=120)
 
 
