@@ -31,6 +31,9 @@ def session(app: str = "flowlake", master: str | None = None, cfg=None, extra: d
 
     cfg = cfg or _config.get()
     master = master or os.environ.get("FLOWLAKE_SPARK_MASTER") or cfg.spark.master
+    # PySpark picks the Python of its workers from PYSPARK_PYTHON when the context
+    # starts (plain `python3` otherwise, which lacks numpy): the venv's interpreter.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     tmp = cfg.path("tmp", "spark")
     tmp.mkdir(parents=True, exist_ok=True)
     builder = (
@@ -49,9 +52,7 @@ def session(app: str = "flowlake", master: str | None = None, cfg=None, extra: d
         .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
         .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
-        # Python workers must run the interpreter that has numpy/pyarrow (the venv's).
-        .config("spark.pyspark.python", os.environ.get("PYSPARK_PYTHON", sys.executable))
-        .config("spark.pyspark.driver.python", sys.executable)
+        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
     )
     if master.startswith("local"):
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")

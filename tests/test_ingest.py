@@ -13,6 +13,22 @@ from flowlake.schemas import FLOW, Field, Record, avro
 pytestmark = pytest.mark.integration
 
 
+@pytest.fixture(scope="module")
+def icfg(kafka, tmp_path_factory):
+    """The session's broker, but a lake and topics of its own: other tests read flows.v1
+    and the session lake, and must not see this module's garbage messages."""
+    import os
+
+    from flowlake import config
+    from flowlake.services import kafka as kafka_service
+
+    c = config.load(env={**os.environ, "FLOWLAKE_HOME": str(tmp_path_factory.mktemp("ingest-home")),
+                         "FLOWLAKE_KAFKA_FLOWS_TOPIC": "flows.test-ingest",
+                         "FLOWLAKE_KAFKA_ACTIVE_TOPIC": "active.test-ingest"})
+    kafka_service.ensure_topics(c)
+    return c
+
+
 def flow(i: int, start_ms: int) -> dict:
     return {
         "time_start": dt.datetime.fromtimestamp(start_ms / 1000, dt.timezone.utc),
@@ -25,7 +41,8 @@ def flow(i: int, start_ms: int) -> dict:
     }
 
 
-def test_ingest_once_lands_rows_and_quarantines_bad(cfg, kafka, spark):
+def test_ingest_once_lands_rows_and_quarantines_bad(icfg, kafka, spark):
+    cfg = icfg
     from flowlake.pipelines import ingest
 
     other = Record("Other", "x", "another schema", (Field("a", "long", "a"),))
@@ -73,11 +90,12 @@ def test_ingest_once_lands_rows_and_quarantines_bad(cfg, kafka, spark):
     assert not list(lake.rglob("_*")) and not list(lake.rglob("*.crc"))
 
 
-def test_ingest_sees_committed_transactions_once_and_aborted_never(cfg, kafka, spark):
+def test_ingest_sees_committed_transactions_once_and_aborted_never(icfg, kafka, spark):
     """The shipper's exactly-once rests on this: read_committed hides aborted transactions
     (a shipper killed mid-file) and transaction markers do not upset Spark's offsets."""
     from flowlake.pipelines import ingest
 
+    cfg = icfg
     before = ingest.counts(cfg)["flows"]["rows"]
     p = Producer({"bootstrap.servers": kafka, "transactional.id": "test-ingest-tx", "enable.idempotence": True})
     p.init_transactions(30)
