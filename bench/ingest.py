@@ -10,16 +10,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import socket
 import sys
 import tempfile
 import time
 
+from flowlake.services.ports import free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+
 
 
 def main() -> None:

@@ -14,7 +14,6 @@ import argparse
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,26 +22,6 @@ import time
 from pathlib import Path
 
 COMPONENTS = ("nfcapd", "shipper", "kafka", "ingest")
-
-
-def _free_port(kind=socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def private_env(home: Path) -> dict:
-    return {
-        "FLOWLAKE_HOME": str(home),
-        "FLOWLAKE_KAFKA_PORT": str(_free_port()),
-        "FLOWLAKE_KAFKA_CONTROLLER_PORT": str(_free_port()),
-        "FLOWLAKE_COLLECTOR_PORT": str(_free_port(socket.SOCK_DGRAM)),
-        "FLOWLAKE_SUPERSET_PORT": str(_free_port()),
-        "FLOWLAKE_COLLECTOR_ROTATE_SECONDS": "2",
-        "FLOWLAKE_SPARK_TRIGGER_SECONDS": "2",
-        "FLOWLAKE_KAFKA_HEAP": "512m",
-        "FLOWLAKE_SPARK_DRIVER_MEMORY": "1g",
-    }
 
 
 def file_totals_nfdump(path: Path) -> tuple[int, int, int] | None:
@@ -110,6 +89,8 @@ def compare(cfg) -> dict:
 
 def run(flows: int, faults: int, seed: int, send_seconds: float, settle_timeout: float, log=print) -> dict:
     home = Path(tempfile.mkdtemp(prefix="flowlake-faults-"))
+    from .services.ports import private_env
+
     os.environ.update(private_env(home))
     from . import config, stack
     from .collectors.traffic import api as traffic

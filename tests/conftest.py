@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
@@ -14,26 +13,14 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-def free_port(kind=socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from flowlake.services.ports import free_port, private_env  # noqa: E402,F401
 
 
 @pytest.fixture(scope="session")
 def flowlake_home(tmp_path_factory) -> Path:
     """A private FLOWLAKE_HOME with private ports, exported to every child process."""
     home = tmp_path_factory.mktemp("flowlake-home")
-    env = {
-        "FLOWLAKE_HOME": str(home),
-        "FLOWLAKE_KAFKA_PORT": str(free_port()),
-        "FLOWLAKE_KAFKA_CONTROLLER_PORT": str(free_port()),
-        "FLOWLAKE_COLLECTOR_PORT": str(free_port(socket.SOCK_DGRAM)),
-        "FLOWLAKE_SUPERSET_PORT": str(free_port()),
-        "FLOWLAKE_COLLECTOR_ROTATE_SECONDS": "2",
-        "FLOWLAKE_SPARK_TRIGGER_SECONDS": "2",
-        "FLOWLAKE_KAFKA_HEAP": "512m",
-    }
+    env = private_env(home)
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     from flowlake import config

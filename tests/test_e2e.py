@@ -8,7 +8,6 @@ import datetime as dt
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import pcapgen  # noqa: E402
-from conftest import free_port  # noqa: E402
+from flowlake.services.ports import private_env  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 FLOWLAKE = [sys.executable, "-m", "flowlake.cli"]
@@ -28,19 +27,7 @@ FLOWLAKE = [sys.executable, "-m", "flowlake.cli"]
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     home = tmp_path_factory.mktemp("e2e-home")
-    env = {
-        **os.environ,
-        "FLOWLAKE_HOME": str(home),
-        "FLOWLAKE_KAFKA_PORT": str(free_port()),
-        "FLOWLAKE_KAFKA_CONTROLLER_PORT": str(free_port()),
-        "FLOWLAKE_COLLECTOR_PORT": str(free_port(socket.SOCK_DGRAM)),
-        "FLOWLAKE_SUPERSET_PORT": str(free_port()),
-        "FLOWLAKE_COLLECTOR_ROTATE_SECONDS": "2",
-        "FLOWLAKE_SPARK_TRIGGER_SECONDS": "2",
-        "FLOWLAKE_KAFKA_HEAP": "512m",
-        "FLOWLAKE_SPARK_DRIVER_MEMORY": "1g",
-        "TZ": "UTC",
-    }
+    env = {**os.environ, **private_env(home), "TZ": "UTC"}
     up = subprocess.run([*FLOWLAKE, "up", "--no-superset"], env=env, capture_output=True, text=True, timeout=400)
     try:
         assert up.returncode == 0, f"flowlake up failed:\n{up.stdout}\n{up.stderr}"

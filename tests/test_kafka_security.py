@@ -3,10 +3,11 @@ the configured credentials; wrong credentials and plaintext are refused; no defa
 credential exists."""
 from __future__ import annotations
 
-import socket
 import uuid
 
 import pytest
+
+from flowlake.services.ports import free_port
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
@@ -16,10 +17,6 @@ from flowlake.services import kafka as kafka_service
 pytestmark = pytest.mark.integration
 
 
-def _port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_no_default_sasl_credentials(tmp_path):
@@ -30,8 +27,8 @@ def test_no_default_sasl_credentials(tmp_path):
 
 def test_sasl_ssl_listener(tmp_path, spark):
     password = uuid.uuid4().hex
-    env = {"FLOWLAKE_HOME": str(tmp_path), "FLOWLAKE_KAFKA_PORT": str(_port()),
-           "FLOWLAKE_KAFKA_CONTROLLER_PORT": str(_port()), "FLOWLAKE_KAFKA_HEAP": "384m",
+    env = {"FLOWLAKE_HOME": str(tmp_path), "FLOWLAKE_KAFKA_PORT": str(free_port()),
+           "FLOWLAKE_KAFKA_CONTROLLER_PORT": str(free_port()), "FLOWLAKE_KAFKA_HEAP": "384m",
            "FLOWLAKE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL", "FLOWLAKE_KAFKA_SASL_USERNAME": "flowlake",
            "FLOWLAKE_KAFKA_SASL_PASSWORD": password}
     cfg = config.load(env=env)

@@ -1,0 +1,27 @@
+"""Free loopback ports and the environment of a private stack (tests, fault harness,
+benchmarks): its own FLOWLAKE_HOME and ports, so it never touches another stack."""
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+
+def free_port(kind: int = socket.SOCK_STREAM) -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def private_env(home: Path | str) -> dict[str, str]:
+    """FLOWLAKE_* settings for a small, fast private stack under `home`."""
+    return {
+        "FLOWLAKE_HOME": str(home),
+        "FLOWLAKE_KAFKA_PORT": str(free_port()),
+        "FLOWLAKE_KAFKA_CONTROLLER_PORT": str(free_port()),
+        "FLOWLAKE_COLLECTOR_PORT": str(free_port(socket.SOCK_DGRAM)),
+        "FLOWLAKE_SUPERSET_PORT": str(free_port()),
+        "FLOWLAKE_COLLECTOR_ROTATE_SECONDS": "2",
+        "FLOWLAKE_SPARK_TRIGGER_SECONDS": "2",
+        "FLOWLAKE_KAFKA_HEAP": "512m",
+        "FLOWLAKE_SPARK_DRIVER_MEMORY": "1g",
+    }
