@@ -1,0 +1,248 @@
+"""Benchmark of the daily report jobs (issue 4).
+
+Builds a synthetic day of flows straight into a private lake (numpy + pyarrow, the
+FLOWS_TABLE schema), then in one process measures:
+  - Spark: top_talkers alone, then the whole daily set (top_talkers, protocol_mix,
+    app_mix, traffic_ts, flow_size_dist) with the runner;
+  - nfdump: `nfdump -s srcip/bytes -n 20` over an nfcapd file made from the first
+    --nfdump-flows flows of the same day (exported as NetFlow v5 to a real nfcapd),
+    single thread, scaled to flows/s;
+  - DuckDB: the same top talkers (src by bytes, whole day) from the lake's Parquet.
+and prints flows/s and the ratios. Nothing is asserted: it prints figures.
+
+    .venv/bin/python bench/jobs.py                     # 10M flows (about 3-5 minutes)
+    .venv/bin/python bench/jobs.py --flows 2000000     # quicker look
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+DAY = dt.date(2026, 11, 20)
+JOBS = ["top_talkers", "protocol_mix", "app_mix", "traffic_ts", "flow_size_dist"]
+
+
+# ---- synthetic day -------------------------------------------------------------------------
+def synth_day(n: int, seed: int = 1) -> dict[str, np.ndarray]:
+    """n flows over one UTC day: Zipf-like host popularity, 70% TCP, heavy-tailed sizes."""
+    rng = np.random.default_rng(seed)
+    t0 = int(dt.datetime(DAY.year, DAY.month, DAY.day, tzinfo=dt.timezone.utc).timestamp() * 1000)
+    start = np.sort(rng.integers(0, 86_400_000, n)) + t0
+    dur = np.minimum(rng.exponential(8_000, n).astype(np.int64), 600_000)
+    local_hosts, remote_hosts = 20_000, 200_000
+    # popularity: rank r drawn ~ Zipf(1.2) then folded into the host range
+    local_ix = (rng.zipf(1.2, n) - 1) % local_hosts
+    remote_ix = (rng.zipf(1.1, n) - 1) % remote_hosts
+    outbound = rng.random(n) < 0.5
+    proto = rng.choice(np.array([6, 17, 1, 47], np.int32), n, p=[0.7, 0.25, 0.04, 0.01])
+    packets = np.minimum(np.floor(rng.pareto(1.2, n) * 2 + 1), 10_000_000).astype(np.int64)
+    size = rng.integers(40, 1500, n)
+    service = rng.choice(np.array([443, 80, 53, 22, 5021, 2811, 5201, 161, 1935, 7001, 8443, 12345], np.int32), n)
+    eph = rng.integers(1024, 65535, n).astype(np.int32)
+    return {"start": start, "end": start + dur, "local_ix": local_ix, "remote_ix": remote_ix, "outbound": outbound,
+            "proto": proto, "packets": packets, "bytes": packets * size, "service": service, "eph": eph}
+
+
+def _addresses(ix: np.ndarray, pool: list[str]) -> pa.Array:
+    return pa.DictionaryArray.from_arrays(pa.array(ix.astype(np.int32)), pa.array(pool)).cast(pa.string())
+
+
+def write_lake(day: dict, lake: Path) -> None:
+    n = len(day["start"])
+    local_pool = [f"10.{i >> 16}.{(i >> 8) & 255}.{i & 255}" for i in range(20_000)]
+    remote_pool = [f"{100 + (i >> 16)}.{(i >> 8) & 255}.{i & 255}.{7 + i % 200}" for i in range(190_000)]
+    remote_pool += [f"2001:db9:{i:x}::{(i * 7) & 0xffff:x}" for i in range(10_000)]  # 5% IPv6 remote hosts
+    local = _addresses(day["local_ix"], local_pool)
+    remote = _addresses(day["remote_ix"], remote_pool)
+    out = pa.array(day["outbound"])
+    src = pa.compute.if_else(out, local, remote)
+    dst = pa.compute.if_else(out, remote, local)
+    portless = np.isin(day["proto"], [1, 47])
+    sport = np.where(portless, 0, np.where(day["outbound"], day["eph"], day["service"]))
+    dport = np.where(portless, 0, np.where(day["outbound"], day["service"], day["eph"]))
+    ts = pa.timestamp("ms", tz="UTC")
+    table = pa.table({
+        "time_start": pa.array(day["start"], ts), "time_end": pa.array(day["end"], ts),
+        "exporter": pa.array(np.where(day["local_ix"] % 2 == 0, "192.0.2.1", "192.0.2.2")),
+        "input_if": pa.array((day["remote_ix"] % 4 + 1).astype(np.int64)),
+        "output_if": pa.array((day["local_ix"] % 4 + 11).astype(np.int64)),
+        "src_addr": src, "dst_addr": dst,
+        "src_port": pa.array(sport.astype(np.int32)), "dst_port": pa.array(dport.astype(np.int32)),
+        "proto": pa.array(day["proto"]), "tcp_flags": pa.array(np.full(n, 0x1B, np.int32)),
+        "tos": pa.array(np.zeros(n, np.int32)), "packets": pa.array(day["packets"]), "bytes": pa.array(day["bytes"]),
+        "sampling_rate": pa.array(np.ones(n, np.int32)), "src_as": pa.array(np.zeros(n, np.int64)),
+        "dst_as": pa.array(np.zeros(n, np.int64)), "source_file": pa.array(np.full(n, "bench")),
+        "file_seq": pa.array(np.arange(n, dtype=np.int64)),
+    })
+    hours = ((day["start"] // 1000) % 86400) // 3600
+    bounds = np.searchsorted(hours, np.arange(25))  # starts are sorted
+    for h in range(24):
+        part = lake / "flows" / f"date={DAY}" / f"hour={h:02d}"
+        part.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table.slice(bounds[h], bounds[h + 1] - bounds[h]), part / "part-0.parquet",
+                       compression="zstd", row_group_size=1 << 20)
+
+
+# ---- the nfdump side: NetFlow v5 into a real nfcapd ---------------------------------------------
+def nfcapd_file(day: dict, m: int, work: Path) -> tuple[Path, int]:
+    """Export the first m (IPv4) flows as NetFlow v5 to nfcapd; return the file and its flow count."""
+    spool = work / "spool"
+    spool.mkdir(parents=True, exist_ok=True)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(["nfcapd", "-b", "127.0.0.1", "-p", str(port), "-w", str(spool), "-t", "3600",
+                             "-B", str(16 << 20)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    idx = np.flatnonzero(day["remote_ix"][:m * 2] < 190_000)[:m]  # IPv4 only (v5)
+    boot = int(day["start"][0]) - 1000  # router boot just before the first flow
+    rec = struct.Struct("!IIIHHIIIIHHBBBBHHBBH")
+    hdr = struct.Struct("!HHIIIIBBH")
+    seq = 0
+    try:
+        for lo in range(0, len(idx), 30):
+            chunk = idx[lo:lo + 30]
+            last_end = int(day["end"][chunk].max())
+            body = []
+            for i in chunk:
+                li, ri = int(day["local_ix"][i]), int(day["remote_ix"][i])
+                la = (10 << 24) | li
+                ra = ((100 + (ri >> 16)) << 24) | (((ri >> 8) & 255) << 16) | ((ri & 255) << 8) | (7 + ri % 200)
+                src, dst = (la, ra) if day["outbound"][i] else (ra, la)
+                body.append(rec.pack(src, dst, 0, 1, 2, min(int(day["packets"][i]), 2**32 - 1),
+                                     min(int(day["bytes"][i]), 2**32 - 1), int(day["start"][i]) - boot,
+                                     int(day["end"][i]) - boot, 40000, 443, 0, 0x1B, int(day["proto"][i]), 0, 0, 0, 0, 0, 0))
+            head = hdr.pack(5, len(chunk), last_end - boot, last_end // 1000, (last_end % 1000) * 1_000_000, seq, 0, 0, 0)
+            sock.sendto(head + b"".join(body), ("127.0.0.1", port))
+            seq += len(chunk)
+            if (lo // 30) % 50 == 0:
+                time.sleep(0.002)  # pace: loopback UDP drops when nfcapd falls behind
+        time.sleep(1.0)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    files = sorted(spool.glob("nfcapd.*"))
+    info = subprocess.run(["nfdump", "-I", "-r", str(files[0])], capture_output=True, text=True).stdout
+    flows = int(next(line.split(":")[1] for line in info.splitlines() if line.startswith("Flows:")))
+    return files[0], flows
+
+
+def time_nfdump(path: Path, repeat: int = 3) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        subprocess.run(["nfdump", "-r", str(path), "-s", "srcip/bytes", "-n", "20", "-q"], check=True, capture_output=True)
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+# ---- main -----------------------------------------------------------------------------------
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--flows", type=int, default=10_000_000)
+    ap.add_argument("--nfdump-flows", type=int, default=1_000_000)
+    ap.add_argument("--keep", action="store_true", help="keep the temporary FLOWLAKE_HOME")
+    args = ap.parse_args()
+
+    home = Path(tempfile.mkdtemp(prefix="flowlake-bench-jobs-"))
+    os.environ["FLOWLAKE_HOME"] = str(home)
+    from flowlake import config
+
+    config.reset()
+    cfg = config.get()
+    fig: dict[str, float] = {}
+    try:
+        t = time.perf_counter()
+        day = synth_day(args.flows)
+        write_lake(day, cfg.lake)
+        print(f"synthetic lake: {args.flows:,} flows written in {time.perf_counter() - t:.1f} s -> {cfg.lake}")
+
+        t = time.perf_counter()
+        nf_file, nf_flows = nfcapd_file(day, args.nfdump_flows, home / "nfcapd")
+        print(f"nfcapd file: {nf_flows:,} flows (of {args.nfdump_flows:,} exported as NetFlow v5) in {time.perf_counter() - t:.1f} s")
+        fig["nfdump_s"] = time_nfdump(nf_file)
+        nf_rate = nf_flows / fig["nfdump_s"]
+
+        import duckdb
+
+        con = duckdb.connect()
+        con.execute("SET threads = 2")
+        glob = f"{cfg.lake}/flows/date={DAY}/*/*.parquet"
+        sql = (f"SELECT src_addr, sum(bytes) b, sum(packets) p, count(*) f FROM read_parquet('{glob}') "
+               "GROUP BY src_addr ORDER BY b DESC, src_addr LIMIT 20")
+        best = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            duck_top = con.execute(sql).fetchall()
+            best = min(best, time.perf_counter() - t)
+        fig["duckdb_s"] = best
+
+        from flowlake import spark as spark_factory
+        from flowlake.jobs import runner
+
+        t = time.perf_counter()
+        spark = spark_factory.session("flowlake-bench-jobs", cfg=cfg)
+        fig["spark_start_s"] = time.perf_counter() - t
+        found = runner.discover()
+
+        def timed(names):
+            t = time.perf_counter()
+            outcomes = runner.run_jobs(spark, cfg, DAY, runner.order(found, names))
+            bad = [(o.job, o.error) for o in outcomes if o.status != "ok"]
+            if bad:
+                sys.exit(f"job failed: {bad}")
+            return time.perf_counter() - t, outcomes
+
+        fig["top_talkers_s"], _ = timed(["top_talkers"])
+        fig["daily_set_s"], outcomes = timed(JOBS)
+
+        spark_top = pq.read_table(cfg.lake / "reports" / "top_talkers" / f"date={DAY}").to_pandas()
+        spark_top = spark_top.query("hour.isnull() and direction == 'all' and by == 'src' and metric == 'bytes'").sort_values("rank")
+        same = [r[0] for r in duck_top] == list(spark_top.src_addr[:20])
+
+        n = args.flows
+        print()
+        print(f"{'what':58s} {'seconds':>8s} {'flows/s':>12s}")
+        rows = [
+            (f"nfdump -s srcip/bytes -n 20 ({nf_flows:,} flows, 1 thread)", fig["nfdump_s"], nf_rate),
+            (f"DuckDB top src by bytes from Parquet ({n:,}, 2 threads)", fig["duckdb_s"], n / fig["duckdb_s"]),
+            (f"Spark session start", fig["spark_start_s"], float("nan")),
+            (f"Spark top_talkers job alone ({n:,}, local[2])", fig["top_talkers_s"], n / fig["top_talkers_s"]),
+            (f"Spark daily set, {len(JOBS)} jobs ({n:,}, local[2])", fig["daily_set_s"], n / fig["daily_set_s"]),
+        ]
+        for what, sec, rate in rows:
+            print(f"{what:58s} {sec:8.2f} {rate:12,.0f}")
+        print()
+        for o in outcomes:
+            print(f"  {o.job:16s} {o.seconds:6.1f} s  " + ", ".join(f"{k}={v:,}" for k, v in o.tables.items()))
+        print()
+        print(f"top_talkers rate / nfdump single-thread rate: {n / fig['top_talkers_s'] / nf_rate:.2f} (target >= 0.5)")
+        print(f"DuckDB rate / nfdump rate:                    {n / fig['duckdb_s'] / nf_rate:.2f}")
+        print(f"daily set on {n:,} flows: {fig['daily_set_s']:.0f} s (target <= 180 s for 10M)")
+        print(f"Spark and DuckDB top-20 sources by bytes identical: {same}")
+        spark.stop()
+    finally:
+        if args.keep:
+            print(f"kept {home}")
+        else:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""Pure transforms shared by the report jobs: direction, protocol names, app labels,
+and the roll-up of per-hour/per-direction aggregates to whole-day and `all` rows.
+
+Everything here is Spark column expressions (no Python UDFs): on 10M flows a Python
+round trip per row would cost more than the whole report.
+"""
+from __future__ import annotations
+
+import ipaddress
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+DIRECTIONS = ("inbound", "outbound", "internal", "transit")
+DAY_HOUR = -1  # stands for "whole day" inside the jobs (joins/partitions on null are awkward)
+
+PROTO_NAMES = {
+    1: "ICMP", 2: "IGMP", 4: "IPIP", 6: "TCP", 8: "EGP", 17: "UDP", 27: "RDP", 41: "IPv6",
+    43: "IPv6-Route", 44: "IPv6-Frag", 46: "RSVP", 47: "GRE", 50: "ESP", 51: "AH",
+    58: "ICMPv6", 59: "IPv6-NoNxt", 60: "IPv6-Opts", 88: "EIGRP", 89: "OSPF", 94: "IPIP",
+    103: "PIM", 112: "VRRP", 115: "L2TP", 132: "SCTP", 136: "UDPLite", 137: "MPLS-in-IP",
+}
+
+
+# ---- direction ------------------------------------------------------------------------
+def parse_prefixes(prefixes) -> list:
+    nets = []
+    for text in prefixes:
+        try:
+            nets.append(ipaddress.ip_network(str(text).strip(), strict=False))
+        except ValueError as exc:
+            raise ValueError(f"config [site] local_prefixes: {text!r} is not a prefix: {exc}") from None
+    return nets
+
+
+def add_local_flag(df: DataFrame, addr_col: str, out: str, prefixes) -> DataFrame:
+    """Add boolean column `out`: the text address in `addr_col` (IPv4 dotted, IPv6 text,
+    IPv4-mapped IPv6) lies in one of the prefixes; false for anything unparsable.
+
+    Built in small stages (each a column reused by several tests) so Spark neither
+    re-evaluates the parsing per prefix nor generates code too large to compile."""
+    nets = parse_prefixes(prefixes)
+    v4 = [n for n in nets if n.version == 4]
+    v6 = [n for n in nets if n.version == 6]
+    t = f"_{out}_"
+    c = lambda name: F.col(t + name)  # noqa: E731
+    df = df.withColumn(t + "a", F.lower(F.trim(F.col(addr_col))))
+    # IPv4-mapped IPv6 (::ffff:a.b.c.d) is the IPv4 address.
+    df = df.withColumn(t + "t", F.when(c("a").startswith("::ffff:") & c("a").contains("."),
+                                       F.substring_index(c("a"), ":", -1)).otherwise(c("a")))
+    df = df.withColumn(t + "6", c("t").contains(":"))
+    temps = ["a", "t", "6"]
+    v4_test = F.lit(False)
+    if v4:
+        df = df.withColumn(t + "p", F.when(~c("6"), F.split(c("t"), r"\.")))
+        df = df.withColumns({f"{t}o{i}": F.get(c("p"), i).try_cast("long") for i in range(4)})
+        octets = [c(f"o{i}") for i in range(4)]
+        valid = (F.size(c("p")) == 4) & (F.greatest(*octets) <= 255) & (F.least(*octets) >= 0)
+        df = df.withColumn(t + "ip", F.when(valid, octets[0] * 16777216 + octets[1] * 65536 + octets[2] * 256 + octets[3]))
+        temps += ["p", "o0", "o1", "o2", "o3", "ip"]
+        for n in v4:
+            v4_test = v4_test | c("ip").between(int(n.network_address), int(n.broadcast_address))
+    v6_test = F.lit(False)
+    if v6:
+        need = max(max((n.prefixlen + 15) // 16 for n in v6), 1)
+        empty = F.array().cast("array<string>")
+        df = df.withColumn(t + "h", F.when(c("6"), F.split(c("a"), "::", 2)))
+        df = df.withColumns({
+            t + "l": F.when(F.get(c("h"), 0) == "", empty).otherwise(F.split(F.get(c("h"), 0), ":")),
+            t + "r": F.when(F.coalesce(F.get(c("h"), 1), F.lit("")) == "", empty).otherwise(F.split(F.get(c("h"), 1), ":")),
+        })
+        fill = F.array_repeat(F.lit("0"), F.greatest(F.lit(0), 8 - F.size(c("l")) - F.size(c("r"))))
+        df = df.withColumn(t + "g", F.when(F.size(c("h")) == 2, F.concat(c("l"), fill, c("r"))).otherwise(F.split(c("a"), ":")))
+        df = df.withColumns({f"{t}v{i}": F.conv(F.get(c("g"), i), 16, 10).try_cast("int") for i in range(need)})
+        df = df.withColumn(t + "ok", (F.size(c("g")) == 8) & c("a").rlike("^[0-9a-f:]+$") & ~c("a").rlike("[0-9a-f]{5}|:::"))
+        temps += ["h", "l", "r", "g", "ok"] + [f"v{i}" for i in range(need)]
+        for n in v6:
+            groups = [(int(n.network_address) >> (112 - 16 * i)) & 0xFFFF for i in range(8)]
+            test = c("ok")
+            for i in range(n.prefixlen // 16):
+                test = test & (c(f"v{i}") == groups[i])
+            rem = n.prefixlen % 16
+            if rem:
+                i = n.prefixlen // 16
+                test = test & (F.shiftright(c(f"v{i}"), 16 - rem) == (groups[i] >> (16 - rem)))
+            v6_test = v6_test | test
+    df = df.withColumn(out, F.coalesce(F.when(c("6"), v6_test).otherwise(v4_test), F.lit(False)))
+    return df.drop(*[t + x for x in temps])
+
+
+def with_direction(flows: DataFrame, prefixes) -> DataFrame:
+    """Add `direction`: internal (local -> local), outbound (local -> remote), inbound
+    (remote -> local), transit (remote -> remote)."""
+    df = add_local_flag(flows, "src_addr", "_src_local", prefixes)
+    df = add_local_flag(df, "dst_addr", "_dst_local", prefixes)
+    s, d = F.col("_src_local"), F.col("_dst_local")
+    label = F.when(s & d, "internal").when(s, "outbound").when(d, "inbound").otherwise("transit")
+    return df.withColumn("direction", label).drop("_src_local", "_dst_local")
+
+
+# ---- protocol names and app labels ----------------------------------------------------
+def proto_name(proto: Column) -> Column:
+    mapping = F.create_map(*[x for k, v in PROTO_NAMES.items() for x in (F.lit(k), F.lit(v))])
+    return F.coalesce(mapping[proto], proto.cast("string"))
+
+
+def port_bucket(port: Column) -> Column:
+    return F.when(port < 1024, "wellknown").when(port < 49152, "registered").otherwise("dynamic")
+
+
+def with_app(flows: DataFrame, port_map: dict[tuple[int, int], str]) -> DataFrame:
+    """Add `app`: service of (proto, dst_port), else of (proto, src_port), else a bucket.
+
+    The map is joined as a broadcast hash table (a literal map would be scanned per row).
+    """
+    spark = flows.sparkSession
+    rows = [(proto * 65536 + port, service) for (proto, port), service in port_map.items()]
+    table = spark.createDataFrame(rows or [(-1, "")], "app_key long, app_service string")
+    dst_t = F.broadcast(table.withColumnRenamed("app_key", "_dk").withColumnRenamed("app_service", "_dsvc"))
+    src_t = F.broadcast(table.withColumnRenamed("app_key", "_sk").withColumnRenamed("app_service", "_ssvc"))
+    out = (flows
+           .withColumn("_dk", F.col("proto").cast("long") * 65536 + F.col("dst_port"))
+           .withColumn("_sk", F.col("proto").cast("long") * 65536 + F.col("src_port"))
+           .join(dst_t, "_dk", "left").join(src_t, "_sk", "left"))
+    ported = F.col("proto").isin(6, 17, 132)
+    bucket = F.concat(F.lit("other-"), F.lower(proto_name(F.col("proto"))), F.lit("-"),
+                      port_bucket(F.least("src_port", "dst_port")))
+    fallback = F.when(ported, bucket).otherwise(F.lower(proto_name(F.col("proto"))))
+    return out.withColumn("app", F.coalesce("_dsvc", "_ssvc", fallback)).drop("_dk", "_sk", "_dsvc", "_ssvc")
+
+
+# ---- roll-ups -------------------------------------------------------------------------
+def rollup_hour_direction(base: DataFrame, keys: list[str], sums: list[str]) -> DataFrame:
+    """From rows keyed (hour, direction, *keys) add whole-day (hour = DAY_HOUR) and
+    direction = 'all' rows: four grouping sets over an already small aggregate."""
+    aggs = [F.sum(c).alias(c) for c in sums]
+    hour_all = base.withColumn("hour", F.lit(DAY_HOUR))
+    both = base.unionByName(hour_all)
+    dir_all = both.withColumn("direction", F.lit("all"))
+    return both.unionByName(dir_all).groupBy("hour", "direction", *keys).agg(*aggs)
+
+
+def add_shares(df: DataFrame, cols=("flows", "packets", "bytes"), by=("hour", "direction")) -> DataFrame:
+    from pyspark.sql import Window
+
+    w = Window.partitionBy(*by)
+    for c in cols:
+        total = F.sum(c).over(w)
+        df = df.withColumn(f"{c}_share", F.when(total > 0, F.col(c) / total).otherwise(F.lit(0.0)))
+    return df
+
+
+def hour_to_null(df: DataFrame) -> DataFrame:
+    return df.withColumn("hour", F.when(F.col("hour") == DAY_HOUR, F.lit(None)).otherwise(F.col("hour")).cast("int"))
+
+
+def shared_flows(ctx) -> DataFrame:
+    """The day's flows with `direction`, computed once per run and cached when the runner
+    shares state between jobs (ctx.shared); columns are those the report jobs use."""
+    cache = getattr(ctx, "shared", None)
+    key = ("flows+direction", ctx.date)
+    if cache is not None and key in cache:
+        return cache[key]
+    cols = ["time_start", "time_end", "exporter", "input_if", "src_addr", "dst_addr",
+            "src_port", "dst_port", "proto", "packets", "bytes", "hour"]
+    df = with_direction(ctx.flows().select(*cols), ctx.cfg.site.local_prefixes)
+    if cache is not None:
+        from pyspark import StorageLevel
+
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        cache[key] = df
+    return df
