@@ -50,6 +50,10 @@ def pair_levels(pairs: DataFrame) -> DataFrame:
 def rank(keys: DataFrame, top_n: int) -> DataFrame:
     """Rank 1..top_n per (hour, direction, by) for each metric; ties: the metric, then the
     other metrics descending, then address text ascending (documented in the schema)."""
+    from pyspark import StorageLevel
+
+    # Three metrics rank the same rows: materialise them once, not once per metric.
+    keys = keys.persist(StorageLevel.MEMORY_AND_DISK)
     out = []
     for metric in METRICS:
         others = [m for m in METRICS if m != metric]
