@@ -102,7 +102,7 @@ def fit_group(task: dict, settings: dict) -> dict:
     row["lr_p"] = {k: _finite(v.p) for k, v in cmp.items()}
     x, data_ccdf, model_ccdf = res.ccdf_points(settings["ccdf_points"])
     row.update(ccdf_x=x, ccdf_data=data_ccdf, ccdf_model=model_ccdf)
-    if settings["replicates"] > 0:
+    if settings["replicates"] > 0 and (task["hour"] is None or settings["bootstrap_hourly"]):
         # str hash() is salted per process: crc32 keeps p reproducible across runs
         seed = zlib.crc32(f'{task["hour"]}/{task["class"]}/{task["metric"]}/{settings["seed"]}'.encode())
         b = bootstrap_p(res, settings["replicates"], seed=seed)
@@ -138,7 +138,7 @@ def settings_from(cfg) -> dict:
     get = (lambda k, d: getattr(pl, k, d)) if pl is not None else (lambda k, d: d)
     return {"min_tail": int(get("min_tail", 50)), "replicates": int(get("bootstrap_replicates", 20)),
             "top_apps": int(get("top_apps", 5)), "ccdf_points": int(get("ccdf_points", 40)),
-            "seed": 0}
+            "bootstrap_hourly": bool(get("bootstrap_hourly", False)), "seed": 0}
 
 
 def fit_tasks(spark, tasks: list[dict], settings: dict) -> list[dict]:

@@ -336,3 +336,5 @@ def test_job_run_writes_fits(spark, cfg, tmp_path):
     assert udp["insufficient"] and udp["alpha"] is None and udp["flows"] == 12
     hours = {r["hour"] for r in table if r["class"] == "tcp_in"}
     assert hours == {None, 0, 1}
+    # bootstrap p only for the day's windows unless powerlaw.bootstrap_hourly
+    assert all(r["bootstrap_replicates"] == 0 and r["p"] is None for r in table if r["hour"] is not None)
