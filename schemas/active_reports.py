@@ -1,8 +1,7 @@
 """Report tables of the active-test jobs (active_summary, bulk_transfers, bulk_impact,
 path_models). Record.name is the table name; `date` is the partition column."""
-from .core import Field, Record
+from .core import Field, Record, REPORT_DATE
 
-_DATE = Field("date", "string", "report date, YYYY-MM-DD (partition)")
 
 ACTIVE_SUMMARY = Record(
     name="active_summary", namespace="flowlake.reports",
@@ -27,7 +26,7 @@ ACTIVE_SUMMARY = Record(
         Field("mathis_bound", "boolean", "true when mathis_loss is the zero-loss stand-in 1/(sent+1): loss is at most that, so the throughput is a lower bound of the Mathis estimate", nullable=True),
         Field("mathis_throughput_bps", "double", "MSS/RTT * C/sqrt(p), C = sqrt(3/2)", "bit/s", nullable=True),
         Field("responsiveness_s", "double", "C*RTT^2/(2*MSS): time to recover from one loss at the configured link capacity", "s", nullable=True),
-        _DATE,
+        REPORT_DATE,
     ),
     partition_by=("date",),
 )
@@ -53,7 +52,7 @@ BULK_TRANSFERS = Record(
         Field("link_speed_bps", "double", "configured speed of the output interface", "bit/s"),
         Field("link_share", "double", "rate_bps / link_speed_bps", "fraction", nullable=True),
         Field("reason", "string", "thresholds, port, or thresholds+port"),
-        _DATE,
+        REPORT_DATE,
     ),
     partition_by=("date",),
 )
@@ -79,7 +78,7 @@ BULK_IMPACT = Record(
         Field("mannwhitney_u", "double", "Mann-Whitney U of loaded vs unloaded test RTTs (scipy)", nullable=True),
         Field("p_value", "double", "two-sided p-value of the U test", nullable=True),
         Field("significant", "boolean", "p_value < 0.05", nullable=True),
-        _DATE,
+        REPORT_DATE,
     ),
     partition_by=("date",),
 )
@@ -97,7 +96,7 @@ BULK_IMPACT_THROUGHPUT = Record(
         Field("cross_bytes", "double", "bytes of other flows during the test, pro-rated by overlap", "bytes"),
         Field("cross_bps", "double", "cross_bytes*8 / test duration", "bit/s"),
         Field("bulk_flows", "long", "bulk transfers overlapping the test"),
-        _DATE,
+        REPORT_DATE,
     ),
     partition_by=("date",),
 )
@@ -114,7 +113,7 @@ PATH_MODELS = Record(
         Field("r2", "double", "coefficient of determination", nullable=True),
         Field("size_min", "double", "smallest size tested", "bytes"),
         Field("size_max", "double", "largest size tested", "bytes"),
-        _DATE,
+        REPORT_DATE,
     ),
     partition_by=("date",),
 )
@@ -126,7 +125,7 @@ PATH_BEST = Record(
         Field("size_from", "double", "range start", "bytes"),
         Field("size_to", "double", "range end (null: no upper limit)", "bytes", nullable=True),
         Field("best_path", "string", "path with the lowest modelled latency in the range"),
-        _DATE,
+        REPORT_DATE,
     ),
     partition_by=("date",),
 )
@@ -143,7 +142,7 @@ PATH_SPLIT = Record(
         Field("delivery_ms", "double", "modelled delivery time of the split message", "ms"),
         Field("best_single_ms", "double", "delivery time on the faster single path", "ms"),
         Field("gain", "double", "1 - delivery_ms / best_single_ms", "fraction"),
-        _DATE,
+        REPORT_DATE,
     ),
     partition_by=("date",),
 )

@@ -78,13 +78,19 @@ class Record:
         )
 
     def spark_schema(self):
-        from pyspark.sql.types import StructType  # imported lazily: Spark is heavy
+        """The StructType, built in Python (no JVM needed, unlike StructType.fromDDL)."""
+        from pyspark.sql import types as T  # imported lazily: Spark is heavy
 
-        schema = StructType.fromDDL(self.spark_ddl().replace(" NOT NULL", ""))
-        for sf, f in zip(schema.fields, self.fields):
-            sf.nullable = f.nullable
-            sf.metadata = {"comment": _doc(f)}
-        return schema
+        spark_types = {
+            "int": T.IntegerType(), "long": T.LongType(), "double": T.DoubleType(),
+            "string": T.StringType(), "boolean": T.BooleanType(), "bytes": T.BinaryType(),
+            "timestamp_ms": T.TimestampType(), "date": T.DateType(),
+            "map_string_double": T.MapType(T.StringType(), T.DoubleType()),
+            "map_string_string": T.MapType(T.StringType(), T.StringType()),
+            "array_double": T.ArrayType(T.DoubleType()),
+        }
+        return T.StructType([T.StructField(f.name, spark_types[f.type], f.nullable, {"comment": _doc(f)})
+                             for f in self.fields])
 
     # ---- SQL / Superset / docs ------------------------------------------------------
     def sql_columns(self) -> list[tuple[str, str]]:
@@ -110,3 +116,8 @@ class Record:
 
 def _doc(f: Field) -> str:
     return f"{f.doc} [{f.unit}]" if f.unit else f.doc
+
+
+# Columns every report table shares, declared once.
+REPORT_DATE = Field("date", "string", "report date, YYYY-MM-DD (partition)")
+REPORT_HOUR = Field("hour", "int", "UTC hour 0-23; null = the whole day", nullable=True)

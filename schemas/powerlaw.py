@@ -1,5 +1,5 @@
 """Table `powerlaw_fits`: Clauset-Shalizi-Newman power-law fits of flow sizes."""
-from .core import Field, Record
+from .core import Field, Record, REPORT_DATE, REPORT_HOUR
 
 POWERLAW_FITS = Record(
     name="powerlaw_fits",
@@ -9,7 +9,7 @@ POWERLAW_FITS = Record(
          "per class. Rows with too few tail flows are flagged `insufficient` and carry "
          "no fitted numbers."),
     fields=(
-        Field("hour", "int", "UTC hour 0-23; null for the whole day", nullable=True),
+        REPORT_HOUR,
         Field("class", "string", "tcp_in, tcp_out, udp, or app:<service> (top services by flows)"),
         Field("metric", "string", "bytes or packets (per flow)"),
         Field("flows", "long", "flows in the window and class", "flows"),
@@ -37,7 +37,7 @@ POWERLAW_FITS = Record(
               nullable=True),
         Field("insufficient", "boolean", "too few tail flows (or values) for a meaningful fit"),
         Field("reason", "string", "why the row is insufficient; empty otherwise"),
-        Field("date", "string", "UTC date YYYY-MM-DD (partition)"),
+        REPORT_DATE,
     ),
     partition_by=("date",),
 )

@@ -57,3 +57,14 @@ def test_schema_views_are_generated_from_one_declaration():
                  "src_port", "dst_port", "proto", "tcp_flags", "tos", "packets", "bytes",
                  "sampling_rate", "src_as", "dst_as", "source_file"):
         assert name in FLOW.names
+
+
+def test_spark_schema_agrees_with_the_ddl_view(spark):
+    from pyspark.sql.types import StructType
+
+    from flowlake.schemas import registry
+
+    for name, rec in registry().items():
+        ddl = StructType.fromDDL(rec.spark_ddl().replace(" NOT NULL", ""))
+        assert rec.spark_schema().simpleString() == ddl.simpleString(), name
+        assert [f.nullable for f in rec.spark_schema().fields] == [f.nullable for f in rec.fields], name
