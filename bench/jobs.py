@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from flowlake.services.ports import free_port
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -102,9 +104,7 @@ def nfcapd_file(day: dict, m: int, work: Path) -> tuple[Path, int]:
     """Export the first m (IPv4) flows as NetFlow v5 to nfcapd; return the file and its flow count."""
     spool = work / "spool"
     spool.mkdir(parents=True, exist_ok=True)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port(socket.SOCK_DGRAM)
     proc = subprocess.Popen(["nfcapd", "-b", "127.0.0.1", "-p", str(port), "-w", str(spool), "-t", "3600",
                              "-B", str(16 << 20)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(0.5)

@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from flowlake.services.ports import free_port
+
 import numpy as np
 
 FILTERS = [
@@ -131,9 +133,7 @@ def v5_datagrams(flows: dict):
 def write_nfcapd(flows: dict, workdir: Path) -> Path:
     spool = workdir / "nfcapd"
     spool.mkdir(parents=True, exist_ok=True)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port(socket.SOCK_DGRAM)
     proc = subprocess.Popen(["nfcapd", "-b", "127.0.0.1", "-p", str(port), "-w", str(spool), "-t", "3600",
                              "-y", "-B", str(64 << 20)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

@@ -100,25 +100,22 @@ def test_ingest_sees_committed_transactions_once_and_aborted_never(icfg, kafka, 
     p = Producer({"bootstrap.servers": kafka, "transactional.id": "test-ingest-tx", "enable.idempotence": True})
     p.init_transactions(30)
     base = int(dt.datetime(2026, 11, 19, 12, 0, tzinfo=dt.timezone.utc).timestamp() * 1000)
-    p.begin_transaction()
-    for i in range(200):
-        rec = flow(i, base + i)
-        rec["source_file"] = "tx/committed"
-        p.produce(cfg.kafka.flows_topic, avro.encode(FLOW, rec), key=str(i))
-    p.commit_transaction(30)
-    p.begin_transaction()
-    for i in range(150):
-        rec = flow(i, base + i)
-        rec["source_file"] = "tx/aborted"
-        p.produce(cfg.kafka.flows_topic, avro.encode(FLOW, rec), key=str(i))
-    p.flush(30)
-    p.abort_transaction(30)
-    p.begin_transaction()
-    for i in range(50):
-        rec = flow(i, base + i)
-        rec["source_file"] = "tx/committed2"
-        p.produce(cfg.kafka.flows_topic, avro.encode(FLOW, rec), key=str(i))
-    p.commit_transaction(30)
+
+    def transaction(n: int, source: str, commit: bool) -> None:
+        p.begin_transaction()
+        for i in range(n):
+            rec = flow(i, base + i)
+            rec["source_file"] = source
+            p.produce(cfg.kafka.flows_topic, avro.encode(FLOW, rec), key=str(i))
+        if commit:
+            p.commit_transaction(30)
+        else:
+            p.flush(30)
+            p.abort_transaction(30)
+
+    transaction(200, "tx/committed", commit=True)
+    transaction(150, "tx/aborted", commit=False)
+    transaction(50, "tx/committed2", commit=True)
 
     ingest.run(cfg, once=True)
     con = duckdb.connect()
