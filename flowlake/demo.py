@@ -127,6 +127,11 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, no_superset: boo
 
         superset_cli.provision(cfg)
         superset_cli.start(cfg)
+        try:  # the first visitor then gets cached charts
+            for slug, seconds in superset_cli.warm(cfg).items():
+                console.print(f"{slug}: first render {seconds:.1f} s, now cached")
+        except click.ClickException as exc:
+            console.print(f"[yellow]dashboards not pre-rendered: {exc.message}[/]")
         creds = superset_cli.credentials(cfg)
         url = creds["url"]
         console.print(f"Superset: [bold]{creds['url']}[/]  user [bold]{creds['username']}[/]  "

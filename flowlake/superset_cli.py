@@ -4,7 +4,9 @@ Python API for `flowlake up` / `flowlake demo`:
   install_venv()   create .venv-superset (scripts/setup-superset.sh; idempotent)
   start(cfg)       bootstrap the metadata DB once, run gunicorn on 127.0.0.1:cfg.superset.port
   healthy(cfg)     /health answers OK
-  provision(cfg)   build the bundle from superset/*.yaml + schemas, import it (idempotent)
+  provision(cfg)   build the bundle from superset/*.yaml + schemas, write the lake views
+                   file, import the bundle (idempotent)
+  warm(cfg)        open every dashboard once in headless Chromium (fills the data cache)
   stop(cfg)
   credentials(cfg) {"url", "username", "password"}
 
@@ -202,14 +204,81 @@ def build_bundle(cfg, out: Path | None = None):
     return bundle, out
 
 
+def write_views(cfg, bundle) -> Path:
+    """The lake connection's views file (DuckDB, in Superset's own DuckDB format)."""
+    spec = state_dir(cfg) / "lake_views.json"
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text(json.dumps(bundle.views_sql(), indent=1))
+    _run([venv_bin("python"), SUPERSET_DIR / "lake_views.py", spec, bundle.views_db], cfg, "lake views")
+    return Path(bundle.views_db)
+
+
 def provision(cfg) -> dict:
-    """Build the bundle and import it (overwrites by UUID: safe to repeat)."""
+    """Build the bundle, write the views file and import the bundle (overwrites by
+    UUID: safe to repeat)."""
     bootstrap(cfg)
     bundle, path = build_bundle(cfg)
+    write_views(cfg, bundle)
     _run([venv_bin("python"), SUPERSET_DIR / "import_bundle.py", path, cfg.superset.admin_user], cfg, "import")
     result = {"bundle": str(path), "dashboards": bundle.charts, "skipped": bundle.skipped}
     (state_dir(cfg) / "provisioned.json").write_text(json.dumps(result, default=str))
     return result
+
+
+# ---- the browser's view ------------------------------------------------------------------------
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+# True once every chart of the open dashboard has finished: no loading indicator, and
+# either the chart or an error shown in its place.
+ALL_CHARTS_SETTLED = """() => {
+  const h = document.querySelectorAll('[data-test="dashboard-component-chart-holder"]');
+  return h.length > 0 && Array.from(h).every(e =>
+    !e.querySelector('[data-test="loading-indicator"], .loading') &&
+    e.querySelector('[data-test="slice-container"], [role="alert"], .ant-alert'));
+}"""
+
+
+def browser_login(page, creds: dict) -> None:
+    """Log in through Superset's login page (Playwright page)."""
+    page.goto(creds["url"] + "/login/")
+    page.fill('[data-test="username-input"]', creds["username"])
+    page.fill('[data-test="password-input"]', creds["password"])
+    page.click('[data-test="login-button"]')
+    page.wait_for_url(lambda u: "/login" not in u, timeout=60_000)
+
+
+def warm(cfg, timeout_s: float = 180) -> dict:
+    """Open every provisioned dashboard once in headless Chromium, so Superset's data
+    cache holds exactly the queries the dashboards send (their native filters' defaults
+    included) and the next visitor gets cached charts. Run it after the report jobs.
+    Returns {slug: seconds}; needs Playwright and Debian's chromium (as the tests do)."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        raise click.ClickException("superset warm needs Playwright (pip install playwright; `make setup` does)") from None
+    if not Path(CHROMIUM).exists():
+        raise click.ClickException(f"superset warm needs {CHROMIUM} (apt-get install chromium; `make setup` does)")
+    if not provisioned(cfg):
+        raise click.ClickException("Superset is not provisioned yet: run `flowlake superset provision`")
+    if not healthy(cfg):
+        raise click.ClickException(f"Superset does not answer at {url(cfg)}: `flowlake superset start`")
+    slugs = list(json.loads((state_dir(cfg) / "provisioned.json").read_text())["dashboards"])
+    creds, took = credentials(cfg), {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1200})
+            browser_login(page, creds)
+            for slug in slugs:
+                t0 = time.monotonic()
+                page.goto(f"{creds['url']}/superset/dashboard/{slug}/")
+                page.wait_for_function(ALL_CHARTS_SETTLED, timeout=timeout_s * 1000, polling=100)
+                took[slug] = round(time.monotonic() - t0, 2)
+        finally:
+            browser.close()
+    return took
 
 
 # ---- CLI ------------------------------------------------------------------------------------
@@ -221,6 +290,7 @@ def superset() -> None:
     Examples:
       flowlake superset start            # bootstrap once, run on 127.0.0.1:$FLOWLAKE_SUPERSET_PORT
       flowlake superset provision        # build the bundle and import it (repeatable)
+      flowlake superset warm             # after the report jobs: fill the cache
       flowlake superset credentials --json
       flowlake superset bundle -o /tmp/bundle.zip   # only build the ZIP, no Superset needed
       flowlake superset stop
@@ -269,6 +339,21 @@ def provision_cmd() -> None:
     for slug, charts in result["dashboards"].items():
         console.print(f"{slug}: {len(charts)} charts")
     click.echo(f"provisioned {url(_cfg())}/superset/dashboard/<slug>/ from {result['bundle']}")
+
+
+@superset.command("warm")
+def warm_cmd() -> None:
+    """Fill Superset's cache: open every dashboard once in headless Chromium.
+
+    Cached chart data stays valid until the report jobs rewrite a report table; run this
+    after `flowlake jobs run` so the morning's first visitor does not wait for the queries.
+
+    \b
+    Example:
+      flowlake jobs run --date 2026-11-20 && flowlake superset warm
+    """
+    for slug, seconds in warm(_cfg()).items():
+        click.echo(f"{slug}: rendered in {seconds:.2f} s (now cached)")
 
 
 @superset.command("bundle")

@@ -9,6 +9,13 @@ Table datasets are generated from `flowlake.schemas.registry()` (column descript
 included), so they follow the schemas as other areas add them. A chart whose dataset
 or columns are not declared (yet) is skipped with a warning, never invented.
 
+Every dataset is a physical table to Superset: a view in a small DuckDB file
+(`Bundle.views`, written by superset/lake_views.py at provision time and opened
+read-only by the lake connection) over the lake's Parquet files. Superset then sends
+plain `SELECT ... FROM main.<view>` queries, and skips the per-request work it does for
+virtual (SQL) datasets (a DuckDB connection just to look up the default schema, SQL
+parsing for row-level security): that work cost more than serving a cached chart.
+
 Runs in flowlake's virtualenv (it needs the schemas); the import itself runs inside
 Superset's virtualenv (superset/import_bundle.py).
 """
@@ -44,8 +51,24 @@ def dataset_uuid(name: str) -> str:
 
 # ---- SQL fragments templated at provision time ------------------------------------------
 def parquet_source(lake: Path, rel: str) -> str:
+    """The Parquet files of a lake table; none yet is an empty relation, not an error
+    (DuckDB re-expands the glob at every query, so files written later are seen)."""
     path = str(Path(lake) / rel / "**" / "*.parquet").replace("'", "''")
-    return f"read_parquet('{path}', hive_partitioning=true, union_by_name=true)"
+    return f"read_parquet('{path}', hive_partitioning=true, union_by_name=true, allow_empty=true)"
+
+
+def ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def table_view_sql(lake: Path, rel: str, columns: list[dict]) -> str:
+    """A lake table with exactly its declared columns, whatever the files hold: an empty
+    typed branch gives the columns (and their types) before any file exists; columns
+    missing from older files read as NULL (union by name); undeclared ones are dropped."""
+    typed = ", ".join(f"CAST(NULL AS {c['type']}) AS {ident(c['column_name'])}" for c in columns)
+    names = ", ".join(ident(c["column_name"]) for c in columns)
+    return (f"SELECT {names} FROM (SELECT * FROM {parquet_source(lake, rel)} "
+            f"UNION ALL BY NAME SELECT {typed} WHERE false)")
 
 
 def _ipv4_int(col: str) -> str:
@@ -95,7 +118,7 @@ def templates(cfg) -> dict[str, str]:
     direction = direction_sql(prefixes)
     return {
         "lake": str(cfg.lake),
-        "flows": parquet_source(cfg.lake, "flows"),
+        "flows": ident("flows"),  # the view (derived datasets are views over the table views)
         "direction": direction,
         "proto_name": PROTO_NAME_SQL,
         "flow_class": (f"CASE WHEN proto = 6 AND ({direction}) = 'inbound' THEN 'TCP in' "
@@ -130,6 +153,10 @@ def interface_speed_sql(cfg, exporter: str = "exporter", if_index: str = "if_ind
     return f"(CASE {' '.join(whens)} ELSE {default!r} END)"
 
 
+VIEW_SCHEMA = "main"
+GROWING_TABLE_CACHE_S = 300
+
+
 class MissingTable(LookupError):
     """A derived dataset reads a report table that is not declared (yet)."""
 
@@ -150,10 +177,11 @@ def fill(text: str, values: dict[str, str], where: str) -> str:
 class Dataset:
     name: str
     uuid: str
-    sql: str
+    sql: str  # the view's SELECT
     columns: list[dict]
     main_dttm_col: str | None
     description: str = ""
+    cache_timeout: int | None = None  # seconds; None = the data cache's default
 
     @property
     def column_names(self) -> set[str]:
@@ -182,7 +210,7 @@ def build_datasets(cfg, registry: dict, spec: dict, where: str) -> dict[str, Dat
     values = templates(cfg)
     for name, record in registry.items():
         if (table_location(record) or "").startswith("reports/"):
-            values[f"report_{name}"] = parquet_source(cfg.lake, f"reports/{name}")
+            values[f"report_{name}"] = ident(name)  # the table's view
     out: dict[str, Dataset] = {}
     for name, record in sorted(registry.items()):
         rel = table_location(record)
@@ -200,8 +228,12 @@ def build_datasets(cfg, registry: dict, spec: dict, where: str) -> dict[str, Dat
             cols.append(_column(extra["column_name"], extra["type"], extra.get("description", ""),
                                 bool(extra.get("is_dttm")), fill(extra["expression"], values, at)))
         dttm = "time_start" if "time_start" in record.names else ("date" if "date" in record.names else None)
-        out[name] = Dataset(name, dataset_uuid(name),
-                            f"SELECT * FROM {parquet_source(cfg.lake, rel)}", cols, dttm, record.doc)
+        stored = [c for c in cols if not c["expression"]]
+        # Report tables change when the jobs rewrite them (the cache notices); the flows and
+        # active results grow continuously, so cached answers over them live 5 minutes.
+        timeout = None if rel.startswith("reports/") else GROWING_TABLE_CACHE_S
+        out[name] = Dataset(name, dataset_uuid(name), table_view_sql(cfg.lake, rel, stored), cols, dttm, record.doc,
+                            timeout)
     for i, d in enumerate(spec.get("derived") or []):
         at = f"{where}: derived[{i}]"
         _need(d, ("name", "uuid", "sql", "columns"), at)
@@ -230,8 +262,8 @@ def _need(obj, keys, where):
 def dataset_yaml(ds: Dataset, database_uuid: str) -> dict:
     return {
         "table_name": ds.name, "main_dttm_col": ds.main_dttm_col, "description": ds.description or None,
-        "default_endpoint": None, "offset": 0, "cache_timeout": None, "catalog": None, "schema": None,
-        "sql": ds.sql, "params": None, "template_params": None, "filter_select_enabled": True,
+        "default_endpoint": None, "offset": 0, "cache_timeout": ds.cache_timeout, "catalog": None, "schema": VIEW_SCHEMA,
+        "sql": None, "params": None, "template_params": None, "filter_select_enabled": True,
         "fetch_values_predicate": None, "extra": None, "normalize_columns": False,
         "uuid": ds.uuid,
         "metrics": [{"metric_name": "count", "verbose_name": "COUNT(*)", "metric_type": "count",
@@ -304,7 +336,10 @@ def chart_payload(chart: dict, ds: Dataset, where: str) -> tuple[dict, dict]:
             params.update(query_mode="aggregate", groupby=groupby, metrics=metrics,
                           order_desc=True, timeseries_limit_metric=metrics[0] if metrics else None)
             query.update(columns=groupby, metrics=metrics, orderby=[[metrics[0], False]] if metrics else [])
-        params.update(table_timestamp_format="smart_date", server_pagination=False, include_search=False)
+        # The table plugin's costly extras (HTML rendering of every cell, a bar in every
+        # numeric cell) are off: they were the better part of a table's render time.
+        params.update(table_timestamp_format="smart_date", server_pagination=False, include_search=False,
+                      allow_render_html=False, show_cell_bars=False, color_pn=False)
     elif viz in ("line", "bar"):
         x = chart.get("x")
         if not x:
@@ -314,7 +349,8 @@ def chart_payload(chart: dict, ds: Dataset, where: str) -> tuple[dict, dict]:
         params.update(x_axis=x, time_grain_sqla=grain, metrics=metrics, groupby=groupby,
                       logAxis=bool(chart.get("log_y")), truncateYAxis=False, show_legend=True,
                       rich_tooltip=True, x_axis_title=chart.get("x_title", ""), y_axis_title=chart.get("y_title", ""),
-                      y_axis_format=chart.get("y_format", "SMART_NUMBER"), markerEnabled=viz == "line" and not temporal,
+                      y_axis_format=chart.get("y_format", "SMART_NUMBER"),
+                      markerEnabled=viz == "line" and (not temporal or bool(chart.get("markers"))),
                       seriesType="line", order_desc=True, xAxisForceCategorical=not temporal and viz == "bar")
         xcol = {"label": x, "sqlExpression": x, "columnType": "BASE_AXIS", "expressionType": "SQL"}
         if temporal:
@@ -349,6 +385,14 @@ FILTERS = {
     "exporter": ("Exporter", "filter_select", "exporter"),
     "direction": ("Direction", "filter_select", "direction"),
 }
+# Select filters: (multiple choice, default value or None, pre-filter of the offered values).
+# Direction is one required choice, 'all' by default: report tables hold an 'all' row beside
+# each direction, so a chart summing over several directions would count flows twice.
+# Exporters: any set (report rows per exporter add up); 'all' rows are not an exporter.
+SELECT_FILTERS = {
+    "exporter": (True, None, "exporter IS NOT NULL AND exporter <> 'all'"),
+    "direction": (False, "all", "direction IS NOT NULL"),
+}
 
 
 @dataclass
@@ -356,6 +400,11 @@ class Bundle:
     files: dict[str, str] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     charts: dict[str, list[str]] = field(default_factory=dict)  # dashboard slug -> chart titles
+    views: dict[str, str] = field(default_factory=dict)  # view name -> SELECT, in creation order
+    views_db: str = ""  # where the lake connection expects the views file
+
+    def views_sql(self) -> list[str]:
+        return [f"CREATE OR REPLACE VIEW {VIEW_SCHEMA}.{ident(name)} AS {sql}" for name, sql in self.views.items()]
 
     def zip_bytes(self) -> bytes:
         buf = io.BytesIO()
@@ -376,22 +425,29 @@ def _load(path: Path):
         raise BundleError(f"{path}: not valid YAML: {exc}") from None
 
 
+def views_db_path(cfg) -> Path:
+    return cfg.path("superset", "lake_views.duckdb")
+
+
 def build(cfg, registry: dict | None = None, source: Path = HERE) -> Bundle:
     if registry is None:
         from flowlake.schemas import registry as _reg
         registry = _reg()
-    bundle = Bundle()
+    bundle = Bundle(views_db=str(views_db_path(cfg)))
     bundle.files["metadata.yaml"] = _dump({"version": VERSION, "type": "assets",
                                            "timestamp": "2026-01-01T00:00:00+00:00"})
-    db = _load(source / "database.yaml")
-    _need(db, ("uuid", "database_name", "sqlalchemy_uri"), str(source / "database.yaml"))
+    db_path = source / "database.yaml"
+    db = _load(db_path)
+    _need(db, ("uuid", "database_name", "sqlalchemy_uri"), str(db_path))
     db_uuid = str(uuid.UUID(db["uuid"]))
     db = json.loads(json.dumps(db))
+    db["sqlalchemy_uri"] = fill(db["sqlalchemy_uri"], {"views_db": bundle.views_db}, f"{db_path}: sqlalchemy_uri")
     db["version"] = VERSION
     bundle.files["databases/flowlake_lake.yaml"] = _dump(db)
 
     ds_path = source / "datasets.yaml"
     datasets = build_datasets(cfg, registry, _load(ds_path) or {}, str(ds_path))
+    bundle.views = {name: ds.sql for name, ds in datasets.items()}  # tables first, then derived in YAML order
     used: set[str] = set()
     for dash_path in sorted((source / "dashboards").glob("*.yaml")):
         used |= _build_dashboard(bundle, dash_path, datasets, db_uuid)
@@ -408,6 +464,8 @@ def _build_dashboard(bundle: Bundle, path: Path, datasets: dict[str, Dataset], d
     _need(spec, ("uuid", "title", "slug", "charts"), str(path))
     used: set[str] = set()
     placed: list[tuple[dict, int, Dataset]] = []  # (chart spec, local id, dataset)
+    charts: dict[int, tuple[str, dict]] = {}  # local id -> (bundle file, chart YAML)
+    queries: dict[int, dict] = {}  # local id -> saved query_context
     for i, chart in enumerate(spec["charts"]):
         where = f"{path}: charts[{i}]"
         _need(chart, ("uuid", "title", "dataset", "viz"), where)
@@ -426,10 +484,11 @@ def _build_dashboard(bundle: Bundle, path: Path, datasets: dict[str, Dataset], d
             continue
         params, qc = chart_payload(chart, ds, where)
         chart_uuid = str(uuid.UUID(chart["uuid"]))
-        bundle.files[f"charts/{_slug(chart['title'])}_{chart_uuid[:8]}.yaml"] = _dump({
+        queries[len(placed) + 1] = qc
+        charts[len(placed) + 1] = (f"charts/{_slug(chart['title'])}_{chart_uuid[:8]}.yaml", {
             "slice_name": chart["title"], "description": chart.get("description"),
             "certified_by": None, "certification_details": None, "viz_type": params["viz_type"],
-            "params": params, "query_context": json.dumps(qc), "cache_timeout": None,
+            "params": params, "query_context": None, "cache_timeout": None,
             "uuid": chart_uuid, "version": VERSION, "dataset_uuid": ds.uuid,
         })
         used.add(ds.name)
@@ -452,16 +511,28 @@ def _build_dashboard(bundle: Bundle, path: Path, datasets: dict[str, Dataset], d
             if source is None:
                 log.warning("%s: filter %r skipped: no chart's dataset has column %r", path.name, key, column)
                 continue
+            multi, default, prefilter = SELECT_FILTERS[key]
             flt["targets"] = [{"datasetUuid": source.uuid, "column": {"name": column}}]
-            flt["controlValues"] = {"enableEmptyFilter": False, "defaultToFirstItem": False,
-                                    "multiSelect": True, "searchAllOptions": False, "inverseSelection": False}
+            flt["controlValues"] = {"enableEmptyFilter": default is not None, "defaultToFirstItem": False,
+                                    "multiSelect": multi, "searchAllOptions": False, "inverseSelection": False}
+            flt["adhoc_filters"] = [{"clause": "WHERE", "expressionType": "SQL", "sqlExpression": prefilter}]
+            if default is not None:
+                flt["defaultDataMask"] = {
+                    "extraFormData": {"filters": [{"col": column, "op": "IN", "val": [default]}]},
+                    "filterState": {"value": [default], "label": default}, "ownState": {}}
             # Charts over datasets without the column are left out of the filter's scope.
             flt["scope"]["excluded"] = [cid for c, cid, ds in placed
                                         if column not in ds.column_names or key in (c.get("exclude_filters") or [])]
+            if default is not None:  # the saved query (REST, CSV) shows what the dashboard shows
+                for _, cid, _ in placed:
+                    if cid not in flt["scope"]["excluded"]:
+                        queries[cid]["queries"][0]["filters"].append({"col": column, "op": "IN", "val": [default]})
         else:
             flt["scope"]["excluded"] = [cid for c, cid, ds in placed
                                         if not ds.main_dttm_col or key in (c.get("exclude_filters") or [])]
         filters.append(flt)
+    for cid, (name, doc) in charts.items():
+        bundle.files[name] = _dump({**doc, "query_context": json.dumps(queries[cid])})
     bundle.files[f"dashboards/{spec['slug']}.yaml"] = _dump({
         "dashboard_title": spec["title"], "description": spec.get("description"), "css": "",
         "slug": spec["slug"], "certified_by": None, "certification_details": None, "published": True,

@@ -27,13 +27,13 @@ ARROW = {"int": pa.int32(), "long": pa.int64(), "double": pa.float64(), "string"
 VOCAB = {
     "direction": ["all", "inbound", "outbound"], "by": ["src", "dst", "pair"],
     "metric": ["bytes", "packets", "flows"], "kind": ["ts", "daily"], "series": ["total", "interface", "proto"],
-    "period": ["hour", "day"], "flow_class": ["TCP in", "TCP out", "UDP", "ICMP"],
+    "period": ["hour", "day"], "flow_class": ["tcp", "udp", "icmp", "all"],
     "target": list(TARGETS), "exporter": list(EXPORTERS), "proto_name": ["TCP", "UDP", "ICMP"],
     "app": ["https", "bbftp", "GridFTP", "dns", "other"], "rtt_band": ["0-64", "64-128", "128-256"],
     "loss_band": ["0-0.1%", "0.1-1%", "1-2.5%"], "reason": ["thresholds", "port"],
     "path": ["path-a", "path-b"], "path_a": ["path-a"], "path_b": ["path-b"], "best_path": ["path-a", "path-b"],
     "test_type": ["rtt", "throughput"], "tool": ["ping", "iperf3"], "source": ["probe1"],
-    "destination": list(TARGETS), "class": ["tcp_in", "tcp_out", "udp"],
+    "destination": list(TARGETS), "class": ["tcp_in", "tcp_out", "udp"], "flow_direction": ["inbound", "outbound"],
 }
 
 

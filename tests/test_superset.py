@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -79,13 +80,87 @@ def test_bad_prefix_and_missing_table_are_reported(cfg):
     mod = _bundle_mod()
     with pytest.raises(mod.BundleError, match="2001:db8::/33"):
         mod.direction_sql(["2001:db8::/33"])
-    # a registry without report tables: report charts skipped by name, flow charts kept
-    from flowlake.schemas import FLOW, FLOWS_TABLE
+    # a registry with one report table: the other report charts skipped by name, its charts kept
+    from flowlake.schemas import FLOW, FLOWS_TABLE, registry
 
-    bundle = mod.build(cfg, registry={"Flow": FLOW, "flows": FLOWS_TABLE})
-    assert any("top_talkers" in msg and "not declared" in msg for msg in bundle.skipped)
-    assert "Largest flows" in bundle.charts["daily-operations"]
-    assert "datasets/top_talkers.yaml" not in bundle.files
+    bundle = mod.build(cfg, registry={"Flow": FLOW, "flows": FLOWS_TABLE, "top_talkers": registry()["top_talkers"]})
+    assert any("traffic_totals" in msg and "not declared" in msg for msg in bundle.skipped)
+    assert bundle.charts["daily-operations"] == ["Top talkers out (sources by bytes)", "Top talkers in (destinations by bytes)"]
+    assert "datasets/traffic_totals.yaml" not in bundle.files and "datasets/top_talkers.yaml" in bundle.files
+
+
+def test_dashboards_read_report_tables_only(cfg):
+    """No dashboard chart scans the flow lake (10M+ flows a day): every chart's dataset is
+    a report table or a view over report tables, and every dataset is a physical table
+    (a view in the lake views file), so Superset sends plain SELECTs."""
+    import yaml
+
+    mod = _bundle_mod()
+    bundle = mod.build(cfg)
+    datasets = {yaml.safe_load(t)["uuid"]: yaml.safe_load(t) for n, t in bundle.files.items() if n.startswith("datasets/")}
+    for name, text in bundle.files.items():
+        if name.startswith("charts/"):
+            ds = datasets[yaml.safe_load(text)["dataset_uuid"]]
+            view = bundle.views[ds["table_name"]]
+            assert ds["table_name"] not in ("flows", "active"), name
+            assert str(cfg.lake / "flows") not in view and not re.search(r'(FROM|JOIN)\s+"?flows\b', view), name
+    assert all(d["sql"] is None and d["schema"] == "main" for d in datasets.values())
+    assert set(bundle.views) == {d["table_name"] for d in datasets.values()}
+    # the direction filter is one required choice, 'all' by default, and the saved queries apply it
+    dash = yaml.safe_load(bundle.files["dashboards/daily-operations.yaml"])
+    flt = {f["name"]: f for f in dash["metadata"]["native_filter_configuration"]}
+    assert flt["Direction"]["controlValues"]["multiSelect"] is False
+    assert flt["Direction"]["controlValues"]["enableEmptyFilter"] is True
+    assert flt["Direction"]["defaultDataMask"]["filterState"]["value"] == ["all"]
+    volume = next(yaml.safe_load(t) for n, t in bundle.files.items() if n.startswith("charts/traffic_volume"))
+    assert {"col": "direction", "op": "IN", "val": ["all"]} in json.loads(volume["query_context"])["queries"][0]["filters"]
+
+
+def test_lake_views_file_follows_the_lake(cfg, tmp_path):
+    """The views file, built by Superset's DuckDB: a table without files yet is an empty
+    relation with its declared columns; Parquet files written later are read without
+    rebuilding it; columns missing from a file read as NULL."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from flowlake import config
+
+    mod = _bundle_mod()
+    env = {**os.environ, "FLOWLAKE_HOME": str(tmp_path)}
+    cfg2 = config.load(env=env)
+    bundle = mod.build(cfg2)
+    spec = tmp_path / "views.json"
+    spec.write_text(json.dumps(bundle.views_sql()))
+    out = tmp_path / "views.duckdb"
+    res = subprocess.run([str(SUPERSET_PY), str(REPO / "superset" / "lake_views.py"), str(spec), str(out)],
+                         capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    query = """
+import duckdb, json, sys
+con = duckdb.connect(sys.argv[1], read_only=True)
+rows = con.execute("SELECT exporter, bytes, src_addrs, date FROM traffic_totals ORDER BY bytes").fetchall()
+cols = [d[0] for d in con.execute("SELECT * FROM traffic_totals LIMIT 0").description]
+print(json.dumps({"rows": [[str(x) for x in r] for r in rows], "cols": cols}))
+"""
+
+    def read():
+        r = subprocess.run([str(SUPERSET_PY), "-c", query, str(out)], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    empty = read()
+    assert empty["rows"] == [] and empty["cols"] == [c for c in mod_registry_names("traffic_totals")]
+    part = cfg2.lake / "reports" / "traffic_totals" / "date=2026-11-20"
+    part.mkdir(parents=True)
+    pq.write_table(pa.table({"hour": pa.array([None], pa.int32()), "direction": ["all"], "exporter": ["all"],
+                             "flows": [3], "packets": [4], "bytes": [500]}), part / "part-0.parquet")
+    assert read()["rows"] == [["all", "500", "None", "2026-11-20"]]
+
+
+def mod_registry_names(table: str) -> list[str]:
+    from flowlake.schemas import registry
+
+    return registry()[table].names
 
 
 def test_every_chart_has_query_context_and_fixed_uuids(cfg):
@@ -152,6 +227,72 @@ for q in ["COPY (SELECT 1) TO '{lake}/t/x.csv'", "ATTACH '{lake}/x.db'", "SELECT
     assert [ln.split()[0] for ln in lines] == ["BLOCKED", "BLOCKED", "BLOCKED", "BLOCKED", "ALLOWED"], lines
 
 
+def test_views_file_connections_share_one_confined_instance(tmp_path):
+    """Concurrent connections of one process to the read-only views file share one DuckDB
+    instance: the first confines and locks it, the others must neither fail on the locked
+    settings nor escape the lake (superset_config.py's connect hook, from 8 threads)."""
+    lake = tmp_path / "lake"
+    (lake / "t").mkdir(parents=True)
+    outside = tmp_path / "secret.csv"
+    outside.write_text("a\n1\n")
+    code = f"""
+import runpy, threading, duckdb, sqlalchemy as sa
+conf = runpy.run_path('superset/superset_config.py')
+con = duckdb.connect('{tmp_path}/views.duckdb')
+con.execute("CREATE VIEW v AS SELECT 42 AS x"); con.close()
+eng = sa.create_engine('duckdb:///{tmp_path}/views.duckdb', connect_args={{'read_only': True}},
+                       poolclass=sa.pool.NullPool)
+out, barrier = [], threading.Barrier(8)
+def work():
+    barrier.wait()
+    with eng.connect() as c:
+        got = c.execute(sa.text("SELECT x FROM v")).scalar()
+        try:
+            c.execute(sa.text("SELECT * FROM read_csv('{outside}')")); esc = 'ESCAPED'
+        except Exception:
+            esc = 'confined'
+        out.append((got, esc))
+ts = [threading.Thread(target=work) for _ in range(8)]
+[t.start() for t in ts]; [t.join() for t in ts]
+print(sorted(set(out)), len(out))
+"""
+    env = {**os.environ, "FLOWLAKE_SUPERSET_STATE_DIR": str(tmp_path), "FLOWLAKE_LAKE_DIR": str(lake),
+           "FLOWLAKE_SUPERSET_SECRET_KEY": "x" * 40}
+    res = subprocess.run([str(SUPERSET_PY), "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == ["[(42,", "'confined')]", "8"], res.stdout
+
+
+def test_data_cache_expires_when_the_jobs_rewrite_a_report(tmp_path):
+    """superset/lake_cache.py: an entry is served until a report table folder changes
+    (a partition renamed in, as the jobs do); a result stored after such a change that
+    was looked up before it counts as the old lake's."""
+    lake = tmp_path / "lake"
+    (lake / "reports" / "top_talkers" / "date=2026-11-20").mkdir(parents=True)
+    code = f"""
+import os, sys, time
+sys.path.insert(0, 'superset')
+import lake_cache
+lake_cache.CHECK_EVERY_S = 0
+c = lake_cache.LakeAwareCache('{tmp_path}/cache', lake_dir='{lake}', threshold=100)
+def rewrite():
+    time.sleep(0.02)
+    d = '{lake}/reports/top_talkers'
+    os.rename(d + '/date=2026-11-20', d + '/.old'); os.rename(d + '/.old', d + '/date=2026-11-20')
+out = [c.get('k')]                       # miss
+c.set('k', 'v1', timeout=60); out.append(c.get('k'))
+rewrite(); out.append(c.get('k'))        # the lake changed: miss
+c.set('k', 'v2'); out.append(c.get('k'))
+c.get('j'); rewrite(); c.set('j', 'old result')   # looked up, jobs ran, then stored
+out.append(c.get('j'))
+c.set('n', 5, timeout=60); out.append(c.get('n'))
+print(out, c._file_count)
+"""
+    res = subprocess.run([str(SUPERSET_PY), "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == "[None, 'v1', None, 'v2', None, 5] 3", res.stdout
+
+
 # ---- integration: a real Superset --------------------------------------------------------
 @pytest.mark.integration
 def test_credentials_cli(superset, cfg):
@@ -186,16 +327,24 @@ def test_every_chart_returns_rows(api, superset):
 
 
 @pytest.mark.integration
-def test_flow_totals_match_the_lake(api, superset, cfg):
-    """A number on the dashboard equals the lake computed independently (pyarrow)."""
+def test_totals_match_the_lake(api, superset, cfg):
+    """The dashboard's numbers equal the report table read independently (pyarrow):
+    whole day, direction 'all', summed over the exporters (not the 'all' rows)."""
     import pyarrow.dataset as pads
 
-    table = pads.dataset(str(cfg.lake / "flows"), format="parquet", partitioning="hive").to_table(columns=["bytes"])
-    want = sum(table.column("bytes").to_pylist())
-    charts = api.get(api.base + "/api/v1/chart/?q=(page_size:200)").json()["result"]
-    chart = next(c for c in charts if c["slice_name"] == "Traffic volume")
-    data = api.get(f"{api.base}/api/v1/chart/{chart['id']}/data/").json()["result"][0]["data"]
-    assert int(data[0]["bytes"]) == want
+    table = pads.dataset(str(cfg.lake / "reports" / "traffic_totals"), format="parquet",
+                         partitioning="hive").to_table().to_pylist()
+    day = [r for r in table if r["hour"] is None and r["direction"] == "all"]
+    charts = {c["slice_name"]: c for c in api.get(api.base + "/api/v1/chart/?q=(page_size:200)").json()["result"]}
+
+    def number(title, key):
+        data = api.get(f"{api.base}/api/v1/chart/{charts[title]['id']}/data/").json()["result"][0]["data"]
+        return int(data[0][key])
+
+    assert number("Traffic volume", "bytes") == sum(r["bytes"] for r in day if r["exporter"] != "all") > 0
+    assert number("Flows", "flows") == sum(r["flows"] for r in day if r["exporter"] != "all")
+    everyone = [r["src_addrs"] for r in day if r["exporter"] == "all"]
+    assert number("Distinct source addresses", "sources") == (everyone[0] if everyone else sum(r["src_addrs"] for r in day))
 
 
 @pytest.mark.integration

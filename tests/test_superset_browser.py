@@ -13,21 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from flowlake import superset_cli
+
 sys.path.insert(0, str(Path(__file__).parent))
 from superset_lake import superset_up  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "test-output"
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync"]
-
-ALL_CHARTS_SETTLED = """() => {
-  const h = document.querySelectorAll('[data-test="dashboard-component-chart-holder"]');
-  return h.length > 0 && Array.from(h).every(e =>
-    !e.querySelector('[data-test="loading-indicator"], .loading') &&
-    e.querySelector('[data-test="slice-container"], [role="alert"], .ant-alert'));
-}"""
+CHROMIUM = superset_cli.CHROMIUM
+ARGS = superset_cli.CHROMIUM_ARGS
+ALL_CHARTS_SETTLED = superset_cli.ALL_CHARTS_SETTLED  # every chart drawn or showing an error
 
 # What each chart holder shows: errors, canvases (ECharts), table rows, text.
 INSPECT = """e => ({
@@ -55,11 +50,7 @@ def page(superset):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         pg = browser.new_page(viewport={"width": 1600, "height": 1200})
-        pg.goto(creds["url"] + "/login/")
-        pg.fill('[data-test="username-input"]', creds["username"])
-        pg.fill('[data-test="password-input"]', creds["password"])
-        pg.click('[data-test="login-button"]')
-        pg.wait_for_url(lambda u: "/login" not in u, timeout=60_000)
+        superset_cli.browser_login(pg, creds)  # through the login page's form
         yield pg
         browser.close()
 
