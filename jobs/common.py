@@ -132,12 +132,13 @@ def with_app(flows: DataFrame, port_map: dict[tuple[int, int], str]) -> DataFram
 # ---- roll-ups -------------------------------------------------------------------------
 def rollup_hour_direction(base: DataFrame, keys: list[str], sums: list[str]) -> DataFrame:
     """From rows keyed (hour, direction, *keys) add whole-day (hour = DAY_HOUR) and
-    direction = 'all' rows: four grouping sets over an already small aggregate."""
+    direction = 'all' rows: four grouping sets in one aggregation (one pass, one shuffle).
+    hour and direction are never null in `base`, so a null after the roll-up means 'rolled up'."""
     aggs = [F.sum(c).alias(c) for c in sums]
-    hour_all = base.withColumn("hour", F.lit(DAY_HOUR))
-    both = base.unionByName(hour_all)
-    dir_all = both.withColumn("direction", F.lit("all"))
-    return both.unionByName(dir_all).groupBy("hour", "direction", *keys).agg(*aggs)
+    sets = [["hour", "direction", *keys], ["direction", *keys], ["hour", *keys], [*keys]]
+    out = base.groupingSets([[F.col(c) for c in s] for s in sets], "hour", "direction", *keys).agg(*aggs)
+    return (out.withColumn("hour", F.coalesce(F.col("hour"), F.lit(DAY_HOUR)))
+            .withColumn("direction", F.coalesce(F.col("direction"), F.lit("all"))))
 
 
 def add_shares(df: DataFrame, cols=("flows", "packets", "bytes"), by=("hour", "direction")) -> DataFrame:

@@ -1,11 +1,19 @@
 """Top talkers: the N largest sources, destinations and pairs by bytes, packets and
 flows, per hour and for the whole day, per direction, with the change of rank since
 the previous day. Same lists as `nfdump -s srcip/bytes`, `-s dstip/packets`, ...
+
+Cost is what matters here (10M flows give ~7M hourly pairs and ~1,100 lists), so:
+- one shuffle of the flows (to hourly pair totals); every other level is rolled up
+  from those, never from the flows again;
+- no full sort for ranking: a tiny histogram of each metric (log2 buckets) per list
+  gives a threshold that at least N keys reach, so only keys that can be in the top N
+  (typically a few hundred per list) reach the window that ranks them exactly.
 """
 from __future__ import annotations
 
 import datetime as dt
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -18,6 +26,8 @@ TABLES = (TOP_TALKERS,)
 BY = {"src": ("src_addr",), "dst": ("dst_addr",), "pair": ("src_addr", "dst_addr")}
 METRICS = ("bytes", "packets", "flows")
 SUMS = ["bytes", "packets", "flows"]
+LIST = ["hour", "direction", "by"]  # one ranked list per value of these
+SUB_BUCKETS = 4  # histogram buckets per power of two: finer = fewer survivors
 
 
 def pair_totals(flows: DataFrame) -> DataFrame:
@@ -47,22 +57,54 @@ def pair_levels(pairs: DataFrame) -> DataFrame:
     return both.withColumn("by", F.lit("pair")).select("hour", "direction", "by", "src_addr", "dst_addr", *SUMS)
 
 
+def _bucket(col: str):
+    """Monotone bucket of a non-negative count: floor(log2(v) * SUB_BUCKETS); -1 for 0."""
+    v = F.col(col)
+    return F.when(v > 0, F.floor(F.log2(v.cast("double")) * SUB_BUCKETS)).otherwise(F.lit(-1)).cast("int")
+
+
+def thresholds(keys: DataFrame, top_n: int) -> DataFrame:
+    """(hour, direction, by, metric, floor): per list and metric the highest bucket such
+    that at least top_n keys lie in it or above. Every key of the top N lies there too
+    (the N-th largest value is at least that bucket's lower bound); lists with fewer
+    than top_n keys get no row and are kept whole."""
+    cells = keys.select(*LIST, F.explode(F.array(*[
+        F.struct(F.lit(m).alias("metric"), _bucket(m).alias("b")) for m in METRICS])).alias("x"))
+    hist = cells.groupBy(*LIST, "x.metric", "x.b").agg(F.count(F.lit(1)).alias("n"))
+    down = Window.partitionBy(*LIST, "metric").orderBy(F.col("b").desc()).rowsBetween(Window.unboundedPreceding, 0)
+    return (hist.withColumn("at_least", F.sum("n").over(down)).where(F.col("at_least") >= top_n)
+            .groupBy(*LIST, "metric").agg(F.max("b").alias("floor")))
+
+
+def candidates(keys: DataFrame, top_n: int) -> DataFrame:
+    """The keys that can be in some list's top N for some metric: one broadcast join
+    with the per-list floors (pivoted to one column per metric) and one filter."""
+    floors = thresholds(keys, top_n).groupBy(*LIST).pivot("metric", list(METRICS)).agg(F.first("floor"))
+    floors = F.broadcast(floors.select(*[F.col(c).alias(f"_{c}") for c in LIST],
+                                       *[F.col(m).alias(f"_floor_{m}") for m in METRICS]))
+    on = F.col("hour").eqNullSafe(F.col("_hour")) & F.col("direction").eqNullSafe(F.col("_direction")) \
+        & F.col("by").eqNullSafe(F.col("_by"))
+    # no floor: the list has fewer than top_n keys and is kept whole
+    keep = [F.col(f"_floor_{m}").isNull() | (_bucket(m) >= F.col(f"_floor_{m}")) for m in METRICS]
+    return (keys.join(floors, on, "left").where(keep[0] | keep[1] | keep[2])
+            .drop(*[f"_{c}" for c in LIST], *[f"_floor_{m}" for m in METRICS]))
+
+
 def rank(keys: DataFrame, top_n: int) -> DataFrame:
     """Rank 1..top_n per (hour, direction, by) for each metric; ties: the metric, then the
     other metrics descending, then address text ascending (documented in the schema)."""
-    from pyspark import StorageLevel
-
-    # Three metrics rank the same rows: materialise them once, not once per metric.
-    keys = keys.persist(StorageLevel.MEMORY_AND_DISK)
+    keys = keys.persist(StorageLevel.MEMORY_AND_DISK)  # read twice: histogram and filter
+    # the candidates are few (about top_n per list and metric): materialise them once
+    cand = candidates(keys, top_n).localCheckpoint(eager=True)
+    keys.unpersist()
     out = []
     for metric in METRICS:
         others = [m for m in METRICS if m != metric]
         order = [F.col(metric).desc(), *[F.col(m).desc() for m in others],
                  F.col("src_addr").asc_nulls_first(), F.col("dst_addr").asc_nulls_first()]
-        w = Window.partitionBy("hour", "direction", "by").orderBy(*order)
-        ranked = (keys.withColumn("rank", F.row_number().over(w)).where(F.col("rank") <= top_n)
-                  .withColumn("metric", F.lit(metric)))
-        out.append(ranked)
+        w = Window.partitionBy(*LIST).orderBy(*order)
+        out.append(cand.withColumn("rank", F.row_number().over(w)).where(F.col("rank") <= top_n)
+                   .withColumn("metric", F.lit(metric)))
     result = out[0].unionByName(out[1]).unionByName(out[2])
     return result.withColumn("rank", F.col("rank").cast("int"))
 
@@ -98,8 +140,8 @@ def rank_pairs(levels: DataFrame, top_n: int) -> DataFrame:
     """Rank pairs per direction, then 'all' from the union of the directions' top N:
     every pair belongs to exactly one direction, so the overall top N is among them."""
     per_dir = rank(levels, top_n)
-    candidates = per_dir.drop("rank", "metric").distinct().withColumn("direction", F.lit("all"))
-    return per_dir.unionByName(rank(candidates, top_n))
+    listed = per_dir.drop("rank", "metric").distinct().withColumn("direction", F.lit("all"))
+    return per_dir.unionByName(rank(listed, top_n))
 
 
 def top_talkers(flows: DataFrame, top_n: int, previous: DataFrame | None = None, pairs: DataFrame | None = None) -> DataFrame:
@@ -119,8 +161,6 @@ def run(ctx) -> None:
     top_n = int(ctx.cfg.reports.top_n)
     if top_n < 1:
         raise ValueError(f"config [reports] top_n = {top_n}: must be at least 1")
-    from pyspark import StorageLevel
-
     # the pair totals feed five aggregations: compute them once
     pairs = pair_totals(flows).persist(StorageLevel.MEMORY_AND_DISK)
     try:
