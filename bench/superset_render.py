@@ -13,7 +13,9 @@ settled, with the same predicate as tests/test_superset_browser.py):
   fresh   fresh browser context, Superset's data cache already filled
   warm    second visit in the same browser context
 The machine's 1-minute load average is printed with every figure: on a shared 2-core
-box the figures mean little without it.
+box render times mean little without it. So is the CPU time each visit cost, in the
+browser (our Chromium processes) and in Superset (gunicorn master and workers): that
+hardly depends on the load and compares changes measured at different times.
 
     .venv/bin/python bench/superset_render.py                 # 200k flows a day, 3 rounds
     .venv/bin/python bench/superset_render.py --rounds 5 --trace daily-operations
@@ -35,6 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
 from flowlake.superset_cli import ALL_CHARTS_SETTLED, CHROMIUM, CHROMIUM_ARGS, browser_login as login  # noqa: E402
+from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 from test_superset_browser import INSPECT  # noqa: E402
 
 SLUGS = ["daily-operations", "flow-sizes", "active-vs-passive", "capacity"]
@@ -44,21 +47,66 @@ def load() -> float:
     return os.getloadavg()[0]
 
 
+TIMEOUT_S = int(os.environ.get("BENCH_TIMEOUT_S", "120"))
+STUCK = """() => Array.from(document.querySelectorAll('[data-test="dashboard-component-chart-holder"]'))
+  .filter(e => e.querySelector('[data-test="loading-indicator"], .loading') ||
+               !e.querySelector('[data-test="slice-container"], [role="alert"], .ant-alert'))
+  .map(e => (e.querySelector('[data-test="editable-title"]') || e).innerText.trim().slice(0, 60))"""
 RESOURCES = """() => performance.getEntriesByType('resource').map(e => [e.startTime, e.responseEnd, e.name])"""
 
 
-def task_seconds(cdp) -> float:
-    """CPU time the renderer's main thread spent on tasks for the current document
-    (Chrome's TaskDuration metric; it starts from zero with each navigation)."""
-    return {m["name"]: m["value"] for m in cdp.send("Performance.getMetrics")["metrics"]}["TaskDuration"]
+class CpuMeter:
+    """CPU seconds (user + system) used by our Chromium processes and by Superset's
+    gunicorn master and workers: unlike render times, these hardly depend on what else
+    the machine runs, so they compare changes measured under different loads."""
+
+    def __init__(self, gunicorn_pid: int | None):
+        import psutil
+
+        self.psutil = psutil
+        self.gunicorn = psutil.Process(gunicorn_pid) if gunicorn_pid else None
+        self.seen: dict[int, float] = {}
+
+    def _tree(self, root, name: str | None = None) -> dict[int, float]:
+        out = {}
+        try:
+            procs = [root] + root.children(recursive=True)
+        except self.psutil.Error:
+            return out
+        for p in procs:
+            try:
+                if name is None or name in p.name():
+                    t = p.cpu_times()
+                    out[p.pid] = t.user + t.system
+            except self.psutil.Error:
+                pass
+        return out
+
+    def sample(self) -> tuple[dict, dict]:
+        me = self.psutil.Process(os.getpid())
+        return self._tree(me, "chrom"), (self._tree(self.gunicorn) if self.gunicorn else {})
+
+    @staticmethod
+    def delta(before: dict, after: dict) -> float:
+        return sum(v - before.get(pid, 0.0) for pid, v in after.items())
 
 
-def render(page, base: str, slug: str, trace: bool = False, cdp=None) -> float:
+def render(page, base: str, slug: str, trace: bool = False, meter: CpuMeter | None = None) -> float:
+    before = meter.sample() if meter else None
     t0 = time.monotonic()
     page.goto(f"{base}/superset/dashboard/{slug}/")
-    page.wait_for_function(ALL_CHARTS_SETTLED, timeout=180_000, polling=50)
+    try:
+        page.wait_for_function(ALL_CHARTS_SETTLED, timeout=TIMEOUT_S * 1000, polling=50)
+    except PlaywrightTimeout:
+        stuck = page.evaluate(STUCK)
+        print(f"  !! {slug}: not settled after {TIMEOUT_S} s; charts still loading or empty: {stuck}")
+        render.cpu = (float("nan"), float("nan"))
+        return float("nan")
     elapsed = time.monotonic() - t0
-    render.busy = task_seconds(cdp) if cdp else float("nan")
+    if meter:
+        time.sleep(0.3)  # let the server finish logging the visit
+        after = meter.sample()
+        render.cpu = (meter.delta(before[0], after[0]), meter.delta(before[1], after[1]))
     if trace:  # the browser's own resource timing, ms from navigation start
         settled = page.evaluate("() => performance.now()")
         for start, end, url in sorted(page.evaluate(RESOURCES)):
@@ -79,10 +127,11 @@ def clear_data_cache(home: Path) -> None:
             f.unlink()
 
 
-def measure(creds, home: Path | None, rounds: int, slugs: list[str], trace: set[str]) -> dict:
+def measure(creds, home: Path | None, rounds: int, slugs: list[str], trace: set[str], gunicorn_pid: int | None) -> dict:
     from playwright.sync_api import sync_playwright
 
-    figures = {s: {k: [] for k in ("cold", "fresh", "warm", "cold busy", "fresh busy", "warm busy")} for s in slugs}
+    figures = {s: {k: [] for k in ("cold", "fresh", "warm", "cold cpu", "fresh cpu", "warm cpu")} for s in slugs}
+    meter = CpuMeter(gunicorn_pid)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         for r in range(rounds):
@@ -96,16 +145,15 @@ def measure(creds, home: Path | None, rounds: int, slugs: list[str], trace: set[
                             ctx.close()
                         ctx = browser.new_context(viewport={"width": 1600, "height": 1200})
                         page = ctx.new_page()
-                        cdp = ctx.new_cdp_session(page)
-                        cdp.send("Performance.enable")
                         login(page, creds)
                         if kind == "cold":
                             clear_data_cache(home)
                     la = load()
-                    secs = render(page, creds["url"], slug, trace=slug in trace and r == 0, cdp=cdp)
+                    secs = render(page, creds["url"], slug, trace=slug in trace and r == 0, meter=meter)
                     figures[slug][kind].append((secs, la))
-                    figures[slug][kind + " busy"].append((render.busy, la))
-                    row[kind] = f"{secs:5.2f} s (load {la:4.2f}, browser busy {render.busy:4.2f} s)"
+                    figures[slug][kind + " cpu"].append((render.cpu, la))
+                    row[kind] = (f"{secs:5.2f} s (load {la:4.2f}; CPU s: browser {render.cpu[0]:4.2f}, "
+                                 f"server {render.cpu[1]:4.2f})")
                 ctx.close()
                 print(f"round {r + 1} {slug:18} " + "  ".join(f"{k} {v}" for k, v in row.items()), flush=True)
         browser.close()
@@ -113,19 +161,34 @@ def measure(creds, home: Path | None, rounds: int, slugs: list[str], trace: set[
 
 
 def summary(figures: dict) -> None:
-    print("\nper dashboard: median [min-max] seconds, with the load average at the measurements [min-max];")
-    print("busy = CPU seconds of the page's main thread (varies less with the machine's load than render time)")
+    print("\nper dashboard: median [min-max] render seconds, with the load average at the measurements [min-max];")
+    print("CPU = median CPU seconds per visit used by the browser + Superset (hardly depends on the load)")
     for slug, kinds in figures.items():
-        parts, busy = [], []
+        parts, cpu = [], []
         for kind in ("cold", "fresh", "warm"):
             xs = kinds[kind]
             if not xs:
                 continue
+            failed = sum(1 for x, _ in xs if x != x)
+            xs = [(x, la) for x, la in xs if x == x] or [(float("nan"), float("nan"))]
             secs, las = [x for x, _ in xs], [la for _, la in xs]
+            if failed:
+                parts.append(f"{kind}: {failed} visit(s) never settled;")
             parts.append(f"{kind} {statistics.median(secs):4.2f} [{min(secs):4.2f}-{max(secs):4.2f}] "
                          f"(load {min(las):.1f}-{max(las):.1f})")
-            busy.append(f"{kind} {statistics.median(x for x, _ in kinds[kind + ' busy']):4.2f}")
-        print(f"  {slug:18} " + "   ".join(parts) + "   busy: " + ", ".join(busy))
+            b = statistics.median([c[0] for c, _ in kinds[kind + " cpu"] if c[0] == c[0]] or [float("nan")])
+            sv = statistics.median([c[1] for c, _ in kinds[kind + " cpu"] if c[1] == c[1]] or [float("nan")])
+            cpu.append(f"{kind} {b:.2f}+{sv:.2f}")
+        print(f"  {slug:18} " + "   ".join(parts) + "   CPU: " + ", ".join(cpu))
+
+
+def gunicorn_pid(cfg) -> int | None:
+    import json
+
+    try:
+        return int(json.loads(cfg.path("run", "superset.pid").read_text())["pid"])
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def scratch_stack(flows: int):
@@ -182,8 +245,11 @@ def main() -> None:
         home = args.home.resolve() if args.clear_cache else None
     else:
         home, creds, stop = scratch_stack(args.flows)
+        from flowlake import config
+
+        cfg = config.get()
     try:
-        figures = measure(creds, home, args.rounds, args.dashboard or SLUGS, set(args.trace))
+        figures = measure(creds, home, args.rounds, args.dashboard or SLUGS, set(args.trace), gunicorn_pid(cfg))
         summary(figures)
     finally:
         if stop and not args.keep:

@@ -219,7 +219,8 @@ def provision(cfg) -> dict:
     bootstrap(cfg)
     bundle, path = build_bundle(cfg)
     write_views(cfg, bundle)
-    _run([venv_bin("python"), SUPERSET_DIR / "import_bundle.py", path, cfg.superset.admin_user], cfg, "import")
+    _run([venv_bin("python"), SUPERSET_DIR / "import_bundle.py", path, cfg.superset.admin_user,
+          ",".join(bundle.retired)], cfg, "import")
     result = {"bundle": str(path), "dashboards": bundle.charts, "skipped": bundle.skipped}
     (state_dir(cfg) / "provisioned.json").write_text(json.dumps(result, default=str))
     return result

@@ -340,6 +340,8 @@ def chart_payload(chart: dict, ds: Dataset, where: str) -> tuple[dict, dict]:
         # numeric cell) are off: they were the better part of a table's render time.
         params.update(table_timestamp_format="smart_date", server_pagination=False, include_search=False,
                       allow_render_html=False, show_cell_bars=False, color_pn=False)
+        if chart.get("y_format"):  # number format of every metric column
+            params["column_config"] = {m["label"]: {"d3NumberFormat": chart["y_format"]} for m in metrics}
     elif viz in ("line", "bar"):
         x = chart.get("x")
         if not x:
@@ -401,6 +403,7 @@ class Bundle:
     skipped: list[str] = field(default_factory=list)
     charts: dict[str, list[str]] = field(default_factory=dict)  # dashboard slug -> chart titles
     views: dict[str, str] = field(default_factory=dict)  # view name -> SELECT, in creation order
+    retired: list[str] = field(default_factory=list)  # chart UUIDs to delete (dashboards' `retired_charts`)
     views_db: str = ""  # where the lake connection expects the views file
 
     def views_sql(self) -> list[str]:
@@ -494,6 +497,7 @@ def _build_dashboard(bundle: Bundle, path: Path, datasets: dict[str, Dataset], d
         used.add(ds.name)
         placed.append((chart, len(placed) + 1, ds))
     bundle.charts[spec["slug"]] = [c["title"] for c, _, _ in placed]
+    bundle.retired += [str(uuid.UUID(u)) for u in spec.get("retired_charts") or []]
 
     position = _layout(spec, placed)
     filters = []

@@ -1,6 +1,6 @@
 """Superset's chart-data cache for flowlake: a FileSystemCache whose entries expire when
-the report jobs rewrite a report table (runs inside Superset; superset_config.py puts
-this folder on sys.path and names the class in DATA_CACHE_CONFIG).
+the report jobs rewrite a report table (runs inside Superset; superset_config.py loads
+this file as module `flowlake_lake_cache` and names the class in DATA_CACHE_CONFIG).
 
 Report tables change once a day, when `flowlake jobs run` replaces a date partition by
 renaming it into lake/reports/<table>/ (jobs/context.py), which updates that folder's

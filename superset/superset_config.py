@@ -84,18 +84,51 @@ FEATURE_FLAGS = {
 # Chart data is kept for a day, but an entry stored before the report jobs last rewrote a
 # report table is a miss (superset/lake_cache.py); datasets over the raw flows and active
 # results, which grow all the time, keep theirs for 5 minutes (cache_timeout in the bundle).
-sys.path.append(str(Path(__file__).resolve().parent))  # lake_cache (appended: shadows nothing)
+def _register_lake_cache() -> str:
+    """superset/lake_cache.py as module `flowlake_lake_cache` (flask-caching imports the
+    class by dotted name; this folder is not put on sys.path, where it would make this
+    file importable as `superset_config` a second time)."""
+    import importlib.util
+
+    name = "flowlake_lake_cache"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "lake_cache.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return f"{name}.LakeAwareCache"
+
+
 LAKE_DIR = os.environ.get("FLOWLAKE_LAKE_DIR", "")
 _CACHE_DIR = str(STATE_DIR / "cache")
 CACHE_CONFIG = {"CACHE_TYPE": "FileSystemCache", "CACHE_DIR": _CACHE_DIR + "/meta",
                 "CACHE_DEFAULT_TIMEOUT": 300, "CACHE_KEY_PREFIX": "flowlake_meta_"}
-DATA_CACHE_CONFIG = {"CACHE_TYPE": "lake_cache.LakeAwareCache", "CACHE_DIR": _CACHE_DIR + "/data",
+DATA_CACHE_CONFIG = {"CACHE_TYPE": _register_lake_cache(), "CACHE_DIR": _CACHE_DIR + "/data",
                      "CACHE_DEFAULT_TIMEOUT": 86400, "CACHE_KEY_PREFIX": "flowlake_data_",
                      "CACHE_THRESHOLD": 5000, "CACHE_LAKE_DIR": LAKE_DIR}
 FILTER_STATE_CACHE_CONFIG = {"CACHE_TYPE": "FileSystemCache", "CACHE_DIR": _CACHE_DIR + "/filter",
                              "CACHE_DEFAULT_TIMEOUT": 86400}
 EXPLORE_FORM_DATA_CACHE_CONFIG = {"CACHE_TYPE": "FileSystemCache", "CACHE_DIR": _CACHE_DIR + "/explore",
                                   "CACHE_DEFAULT_TIMEOUT": 86400}
+
+# No animations: ECharts animates every chart for a second after it is drawn, and Ant
+# Design animates menus and panels; on a 2-core box that drawing competed with the charts
+# still loading (THEME_DEFAULT/THEME_DARK are Superset's own, with these two overrides).
+def _still(theme):
+    import copy
+
+    theme = copy.deepcopy(theme) if theme else {"token": {}}
+    theme.setdefault("token", {})["motion"] = False
+    theme["echartsOptionsOverrides"] = {**theme.get("echartsOptionsOverrides", {}), "animation": False}
+    return theme
+
+
+try:
+    from superset.config import THEME_DARK as _THEME_DARK, THEME_DEFAULT as _THEME_DEFAULT
+except ImportError:  # only outside Superset (unit tests of this file)
+    _THEME_DEFAULT = _THEME_DARK = None
+THEME_DEFAULT = _still(_THEME_DEFAULT)
+THEME_DARK = _still(_THEME_DARK) if _THEME_DARK else None
 
 # No usage telemetry: Superset's front end would otherwise load a tracking pixel from
 # scarf.sh on every page (an outside request; refused on an offline host).

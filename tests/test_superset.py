@@ -112,7 +112,7 @@ def test_dashboards_read_report_tables_only(cfg):
     assert flt["Direction"]["controlValues"]["multiSelect"] is False
     assert flt["Direction"]["controlValues"]["enableEmptyFilter"] is True
     assert flt["Direction"]["defaultDataMask"]["filterState"]["value"] == ["all"]
-    volume = next(yaml.safe_load(t) for n, t in bundle.files.items() if n.startswith("charts/traffic_volume"))
+    volume = next(yaml.safe_load(t) for n, t in bundle.files.items() if n.startswith("charts/totals_"))
     assert {"col": "direction", "op": "IN", "val": ["all"]} in json.loads(volume["query_context"])["queries"][0]["filters"]
 
 
@@ -328,7 +328,7 @@ def test_every_chart_returns_rows(api, superset):
 
 @pytest.mark.integration
 def test_totals_match_the_lake(api, superset, cfg):
-    """The dashboard's numbers equal the report table read independently (pyarrow):
+    """The dashboard's totals equal the report table read independently (pyarrow):
     whole day, direction 'all', summed over the exporters (not the 'all' rows)."""
     import pyarrow.dataset as pads
 
@@ -336,15 +336,12 @@ def test_totals_match_the_lake(api, superset, cfg):
                          partitioning="hive").to_table().to_pylist()
     day = [r for r in table if r["hour"] is None and r["direction"] == "all"]
     charts = {c["slice_name"]: c for c in api.get(api.base + "/api/v1/chart/?q=(page_size:200)").json()["result"]}
-
-    def number(title, key):
-        data = api.get(f"{api.base}/api/v1/chart/{charts[title]['id']}/data/").json()["result"][0]["data"]
-        return int(data[0][key])
-
-    assert number("Traffic volume", "bytes") == sum(r["bytes"] for r in day if r["exporter"] != "all") > 0
-    assert number("Flows", "flows") == sum(r["flows"] for r in day if r["exporter"] != "all")
+    got = api.get(f"{api.base}/api/v1/chart/{charts['Totals']['id']}/data/").json()["result"][0]["data"]
+    assert len(got) == 1
+    for key in ("bytes", "flows", "packets"):
+        assert int(got[0][key]) == sum(r[key] for r in day if r["exporter"] != "all") > 0, key
     everyone = [r["src_addrs"] for r in day if r["exporter"] == "all"]
-    assert number("Distinct source addresses", "sources") == (everyone[0] if everyone else sum(r["src_addrs"] for r in day))
+    assert int(got[0]["source addresses"]) == (everyone[0] if everyone else sum(r["src_addrs"] for r in day))
 
 
 @pytest.mark.integration
