@@ -156,8 +156,12 @@ def hour_to_null(df: DataFrame) -> DataFrame:
 
 
 def shared_flows(ctx) -> DataFrame:
-    """The day's flows with `direction`, computed once per run and cached when the runner
-    shares state between jobs (ctx.shared); columns are those the report jobs use."""
+    """The day's flows with `direction`; columns are those the report jobs use.
+
+    Deliberately not cached: building Spark's in-memory copy of 10M flows cost ~120 CPU
+    seconds (string columns, spills at a 2 GB heap), while re-reading the Parquet and
+    re-deriving direction costs ~14 per job that uses it (measured, bench/jobs.py).
+    The plan is shared through ctx.shared so every job reads the same definition."""
     cache = getattr(ctx, "shared", None)
     key = ("flows+direction", ctx.date)
     if cache is not None and key in cache:
@@ -166,8 +170,5 @@ def shared_flows(ctx) -> DataFrame:
             "src_port", "dst_port", "proto", "packets", "bytes", "hour"]
     df = with_direction(ctx.flows().select(*cols), ctx.cfg.site.local_prefixes)
     if cache is not None:
-        from pyspark import StorageLevel
-
-        df = df.persist(StorageLevel.MEMORY_AND_DISK)
         cache[key] = df
     return df
