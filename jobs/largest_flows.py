@@ -16,12 +16,15 @@ from . import common
 
 NAME = "largest_flows"
 TABLES = (LARGEST_FLOWS,)
-ORDER = [F.col("bytes").desc(), F.col("packets").desc(), F.col("time_start").asc(), F.col("src_addr").asc(),
-         F.col("dst_addr").asc(), F.col("src_port").asc(), F.col("dst_port").asc(), F.col("proto").asc()]
+# (column, descending): Column objects need a live Spark context, so they are built per call
+# (a module-level F.col broke `flowlake jobs list`, which imports every job without Spark)
+ORDER = [("bytes", True), ("packets", True), ("time_start", False), ("src_addr", False),
+         ("dst_addr", False), ("src_port", False), ("dst_port", False), ("proto", False)]
 
 
 def _top(df: DataFrame, n: int) -> DataFrame:
-    w = Window.partitionBy("direction", "exporter").orderBy(*ORDER)
+    order = [F.col(c).desc() if desc else F.col(c).asc() for c, desc in ORDER]
+    w = Window.partitionBy("direction", "exporter").orderBy(*order)
     return df.withColumn("rank", F.row_number().over(w)).where(F.col("rank") <= n)
 
 

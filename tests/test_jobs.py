@@ -260,6 +260,19 @@ def test_flow_size_dist_exact_vs_numpy(spark):
 
 
 # ---- the runner ------------------------------------------------------------------------------
+def test_every_job_imports_without_spark():
+    """`flowlake jobs list` imports every job module before any Spark session exists (a
+    module-level F.col() fails there): run it in a fresh interpreter."""
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "flowlake.cli", "jobs", "list"], capture_output=True, text=True,
+                         env={**os.environ, "COLUMNS": "250"}, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert "cannot import" not in res.stdout, res.stdout
+    for name in MY_JOBS + ["largest_flows", "traffic_totals"]:
+        assert name in res.stdout
+
+
 def test_cli_validates_date_and_job():
     from flowlake.jobs.runner import jobs
 
