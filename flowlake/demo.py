@@ -129,7 +129,8 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, no_superset: boo
         superset_cli.start(cfg)
         try:  # the first visitor then gets cached charts
             for slug, seconds in superset_cli.warm(cfg).items():
-                console.print(f"{slug}: first render {seconds:.1f} s, now cached")
+                console.print(f"{slug}: " + (f"first render {seconds:.1f} s, now cached" if seconds is not None
+                                             else "[yellow]not every chart finished in time[/]"))
         except click.ClickException as exc:
             console.print(f"[yellow]dashboards not pre-rendered: {exc.message}[/]")
         creds = superset_cli.credentials(cfg)

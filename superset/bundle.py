@@ -340,8 +340,11 @@ def chart_payload(chart: dict, ds: Dataset, where: str) -> tuple[dict, dict]:
         # numeric cell) are off: they were the better part of a table's render time.
         params.update(table_timestamp_format="smart_date", server_pagination=False, include_search=False,
                       allow_render_html=False, show_cell_bars=False, color_pn=False)
-        if chart.get("y_format"):  # number format of every metric column
-            params["column_config"] = {m["label"]: {"d3NumberFormat": chart["y_format"]} for m in metrics}
+        formats = {m["label"]: spec.get("format") or chart.get("y_format")  # per metric, else the chart's
+                   for m, spec in zip(metrics, chart.get("metrics") or []) if isinstance(spec, dict)}
+        formats.update(chart.get("formats") or {})  # raw columns: {column: d3 format}
+        if any(formats.values()):
+            params["column_config"] = {label: {"d3NumberFormat": f} for label, f in formats.items() if f}
     elif viz in ("line", "bar"):
         x = chart.get("x")
         if not x:

@@ -76,3 +76,13 @@ def test_dashboard_renders_every_chart(page, superset, slug):
         body = c["text"].replace(c["title"], "", 1)
         assert c["canvases"] or c["rows"] or any(ch.isdigit() for ch in body), \
             f"{slug} / {c['title']}: nothing rendered"
+
+
+@pytest.mark.integration
+def test_warm_opens_every_dashboard(superset, cfg):
+    """`flowlake superset warm` (run after the jobs, and by `flowlake demo`): every
+    provisioned dashboard rendered once, so their queries sit in the data cache."""
+    took = superset_cli.warm(cfg)
+    assert set(took) == set(superset["provision"]["dashboards"])
+    assert all(seconds is not None for seconds in took.values()), took
+    assert any(cfg.path("superset", "cache", "data").iterdir())
