@@ -82,7 +82,11 @@ def test_dashboard_renders_every_chart(page, superset, slug):
 def test_warm_opens_every_dashboard(superset, cfg):
     """`flowlake superset warm` (run after the jobs, and by `flowlake demo`): every
     provisioned dashboard rendered once, so their queries sit in the data cache."""
-    took = superset_cli.warm(cfg)
-    assert set(took) == set(superset["provision"]["dashboards"])
-    assert all(seconds is not None for seconds in took.values()), took
+    import subprocess
+
+    res = subprocess.run([str(REPO / ".venv" / "bin" / "flowlake"), "superset", "warm"],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for slug in superset["provision"]["dashboards"]:
+        assert f"{slug}: rendered in" in res.stdout, res.stdout
     assert any(cfg.path("superset", "cache", "data").iterdir())
