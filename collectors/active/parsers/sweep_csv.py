@@ -41,7 +41,15 @@ def _when(value: str, path, no, col) -> int:
 
 
 def parse(path, text: str) -> list[dict]:
-    reader = csv.reader(io.StringIO(text))
+    # newline="" as the csv module requires: a bare CR is a line end, not a stray byte
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        return _parse(path, reader)
+    except csv.Error as exc:  # e.g. a NUL byte or an unterminated quote at the end
+        raise ParseError(path, max(reader.line_num, 1), f"malformed CSV: {exc}") from None
+
+
+def _parse(path, reader) -> list[dict]:
     try:
         header = next(reader)
     except StopIteration:
