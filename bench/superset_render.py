@@ -12,6 +12,8 @@ settled, with the same predicate as tests/test_superset_browser.py):
           (own scratch home only; with --home the server cache is left alone)
   fresh   fresh browser context, Superset's data cache already filled
   warm    second visit in the same browser context
+  list    picked from the dashboard list in that context, as an operator moves around:
+          the app navigates in place, so Superset's scripts do not start again
 The machine's 1-minute load average is printed with every figure: on a shared 2-core
 box render times mean little without it. So is the CPU time each visit cost, in the
 browser (our Chromium processes) and in Superset (gunicorn master and workers): that
@@ -120,6 +122,29 @@ def render(page, base: str, slug: str, trace: bool = False, meter: CpuMeter | No
     return elapsed
 
 
+def render_from_list(page, base: str, slug: str, meter: CpuMeter | None = None) -> float:
+    """Open the dashboard list, then click the dashboard: in-app navigation."""
+    page.goto(f"{base}/dashboard/list/")
+    link = page.locator(f'a[href$="/superset/dashboard/{slug}/"]').first
+    link.wait_for(timeout=TIMEOUT_S * 1000)
+    page.wait_for_load_state("networkidle")
+    before = meter.sample() if meter else None
+    t0 = time.monotonic()
+    link.click()
+    try:
+        page.wait_for_function(ALL_CHARTS_SETTLED, timeout=TIMEOUT_S * 1000, polling=50)
+    except PlaywrightTimeout:
+        print(f"  !! {slug}: not settled after {TIMEOUT_S} s (from the list)")
+        render.cpu = (float("nan"), float("nan"))
+        return float("nan")
+    elapsed = time.monotonic() - t0
+    if meter:
+        time.sleep(0.3)
+        after = meter.sample()
+        render.cpu = (meter.delta(before[0], after[0]), meter.delta(before[1], after[1]))
+    return elapsed
+
+
 def clear_data_cache(home: Path) -> None:
     cache = home / "superset" / "cache" / "data"
     if cache.exists():
@@ -130,14 +155,14 @@ def clear_data_cache(home: Path) -> None:
 def measure(creds, home: Path | None, rounds: int, slugs: list[str], trace: set[str], gunicorn_pid: int | None) -> dict:
     from playwright.sync_api import sync_playwright
 
-    figures = {s: {k: [] for k in ("cold", "fresh", "warm", "cold cpu", "fresh cpu", "warm cpu")} for s in slugs}
+    figures = {s: {k: [] for k in ("cold", "fresh", "warm", "list", "cold cpu", "fresh cpu", "warm cpu", "list cpu")} for s in slugs}
     meter = CpuMeter(gunicorn_pid)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         for r in range(rounds):
             for slug in slugs:
                 row = {}
-                kinds = (["cold"] if home is not None else []) + ["fresh", "warm"]
+                kinds = (["cold"] if home is not None else []) + ["fresh", "warm", "list"]
                 ctx = None
                 for kind in kinds:
                     if kind in ("cold", "fresh"):
@@ -149,7 +174,10 @@ def measure(creds, home: Path | None, rounds: int, slugs: list[str], trace: set[
                         if kind == "cold":
                             clear_data_cache(home)
                     la = load()
-                    secs = render(page, creds["url"], slug, trace=slug in trace and r == 0, meter=meter)
+                    if kind == "list":
+                        secs = render_from_list(page, creds["url"], slug, meter=meter)
+                    else:
+                        secs = render(page, creds["url"], slug, trace=slug in trace and r == 0, meter=meter)
                     figures[slug][kind].append((secs, la))
                     figures[slug][kind + " cpu"].append((render.cpu, la))
                     row[kind] = (f"{secs:5.2f} s (load {la:4.2f}; CPU s: browser {render.cpu[0]:4.2f}, "
@@ -165,7 +193,7 @@ def summary(figures: dict) -> None:
     print("CPU = median CPU seconds per visit used by the browser + Superset (hardly depends on the load)")
     for slug, kinds in figures.items():
         parts, cpu = [], []
-        for kind in ("cold", "fresh", "warm"):
+        for kind in ("cold", "fresh", "warm", "list"):
             xs = kinds[kind]
             if not xs:
                 continue

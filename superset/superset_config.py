@@ -130,9 +130,14 @@ except ImportError:  # only outside Superset (unit tests of this file)
 THEME_DEFAULT = _still(_THEME_DEFAULT)
 THEME_DARK = _still(_THEME_DARK) if _THEME_DARK else None
 
-# No usage telemetry: Superset's front end would otherwise load a tracking pixel from
-# scarf.sh on every page (an outside request; refused on an offline host).
+# No usage telemetry. SCARF_ANALYTICS only covers the server; Superset 6.1's prebuilt
+# front end still draws a tracking pixel from apachesuperset.gateway.scarf.sh on every
+# page, which would tell an outside host who reads the border reports and when. A content
+# security policy makes the browser refuse it: images and fetches from this server only
+# (no map tiles either: no dashboard here has a map). Scripts and styles are left alone,
+# Talisman's nonce policy stays off (see above).
 SCARF_ANALYTICS = False
+OVERRIDE_HTTP_HEADERS = {"Content-Security-Policy": "img-src 'self' data: blob:; connect-src 'self'"}
 
 # flask-limiter's in-memory storage is per process; fine for one local service.
 RATELIMIT_STORAGE_URI = "memory://"

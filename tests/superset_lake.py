@@ -82,6 +82,8 @@ def _column(f, n, rng, day):
         return [str(x) for x in rng.choice(VOCAB[f.name], n)]
     if f.name == "hour":
         return [None if rng.random() < 0.5 else int(rng.integers(0, 24)) for _ in range(n)]
+    if f.name == "rank":  # top-N lists: ranks 1..20, as the jobs write them
+        return [int(x) for x in rng.integers(1, 21, n)]
     if f.type == "timestamp_ms":
         return [dt.datetime.fromtimestamp(int(x) / 1000, dt.timezone.utc) for x in day0 + rng.integers(0, 86_400_000, n)]
     if f.type in ("int", "long"):

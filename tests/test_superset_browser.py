@@ -50,6 +50,11 @@ def page(superset):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         pg = browser.new_page(viewport={"width": 1600, "height": 1200})
+        # Every URL the page asked for, and those the content security policy refused
+        # (the browser never sent those).
+        pg.requested, pg.refused = [], []
+        pg.on("request", lambda r: pg.requested.append(r.url))
+        pg.on("requestfailed", lambda r: r.failure == "csp" and pg.refused.append(r.url))
         superset_cli.browser_login(pg, creds)  # through the login page's form
         yield pg
         browser.close()
@@ -59,6 +64,8 @@ def page(superset):
 @pytest.mark.parametrize("slug", ["daily-operations", "flow-sizes", "active-vs-passive", "capacity"])
 def test_dashboard_renders_every_chart(page, superset, slug):
     expected = superset["provision"]["dashboards"][slug]
+    page.requested.clear()
+    page.refused.clear()
     t0 = time.monotonic()
     page.goto(f"{superset['creds']['url']}/superset/dashboard/{slug}/")
     page.wait_for_function(ALL_CHARTS_SETTLED, timeout=180_000, polling=100)
@@ -76,6 +83,32 @@ def test_dashboard_renders_every_chart(page, superset, slug):
         body = c["text"].replace(c["title"], "", 1)
         assert c["canvases"] or c["rows"] or any(ch.isdigit() for ch in body), \
             f"{slug} / {c['title']}: nothing rendered"
+    # Nothing leaves the host: no telemetry pixel, fonts or tiles from outside.
+    base = superset["creds"]["url"]
+    outside = sorted({u for u in page.requested if not u.startswith((base + "/", "data:", "blob:"))}
+                     - set(page.refused))
+    assert not outside, f"{slug}: the browser asked outside hosts for {outside}"
+
+
+@pytest.mark.integration
+def test_dashboards_open_from_the_dashboard_list(page, superset):
+    """How operators move around: log in once, pick each dashboard from the list; the
+    app navigates in place (no page load, so no second start of Superset's scripts).
+    Every chart must settle; the render time is printed (not asserted)."""
+    base = superset["creds"]["url"]
+    page.goto(f"{base}/dashboard/list/")
+    page.evaluate("window.__sameDocument = true")
+    for slug, charts in superset["provision"]["dashboards"].items():
+        link = page.locator(f'a[href$="/superset/dashboard/{slug}/"]').first
+        link.wait_for(timeout=60_000)
+        t0 = time.monotonic()
+        link.click()
+        page.wait_for_function(ALL_CHARTS_SETTLED, timeout=180_000, polling=100)
+        elapsed = time.monotonic() - t0
+        assert page.evaluate("window.__sameDocument === true"), f"{slug}: opening it reloaded the page"
+        assert page.locator('[data-test="dashboard-component-chart-holder"]').count() == len(charts)
+        print(f"\ndashboard {slug} from the list: {len(charts)} charts rendered in {elapsed:.2f} s")
+        page.go_back()
 
 
 @pytest.mark.integration
