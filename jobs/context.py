@@ -74,19 +74,50 @@ class JobContext:
         return write_partition(df, self.lake / "reports" / table, self.date)
 
 
+    def write_duckdb(self, con, query: str, table: str) -> int:
+        """Replace lake/reports/<table>/date=<date>/ with the rows of a DuckDB query
+        (columns cast to the declared types; one zstd Parquet file, no Spark involved)."""
+        from flowlake.schemas import registry
+
+        cols = [(n, t) for n, t in registry()[table].sql_columns() if n != "date"]
+        select = ", ".join(f'CAST("{n}" AS {t}) AS "{n}"' for n, t in cols)
+
+        def produce(staging: Path) -> int:
+            staging.mkdir(parents=True)
+            target = str(staging / "part-00000.zstd.parquet").replace("'", "''")
+            con.execute(f"COPY (SELECT {select} FROM ({query})) TO '{target}' (FORMAT parquet, COMPRESSION zstd)")
+            return con.execute(f"SELECT count(*) FROM read_parquet('{target}')").fetchone()[0]
+
+        return replace_partition(self.lake / "reports" / table, self.date, produce)
+
+
 def write_partition(df, base: Path, date: dt.date, coalesce: int = 1) -> int:
-    """Write df as base/date=<date>/ atomically (staging + rename); return row count."""
+    """Write the Spark DataFrame df as base/date=<date>/ atomically; return row count."""
+    def produce(staging: Path) -> int:
+        frame = df.coalesce(coalesce).cache()
+        rows = frame.count()
+        frame.write.mode("overwrite").option("compression", "zstd").parquet(str(staging))
+        frame.unpersist()
+        for junk in list(staging.glob("_*")) + list(staging.glob(".*.crc")):
+            junk.unlink()
+        return rows
+
+    return replace_partition(base, date, produce)
+
+
+def replace_partition(base: Path, date: dt.date, produce) -> int:
+    """produce(staging folder) writes the files and returns the row count; the folder
+    then replaces base/date=<date>/ by rename (readers see the old or the new, whole)."""
     base.mkdir(parents=True, exist_ok=True)
     # Staging and retired folders sit beside the table, out of reach of table/** globs.
     side = base.with_name(f".{base.name}.staging")
     side.mkdir(parents=True, exist_ok=True)
     staging = side / f"new-{date.isoformat()}-{uuid.uuid4().hex[:8]}"
-    df = df.coalesce(coalesce).cache()
-    rows = df.count()
-    df.write.mode("overwrite").option("compression", "zstd").parquet(str(staging))
-    df.unpersist()
-    for junk in list(staging.glob("_*")) + list(staging.glob(".*.crc")):
-        junk.unlink()
+    try:
+        rows = produce(staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     final = base / f"date={date.isoformat()}"
     old = side / f"old-{date.isoformat()}-{uuid.uuid4().hex[:8]}"
     if final.exists():

@@ -97,6 +97,11 @@ def _context_class():
             self.results[table] = rows
             return rows
 
+        def write_duckdb(self, con, query, table):
+            rows = super().write_duckdb(con, query, table)
+            self.results[table] = rows
+            return rows
+
     return RecordingContext
 
 

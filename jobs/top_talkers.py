@@ -12,6 +12,7 @@ Cost is what matters here (10M flows give ~7M hourly pairs and ~1,100 lists), so
 from __future__ import annotations
 
 import datetime as dt
+import logging
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Window
@@ -20,6 +21,8 @@ from pyspark.sql import functions as F
 from flowlake.schemas.reports import TOP_TALKERS
 
 from . import common
+
+log = logging.getLogger(__name__)
 
 NAME = "top_talkers"
 TABLES = (TOP_TALKERS,)
@@ -155,7 +158,26 @@ def top_talkers(flows: DataFrame, top_n: int, previous: DataFrame | None = None,
     return add_rank_change(ranked, previous)
 
 
+ENGINES = ("auto", "spark", "duckdb")
+
+
+def engine(ctx) -> str:
+    """[reports] engine: auto = DuckDB when Spark runs in local mode (one machine), else Spark."""
+    choice = str(getattr(ctx.cfg.reports, "engine", "auto")).lower()
+    if choice not in ENGINES:
+        raise ValueError(f"config [reports] engine = {choice!r}: must be one of {', '.join(ENGINES)}")
+    if choice == "auto":
+        return "duckdb" if ctx.spark.sparkContext.master.startswith("local") else "spark"
+    return choice
+
+
 def run(ctx) -> None:
+    if engine(ctx) == "duckdb":
+        from . import top_talkers_duckdb
+
+        log.info("top_talkers for %s with DuckDB ([reports] engine)", ctx.date)
+        if top_talkers_duckdb.run(ctx):
+            return
     flows = common.shared_flows(ctx)
     previous = ctx.report(NAME, ctx.date - dt.timedelta(days=1))
     top_n = int(ctx.cfg.reports.top_n)

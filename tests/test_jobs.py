@@ -167,6 +167,70 @@ def test_top_talkers_rank_share_ties_and_change(spark):
     assert sorted((r.rank, r.src_addr, r.rank_change) for r in out2) == [(1, "10.0.0.3", None), (2, "10.0.0.1", -1)]
 
 
+def test_top_talkers_duckdb_engine_equals_spark(spark):
+    """Both engines of top_talkers write the same rows: ranks, ties, shares, pairs,
+    'all' lists, day rows and rank change, on flows with many ties, IPv6, IPv4-mapped
+    and unparsable addresses (Spark's own lists are checked against nfdump below)."""
+    import duckdb
+
+    from flowlake.jobs import top_talkers as tt
+    from flowlake.jobs import top_talkers_duckdb as ttd
+
+    rng = random.Random(11)
+    hosts = ["10.0.0.1", "10.0.0.2", "10.9.9.9", "192.0.2.7", "8.8.8.8", "1.1.1.1", "203.0.113.5", "2001:db8::1",
+             "2001:DB8::2", "2001:db9::1", "::ffff:10.1.2.3", "::ffff:8.8.4.4", " 10.3.3.3 ", "not-an-address", "010.0.0.9"]
+
+    def day(d, n):
+        t0 = dt.datetime(2026, 3, d, 0, 0, tzinfo=UTC)
+        return [{"ts": t0 + dt.timedelta(hours=rng.choice([0, 1, 5, 23]), minutes=rng.randrange(60)),
+                 "src_addr": rng.choice(hosts), "dst_addr": rng.choice(hosts),
+                 "bytes": rng.choice([100, 200, 300]), "packets": rng.choice([1, 2])} for _ in range(n)]
+
+    cols = ["hour", "direction", "by", "metric", "rank", "src_addr", "dst_addr", "bytes", "packets", "flows",
+            "share", "rank_change"]
+
+    def canon(values):  # sortable with nulls; shares to 12 digits
+        return tuple((v is None, round(v, 12) if isinstance(v, float) else v) for v in values)
+
+    def spark_rows(df):
+        return sorted(canon(r) for r in df.select(*cols).collect())
+
+    def duck_rows(table):
+        return sorted(canon(r[c] for c in cols) for r in table.to_pylist())
+
+    con = duckdb.connect()
+    results = []
+    previous = None
+    for d in (10, 11):
+        rows = day(d, 600)
+        flows = frame(spark, rows)
+        ours = tt.top_talkers(flows, top_n=3, previous=previous)
+        raw = pa.Table.from_pylist([{k: r[k] for k in ("hour", "src_addr", "dst_addr", "bytes", "packets")}
+                                    for r in flow_rows(rows)])
+        con.register(f"flows_{d}", raw)
+        if previous is not None:
+            con.register("prev", pa.Table.from_pylist([r.asDict() for r in previous.collect()]))
+        duck = ttd.top_talkers(con, f"flows_{d}", LOCAL, 3, "prev" if previous is not None else None)
+        assert duck_rows(duck) == spark_rows(ours), f"day {d}"
+        previous = spark.createDataFrame(ours.collect(), ours.schema)
+        results.append(duck)
+    out = results[1].to_pylist()
+    assert {r["direction"] for r in out} == {"all", "inbound", "outbound", "internal", "transit"}
+    assert {r["by"] for r in out} == {"src", "dst", "pair"} and {r["hour"] for r in out} == {0, 1, 5, 23, None}
+    assert any(r["rank_change"] not in (None, 0) for r in out) and any(r["rank_change"] is None for r in out)
+
+
+def test_top_talkers_engine_choice(spark, tmp_path):
+    from flowlake.jobs import top_talkers as tt
+
+    def ctx(**env):
+        return type("Ctx", (), {"cfg": private_cfg(tmp_path, **env), "spark": spark})()
+    assert tt.engine(ctx()) == "duckdb"  # auto, and the test session runs Spark in local mode
+    assert tt.engine(ctx(FLOWLAKE_REPORTS_ENGINE="spark")) == "spark"
+    with pytest.raises(ValueError, match=r"\[reports\] engine = 'postgres': must be one of auto, spark, duckdb"):
+        tt.engine(ctx(FLOWLAKE_REPORTS_ENGINE="postgres"))
+
+
 # ---- protocol and app mix ------------------------------------------------------------------
 def test_protocol_and_app_mix(spark):
     from flowlake.jobs import app_mix, port_map, protocol_mix
@@ -497,6 +561,16 @@ def test_reports_equal_nfdump_on_real_nfcapd_files(spark, tmp_path, nfdump_bin):
         assert all(o.status == "ok" for o in outcomes), [(o.job, o.error) for o in outcomes]
 
     tt = {day: pq.read_table(cfg.lake / "reports" / "top_talkers" / f"date={day}").to_pylist() for day in days}
+    # Spark local mode: [reports] engine auto chose DuckDB for top_talkers; Spark's own
+    # engine must write the very same table (checked against nfdump below through it)
+    assert runner.run_jobs(spark, private_cfg(tmp_path / "home", FLOWLAKE_REPORTS_TOP_N="10",
+                                              FLOWLAKE_REPORTS_ENGINE="spark"),
+                           days[1], runner.order(found, ["top_talkers"]))[0].status == "ok"
+    by_spark = pq.read_table(cfg.lake / "reports" / "top_talkers" / f"date={days[1]}").to_pylist()
+
+    def canon(rows):
+        return sorted(tuple((v is None, round(v, 12) if isinstance(v, float) else v) for v in r.values()) for r in rows)
+    assert canon(by_spark) == canon(tt[days[1]]) and len(by_spark) > 100
     src_local = " or ".join(f"src net {p}" for p in LOCAL)
     dst_local = " or ".join(f"dst net {p}" for p in LOCAL)
     directions = {"all": "", "outbound": f"({src_local}) and not ({dst_local})",

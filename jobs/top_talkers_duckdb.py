@@ -1,0 +1,202 @@
+"""The top_talkers table computed by DuckDB: the same rows as top_talkers.top_talkers
+(Spark), for one machine.
+
+Why a second engine: on two cores Spark needs 134-172 s for the 1,125 lists of 10M flows
+(one hash aggregation into ~7M hourly address pairs is itself ~15 s of Spark there);
+DuckDB does the whole table in ~17 s (bench/jobs.py prints both). `[reports] engine`
+picks it: `auto` (default) uses DuckDB when Spark runs in local mode, Spark on a cluster.
+tests/test_jobs.py checks that both engines write identical tables, and the Spark one
+against nfdump.
+
+Same definitions as the Spark job: direction from [site] local_prefixes (IPv4 parsed in
+SQL like common.add_local_flag; anything else, e.g. IPv6 and IPv4-mapped IPv6, by Python's
+ipaddress on the distinct addresses only); rank ties broken by the other metrics
+descending, then address text ascending; share against the hour's and direction's total;
+rank_change against the previous day's table.
+"""
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+
+from . import common
+
+METRICS = ("bytes", "packets", "flows")
+OTHERS = {m: [o for o in METRICS if o != m] for m in METRICS}  # tie order, as in top_talkers.rank
+
+
+def parquet_files(part: Path) -> list[str]:
+    """The Parquet files Spark would read below `part`: hidden (. or _) paths skipped."""
+    if not part.exists():
+        return []
+    return sorted(str(p) for p in part.rglob("*.parquet")
+                  if not any(s.startswith((".", "_")) for s in p.relative_to(part).parts))
+
+
+def _local_udf(prefixes):
+    """Vectorised DuckDB UDF: non-IPv4 address text -> in a local prefix (ipaddress rules)."""
+    import pyarrow as pa
+
+    nets = common.parse_prefixes(prefixes)
+
+    def is_local(arr):
+        out = []
+        for a in arr.to_pylist():
+            try:
+                ip = ipaddress.ip_address(a.strip())
+            except (ValueError, AttributeError):
+                out.append(False)
+                continue
+            if ip.version == 6 and ip.ipv4_mapped:
+                ip = ip.ipv4_mapped
+            out.append(any(ip in n for n in nets if n.version == ip.version))
+        return pa.array(out, pa.bool_())
+
+    return is_local
+
+
+def _v4_local_sql(prefixes) -> str:
+    """SQL over `o` (the four octets as BIGINT, NULL when not a number): in a local IPv4 prefix."""
+    nets = [n for n in common.parse_prefixes(prefixes) if n.version == 4]
+    ip = "(o[1] * 16777216 + o[2] * 65536 + o[3] * 256 + o[4])"
+    ranges = " OR ".join(f"{ip} BETWEEN {int(n.network_address)} AND {int(n.broadcast_address)}" for n in nets)
+    valid = "len(o) = 4 AND len(list_filter(o, x -> x BETWEEN 0 AND 255)) = 4"
+    return f"({valid} AND ({ranges}))" if nets else "false"
+
+
+def top_talkers(con, flows: str, prefixes, top_n: int, previous: str | None = None):
+    """The top_talkers table as a pyarrow Table (see top_talkers_sql)."""
+    return con.execute(top_talkers_sql(con, flows, prefixes, top_n, previous)).fetch_arrow_table()
+
+
+def top_talkers_sql(con, flows: str, prefixes, top_n: int, previous: str | None = None) -> str:
+    """flows: a DuckDB relation (table, view or read_parquet(...)) with hour, src_addr,
+    dst_addr, bytes, packets. previous: the same for the previous day's top_talkers
+    table, or None. Builds temporary tables on `con` and returns the query of the
+    top_talkers table (valid on `con` until the next call)."""
+    top_n = int(top_n)
+    if top_n < 1:
+        raise ValueError(f"config [reports] top_n = {top_n}: must be at least 1")
+    try:  # a previous call on this connection may have registered it with other prefixes
+        con.remove_function("flowlake_is_local")
+    except Exception:  # noqa: BLE001 - duckdb raises InvalidInputException when absent
+        pass
+    con.create_function("flowlake_is_local", _local_udf(prefixes), ["VARCHAR"], "BOOLEAN", type="arrow",
+                        null_handling="special")
+    day = common.DAY_HOUR
+    sums = "sum(bytes)::BIGINT AS bytes, sum(packets)::BIGINT AS packets, sum(flows)::BIGINT AS flows"
+    # the one pass over the flows: hourly totals per (src, dst); direction depends on the
+    # addresses only, so it is derived afterwards from the (far fewer) distinct addresses
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE tt_raw AS
+        SELECT CAST(hour AS INTEGER) AS hour, src_addr, dst_addr, sum(bytes)::BIGINT AS bytes,
+               sum(packets)::BIGINT AS packets, count(*)::BIGINT AS flows
+        FROM {flows} GROUP BY ALL""")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE tt_addr AS
+        WITH a AS (SELECT DISTINCT a FROM (SELECT src_addr AS a FROM tt_raw UNION ALL SELECT dst_addr FROM tt_raw)),
+             t AS (SELECT a, lower(trim(a)) AS t FROM a),
+             o AS (SELECT a, list_transform(string_split(t, '.'), x -> TRY_CAST(x AS BIGINT)) AS o
+                   FROM t WHERE t IS NULL OR t NOT LIKE '%:%')
+        SELECT a, coalesce({_v4_local_sql(prefixes)}, false) AS loc FROM o
+        UNION ALL SELECT a, coalesce(flowlake_is_local(a), false) FROM t WHERE t LIKE '%:%'""")
+    con.execute("""CREATE OR REPLACE TEMP TABLE tt_pairs AS
+        SELECT r.hour, CASE WHEN s.loc AND d.loc THEN 'internal' WHEN s.loc THEN 'outbound'
+                            WHEN d.loc THEN 'inbound' ELSE 'transit' END AS direction,
+               r.src_addr, r.dst_addr, r.bytes, r.packets, r.flows
+        FROM tt_raw r JOIN tt_addr s ON r.src_addr IS NOT DISTINCT FROM s.a
+                      JOIN tt_addr d ON r.dst_addr IS NOT DISTINCT FROM d.a""")
+    con.execute("DROP TABLE tt_raw")
+    # keyed lists: src and dst per hour/day and direction/'all' (rolled up from per-hour
+    # key totals, not from the pairs again); pairs per hour/day and direction
+    levels = []
+    for by, key, null in (("src", "src_addr", "dst_addr"), ("dst", "dst_addr", "src_addr")):
+        levels.append(f"""SELECT coalesce(hour, {day}) AS hour, coalesce(direction, 'all') AS direction, '{by}' AS "by",
+            {key}, NULL::VARCHAR AS {null}, {sums}
+            FROM (SELECT hour, direction, {key}, {sums} FROM tt_pairs GROUP BY ALL)
+            GROUP BY GROUPING SETS ((hour, direction, {key}), (direction, {key}), (hour, {key}), ({key}))""")
+    con.execute("CREATE OR REPLACE TEMP TABLE tt_hosts AS " + " UNION ALL BY NAME ".join(levels))
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE tt_pair_day AS
+        SELECT {day} AS hour, direction, src_addr, dst_addr, {sums} FROM tt_pairs GROUP BY direction, src_addr, dst_addr""")
+    con.execute("""CREATE OR REPLACE TEMP VIEW tt_pair_keys AS
+        SELECT hour, direction, 'pair' AS "by", src_addr, dst_addr, bytes, packets, flows FROM tt_pairs
+        UNION ALL SELECT hour, direction, 'pair', src_addr, dst_addr, bytes, packets, flows FROM tt_pair_day""")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE tt_totals AS
+        SELECT coalesce(hour, {day}) AS hour, coalesce(direction, 'all') AS direction, {sums} FROM tt_pairs
+        GROUP BY GROUPING SETS ((hour, direction), (direction), (hour), ())""")
+    # No sort of every key: per list the N-th largest value of each metric (a bounded
+    # max(x, N)) is a floor every top-N key reaches; only keys at or above a floor are
+    # ranked. A pair has one direction, so the 'all' pair lists are the pairs of every
+    # direction taken together (floors per hour only).
+    floors = ", ".join(f"max({m}, {top_n})[-1] AS floor_{m}" for m in METRICS)
+    reach = " OR ".join(f"k.{m} >= f.floor_{m}" for m in METRICS)
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE tt_cand AS
+        WITH fh AS (SELECT hour, direction, "by", {floors} FROM tt_hosts GROUP BY ALL),
+             fp AS (SELECT hour, direction, {floors} FROM tt_pair_keys GROUP BY ALL),
+             fa AS (SELECT hour, {floors} FROM tt_pair_keys GROUP BY ALL)
+        SELECT k.* FROM tt_hosts k JOIN fh f USING (hour, direction, "by") WHERE {reach}
+        UNION ALL SELECT k.* FROM tt_pair_keys k JOIN fp f USING (hour, direction) WHERE {reach}
+        UNION ALL SELECT k.hour, 'all', k."by", k.src_addr, k.dst_addr, k.bytes, k.packets, k.flows
+                  FROM tt_pair_keys k JOIN fa f USING (hour) WHERE {reach}""")
+    ranked = " UNION ALL ".join(
+        f"""SELECT *, '{m}' AS metric, row_number() OVER (PARTITION BY hour, direction, "by" ORDER BY {m} DESC,
+                {OTHERS[m][0]} DESC, {OTHERS[m][1]} DESC, src_addr ASC NULLS FIRST, dst_addr ASC NULLS FIRST) AS rank
+            FROM tt_cand QUALIFY rank <= {top_n}""" for m in METRICS)
+    share = " ".join(f"WHEN '{m}' THEN x.{m} / t.{m}" for m in METRICS)
+    prev_join, change = "", "NULL::INTEGER"
+    if previous is not None:
+        prev_join = f"""LEFT JOIN {previous} p ON coalesce(p.hour, {day}) = x.hour AND p.direction = x.direction
+            AND p."by" = x."by" AND p.metric = x.metric AND p.src_addr IS NOT DISTINCT FROM x.src_addr
+            AND p.dst_addr IS NOT DISTINCT FROM x.dst_addr"""
+        change = "CAST(p.rank - x.rank AS INTEGER)"
+    sql = f"""SELECT CASE WHEN x.hour = {day} THEN NULL ELSE x.hour END::INTEGER AS hour, x.direction, x."by", x.metric,
+            x.rank::INTEGER AS rank, x.src_addr, x.dst_addr, x.bytes, x.packets, x.flows,
+            CAST(CASE x.metric {share} END AS DOUBLE) AS share, {change} AS rank_change
+        FROM ({ranked}) x JOIN tt_totals t ON t.hour = x.hour AND t.direction = x.direction {prev_join}
+        ORDER BY x.hour, x.direction, x."by", x.metric, x.rank"""
+    return sql
+
+
+def connect(cfg):
+    """An in-process DuckDB: every core, spills under $FLOWLAKE_HOME/tmp."""
+    import duckdb
+
+    tmp = Path(cfg.path("tmp", "duckdb"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect(config={"temp_directory": str(tmp), "threads": os.cpu_count() or 1})
+    return con
+
+
+def run(ctx) -> bool:
+    """Write the top_talkers table with DuckDB; False when there are no flow files (the
+    caller's Spark path then writes the empty table)."""
+    import datetime as dt
+
+    from flowlake.pipelines import lake_check
+
+    date = ctx.date.isoformat()
+    lake_check.check(ctx.lake, "flows", f"date={date}")
+    files = parquet_files(ctx.lake / "flows" / f"date={date}")
+    if not files:
+        return False
+    prev_date = (ctx.date - dt.timedelta(days=1)).isoformat()
+    lake_check.check(ctx.lake, "reports/top_talkers", f"date={prev_date}")
+    prev_files = parquet_files(ctx.lake / "reports" / "top_talkers" / f"date={prev_date}")
+    con = connect(ctx.cfg)
+    try:
+        con.execute(f"""CREATE TEMP VIEW tt_flows AS SELECT CAST(hour AS INTEGER) AS hour, src_addr, dst_addr,
+                        CAST(bytes AS BIGINT) AS bytes, CAST(packets AS BIGINT) AS packets
+                        FROM read_parquet({_sql_list(files)}, hive_partitioning = true, union_by_name = true)""")
+        previous = None
+        if prev_files:
+            con.execute(f"""CREATE TEMP VIEW tt_previous AS SELECT hour, direction, "by", metric, rank, src_addr, dst_addr
+                            FROM read_parquet({_sql_list(prev_files)}, union_by_name = true)""")
+            previous = "tt_previous"
+        query = top_talkers_sql(con, "tt_flows", ctx.cfg.site.local_prefixes, int(ctx.cfg.reports.top_n), previous)
+        ctx.write_duckdb(con, query, "top_talkers")
+    finally:
+        con.close()
+    return True
+
+
+def _sql_list(paths: list[str]) -> str:
+    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"
