@@ -1,18 +1,20 @@
 """The top_talkers table computed by DuckDB: the same rows as top_talkers.top_talkers
 (Spark), for one machine.
 
-Why a second engine: on two cores Spark needs 134-172 s for the 1,125 lists of 10M flows
+Why a second engine: on two cores Spark needs ~134 s for the 1,125 lists of 10M flows
 (one hash aggregation into ~7M hourly address pairs is itself ~15 s of Spark there);
-DuckDB does the whole table in ~17 s (bench/jobs.py prints both). `[reports] engine`
-picks it: `auto` (default) uses DuckDB when Spark runs in local mode, Spark on a cluster.
-tests/test_jobs.py checks that both engines write identical tables, and the Spark one
-against nfdump.
+DuckDB writes the same table in ~13.5 s (bench/jobs.py --spark-engine prints both).
+`[reports] engine` picks it: `auto` (default) uses DuckDB when Spark runs in local mode,
+Spark on a cluster. tests/test_jobs.py checks that both engines write identical tables,
+and the table against nfdump's `-s` statistics.
 
-Same definitions as the Spark job: direction from [site] local_prefixes (IPv4 parsed in
-SQL like common.add_local_flag; anything else, e.g. IPv6 and IPv4-mapped IPv6, by Python's
-ipaddress on the distinct addresses only); rank ties broken by the other metrics
+Same definitions as the Spark job: direction from [site] local_prefixes (IPv4 text parsed
+in SQL like common.add_local_flag; anything else, e.g. IPv6 and IPv4-mapped IPv6, by
+Python's ipaddress on the distinct addresses only); rank ties broken by the other metrics
 descending, then address text ascending; share against the hour's and direction's total;
-rank_change against the previous day's table.
+rank_change against the previous day's table. One known difference: an IPv4-mapped
+address written in hex (`::ffff:a01:203`) counts as IPv4 here but as IPv6 in Spark's
+parser; addresses reach the lake in canonical text (`::ffff:10.1.2.3`), where both agree.
 """
 from __future__ import annotations
 
