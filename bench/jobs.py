@@ -37,6 +37,7 @@ import pyarrow.parquet as pq
 
 DAY = dt.date(2026, 11, 20)
 JOBS = ["top_talkers", "protocol_mix", "app_mix", "traffic_ts", "flow_size_dist"]
+DUCKDB_JOBS = ["top_talkers", "flow_size_dist"]  # [reports] engine: DuckDB in Spark local mode
 
 
 # ---- synthetic day -------------------------------------------------------------------------
@@ -160,7 +161,7 @@ def main() -> None:
     ap.add_argument("--nfdump-flows", type=int, default=1_000_000)
     ap.add_argument("--keep", action="store_true", help="keep the temporary FLOWLAKE_HOME")
     ap.add_argument("--spark-engine", action="store_true",
-                    help="also time top_talkers on Spark's engine when [reports] engine picked DuckDB (slow: minutes)")
+                    help="also time top_talkers and flow_size_dist on Spark when [reports] engine picked DuckDB (slow: minutes)")
     args = ap.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="flowlake-bench-jobs-"))
@@ -212,16 +213,17 @@ def main() -> None:
                 sys.exit(f"job failed: {bad}")
             return time.perf_counter() - t, outcomes
 
-        from flowlake.jobs import top_talkers as tt_job
+        from flowlake.jobs import duck
 
-        engine = tt_job.engine(type("Ctx", (), {"cfg": cfg, "spark": spark})())
+        engine = duck.engine(type("Ctx", (), {"cfg": cfg, "spark": spark})())
         fig["top_talkers_s"], _ = timed(["top_talkers"])
         fig["daily_set_s"], outcomes = timed(JOBS)
-        if args.spark_engine and engine != "spark":  # the other engine, same flows, for the ratio
+        if args.spark_engine and engine != "spark":  # the jobs DuckDB took over, on Spark, same flows
             spark_cfg = config.load(env={**os.environ, "FLOWLAKE_REPORTS_ENGINE": "spark"})
-            t = time.perf_counter()
-            runner.run_jobs(spark, spark_cfg, DAY, runner.order(found, ["top_talkers"]))
-            fig["top_talkers_spark_s"] = time.perf_counter() - t
+            for job in DUCKDB_JOBS:
+                t = time.perf_counter()
+                runner.run_jobs(spark, spark_cfg, DAY, runner.order(found, [job]))
+                fig[f"{job}_spark_s"] = time.perf_counter() - t
 
         spark_top = pq.read_table(cfg.lake / "reports" / "top_talkers" / f"date={DAY}").to_pandas()
         spark_top = spark_top.query("hour.isnull() and direction == 'all' and by == 'src' and metric == 'bytes'").sort_values("rank")
@@ -237,9 +239,10 @@ def main() -> None:
             (f"top_talkers job alone, engine {engine} ({n:,})", fig["top_talkers_s"], n / fig["top_talkers_s"]),
             (f"daily set, {len(JOBS)} jobs ({n:,}, local[2])", fig["daily_set_s"], n / fig["daily_set_s"]),
         ]
-        if "top_talkers_spark_s" in fig:
-            rows.append((f"top_talkers job alone, engine spark ({n:,}, local[2])", fig["top_talkers_spark_s"],
-                         n / fig["top_talkers_spark_s"]))
+        for job in DUCKDB_JOBS:
+            if f"{job}_spark_s" in fig:
+                rows.append((f"{job} job alone, engine spark ({n:,}, local[2])", fig[f"{job}_spark_s"],
+                             n / fig[f"{job}_spark_s"]))
         for what, sec, rate in rows:
             print(f"{what:58s} {sec:8.2f} {rate:12,.0f}")
         print()

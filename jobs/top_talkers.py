@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 from flowlake.schemas.reports import TOP_TALKERS
 
-from . import common
+from . import common, duck
 
 log = logging.getLogger(__name__)
 
@@ -158,21 +158,8 @@ def top_talkers(flows: DataFrame, top_n: int, previous: DataFrame | None = None,
     return add_rank_change(ranked, previous)
 
 
-ENGINES = ("auto", "spark", "duckdb")
-
-
-def engine(ctx) -> str:
-    """[reports] engine: auto = DuckDB when Spark runs in local mode (one machine), else Spark."""
-    choice = str(getattr(ctx.cfg.reports, "engine", "auto")).lower()
-    if choice not in ENGINES:
-        raise ValueError(f"config [reports] engine = {choice!r}: must be one of {', '.join(ENGINES)}")
-    if choice == "auto":
-        return "duckdb" if ctx.spark.sparkContext.master.startswith("local") else "spark"
-    return choice
-
-
 def run(ctx) -> None:
-    if engine(ctx) == "duckdb":
+    if duck.engine(ctx) == "duckdb":
         from . import top_talkers_duckdb
 
         log.info("top_talkers for %s with DuckDB ([reports] engine)", ctx.date)

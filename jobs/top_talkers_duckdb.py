@@ -18,53 +18,10 @@ parser; addresses reach the lake in canonical text (`::ffff:10.1.2.3`), where bo
 """
 from __future__ import annotations
 
-import ipaddress
-import os
-from pathlib import Path
-
-from . import common
+from . import common, duck
 
 METRICS = ("bytes", "packets", "flows")
 OTHERS = {m: [o for o in METRICS if o != m] for m in METRICS}  # tie order, as in top_talkers.rank
-
-
-def parquet_files(part: Path) -> list[str]:
-    """The Parquet files Spark would read below `part`: hidden (. or _) paths skipped."""
-    if not part.exists():
-        return []
-    return sorted(str(p) for p in part.rglob("*.parquet")
-                  if not any(s.startswith((".", "_")) for s in p.relative_to(part).parts))
-
-
-def _local_udf(prefixes):
-    """Vectorised DuckDB UDF: non-IPv4 address text -> in a local prefix (ipaddress rules)."""
-    import pyarrow as pa
-
-    nets = common.parse_prefixes(prefixes)
-
-    def is_local(arr):
-        out = []
-        for a in arr.to_pylist():
-            try:
-                ip = ipaddress.ip_address(a.strip())
-            except (ValueError, AttributeError):
-                out.append(False)
-                continue
-            if ip.version == 6 and ip.ipv4_mapped:
-                ip = ip.ipv4_mapped
-            out.append(any(ip in n for n in nets if n.version == ip.version))
-        return pa.array(out, pa.bool_())
-
-    return is_local
-
-
-def _v4_local_sql(prefixes) -> str:
-    """SQL over `o` (the four octets as BIGINT, NULL when not a number): in a local IPv4 prefix."""
-    nets = [n for n in common.parse_prefixes(prefixes) if n.version == 4]
-    ip = "(o[1] * 16777216 + o[2] * 65536 + o[3] * 256 + o[4])"
-    ranges = " OR ".join(f"{ip} BETWEEN {int(n.network_address)} AND {int(n.broadcast_address)}" for n in nets)
-    valid = "len(o) = 4 AND len(list_filter(o, x -> x BETWEEN 0 AND 255)) = 4"
-    return f"({valid} AND ({ranges}))" if nets else "false"
 
 
 def top_talkers(con, flows: str, prefixes, top_n: int, previous: str | None = None):
@@ -80,12 +37,6 @@ def top_talkers_sql(con, flows: str, prefixes, top_n: int, previous: str | None 
     top_n = int(top_n)
     if top_n < 1:
         raise ValueError(f"config [reports] top_n = {top_n}: must be at least 1")
-    try:  # a previous call on this connection may have registered it with other prefixes
-        con.remove_function("flowlake_is_local")
-    except Exception:  # noqa: BLE001 - duckdb raises InvalidInputException when absent
-        pass
-    con.create_function("flowlake_is_local", _local_udf(prefixes), ["VARCHAR"], "BOOLEAN", type="arrow",
-                        null_handling="special")
     day = common.DAY_HOUR
     sums = "sum(bytes)::BIGINT AS bytes, sum(packets)::BIGINT AS packets, sum(flows)::BIGINT AS flows"
     # the one pass over the flows: hourly totals per (src, dst); direction depends on the
@@ -94,16 +45,9 @@ def top_talkers_sql(con, flows: str, prefixes, top_n: int, previous: str | None 
         SELECT CAST(hour AS INTEGER) AS hour, src_addr, dst_addr, sum(bytes)::BIGINT AS bytes,
                sum(packets)::BIGINT AS packets, count(*)::BIGINT AS flows
         FROM {flows} GROUP BY ALL""")
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE tt_addr AS
-        WITH a AS (SELECT DISTINCT a FROM (SELECT src_addr AS a FROM tt_raw UNION ALL SELECT dst_addr FROM tt_raw)),
-             t AS (SELECT a, lower(trim(a)) AS t FROM a),
-             o AS (SELECT a, list_transform(string_split(t, '.'), x -> TRY_CAST(x AS BIGINT)) AS o
-                   FROM t WHERE t IS NULL OR t NOT LIKE '%:%')
-        SELECT a, coalesce({_v4_local_sql(prefixes)}, false) AS loc FROM o
-        UNION ALL SELECT a, coalesce(flowlake_is_local(a), false) FROM t WHERE t LIKE '%:%'""")
-    con.execute("""CREATE OR REPLACE TEMP TABLE tt_pairs AS
-        SELECT r.hour, CASE WHEN s.loc AND d.loc THEN 'internal' WHEN s.loc THEN 'outbound'
-                            WHEN d.loc THEN 'inbound' ELSE 'transit' END AS direction,
+    duck.local_addresses(con, "tt_addr", "(SELECT src_addr AS a FROM tt_raw UNION ALL SELECT dst_addr FROM tt_raw)", prefixes)
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE tt_pairs AS
+        SELECT r.hour, {duck.DIRECTION.format(s="s", d="d")} AS direction,
                r.src_addr, r.dst_addr, r.bytes, r.packets, r.flows
         FROM tt_raw r JOIN tt_addr s ON r.src_addr IS NOT DISTINCT FROM s.a
                       JOIN tt_addr d ON r.dst_addr IS NOT DISTINCT FROM d.a""")
@@ -158,16 +102,6 @@ def top_talkers_sql(con, flows: str, prefixes, top_n: int, previous: str | None 
     return sql
 
 
-def connect(cfg):
-    """An in-process DuckDB: every core, spills under $FLOWLAKE_HOME/tmp."""
-    import duckdb
-
-    tmp = Path(cfg.path("tmp", "duckdb"))
-    tmp.mkdir(parents=True, exist_ok=True)
-    con = duckdb.connect(config={"temp_directory": str(tmp), "threads": os.cpu_count() or 1})
-    return con
-
-
 def run(ctx) -> bool:
     """Write the top_talkers table with DuckDB; False when there are no flow files (the
     caller's Spark path then writes the empty table)."""
@@ -175,30 +109,21 @@ def run(ctx) -> bool:
 
     from flowlake.pipelines import lake_check
 
-    date = ctx.date.isoformat()
-    lake_check.check(ctx.lake, "flows", f"date={date}")
-    files = parquet_files(ctx.lake / "flows" / f"date={date}")
-    if not files:
-        return False
     prev_date = (ctx.date - dt.timedelta(days=1)).isoformat()
     lake_check.check(ctx.lake, "reports/top_talkers", f"date={prev_date}")
-    prev_files = parquet_files(ctx.lake / "reports" / "top_talkers" / f"date={prev_date}")
-    con = connect(ctx.cfg)
+    prev_files = duck.parquet_files(ctx.lake / "reports" / "top_talkers" / f"date={prev_date}")
+    con = duck.connect(ctx.cfg)
     try:
-        con.execute(f"""CREATE TEMP VIEW tt_flows AS SELECT CAST(hour AS INTEGER) AS hour, src_addr, dst_addr,
-                        CAST(bytes AS BIGINT) AS bytes, CAST(packets AS BIGINT) AS packets
-                        FROM read_parquet({_sql_list(files)}, hive_partitioning = true, union_by_name = true)""")
+        flows = duck.flows_view(con, ctx)
+        if flows is None:
+            return False
         previous = None
         if prev_files:
             con.execute(f"""CREATE TEMP VIEW tt_previous AS SELECT hour, direction, "by", metric, rank, src_addr, dst_addr
-                            FROM read_parquet({_sql_list(prev_files)}, union_by_name = true)""")
+                            FROM read_parquet({duck.sql_list(prev_files)}, union_by_name = true)""")
             previous = "tt_previous"
-        query = top_talkers_sql(con, "tt_flows", ctx.cfg.site.local_prefixes, int(ctx.cfg.reports.top_n), previous)
+        query = top_talkers_sql(con, flows, ctx.cfg.site.local_prefixes, int(ctx.cfg.reports.top_n), previous)
         ctx.write_duckdb(con, query, "top_talkers")
     finally:
         con.close()
     return True
-
-
-def _sql_list(paths: list[str]) -> str:
-    return "[" + ", ".join("'" + p.replace("'", "''") + "'" for p in paths) + "]"

@@ -125,7 +125,7 @@ _P = (("p50", "50th"), ("p75", "75th"), ("p90", "90th"), ("p99", "99th"), ("p999
 FLOW_SIZE_DIST = Record(
     name="flow_size_dist",
     namespace="flowlake.reports",
-    doc=("Flow size distribution per day (hour is always null), direction and `flow_class` "
+    doc=("Flow size distribution per hour (0-23) and for the whole day (hour null), per direction and `flow_class` "
          "(tcp, udp, icmp (incl. ICMPv6), other, all). TCP in/out = flow_class 'tcp' with direction "
          "'inbound'/'outbound'. Percentiles are exact, by nearest rank: the smallest observed value v "
          "with at least ceil(p*n) flows <= v (numpy `percentile(..., method='inverted_cdf')`). "

@@ -221,14 +221,14 @@ def test_top_talkers_duckdb_engine_equals_spark(spark):
 
 
 def test_top_talkers_engine_choice(spark, tmp_path):
-    from flowlake.jobs import top_talkers as tt
+    from flowlake.jobs import duck
 
     def ctx(**env):
         return type("Ctx", (), {"cfg": private_cfg(tmp_path, **env), "spark": spark})()
-    assert tt.engine(ctx()) == "duckdb"  # auto, and the test session runs Spark in local mode
-    assert tt.engine(ctx(FLOWLAKE_REPORTS_ENGINE="spark")) == "spark"
+    assert duck.engine(ctx()) == "duckdb"  # auto, and the test session runs Spark in local mode
+    assert duck.engine(ctx(FLOWLAKE_REPORTS_ENGINE="spark")) == "spark"
     with pytest.raises(ValueError, match=r"\[reports\] engine = 'postgres': must be one of auto, spark, duckdb"):
-        tt.engine(ctx(FLOWLAKE_REPORTS_ENGINE="postgres"))
+        duck.engine(ctx(FLOWLAKE_REPORTS_ENGINE="postgres"))
 
 
 # ---- protocol and app mix ------------------------------------------------------------------
@@ -292,35 +292,58 @@ def test_traffic_ts_spreads_and_summarises(spark):
 
 # ---- flow size distribution -----------------------------------------------------------------
 def test_flow_size_dist_exact_vs_numpy(spark):
+    """Both engines (Spark; DuckDB) against numpy, for every hour/day x direction x class."""
+    import duckdb
+
     from flowlake.jobs import flow_size_dist as fsd
+    from flowlake.jobs import flow_size_dist_duckdb as fsd_duck
 
     rng = np.random.default_rng(11)
     n = 4000
     packets = np.floor(rng.pareto(1.3, n) * 3 + 1).astype(np.int64)
     sizes = (packets * rng.integers(40, 1500, n)).astype(np.int64)
+    sizes[:7] = 0  # zero-byte flows count in n but have no CCDF bin
     protos = rng.choice([6, 6, 6, 17, 17, 1, 47], n)
     srcs = rng.choice(["10.0.0.1", "8.8.8.8"], n)
+    hours = rng.choice([3, 17], n, p=[0.3, 0.7])
     rows = [{"proto": int(p), "bytes": int(b), "packets": int(k), "src_addr": str(s),
-             "dst_addr": "9.9.9.9" if s == "10.0.0.1" else "10.0.0.2"}
-            for p, b, k, s in zip(protos, sizes, packets, srcs)]
-    out = {(r.direction, r.flow_class): r for r in fsd.flow_size_dist(frame(spark, rows)).collect()}
+             "dst_addr": "9.9.9.9" if s == "10.0.0.1" else "10.0.0.2",
+             "ts": dt.datetime(2026, 3, 10, int(h), 5, tzinfo=UTC)}
+            for p, b, k, s, h in zip(protos, sizes, packets, srcs, hours)]
+    spark_rows = {(r.hour, r.direction, r.flow_class): r.asDict() for r in fsd.flow_size_dist(frame(spark, rows)).collect()}
+    # the DuckDB engine on the same flows (what `[reports] engine = auto` runs in local mode)
+    con = duckdb.connect()
+    con.register("flows", pa.Table.from_pylist([{k: r[k] for k in ("hour", "src_addr", "dst_addr", "proto", "bytes", "packets")}
+                                                for r in flow_rows(rows)]))
+    duck_rows = {(r["hour"], r["direction"], r["flow_class"]): r
+                 for r in fsd_duck.flow_size_dist(con, "flows", LOCAL).to_pylist()}
     classes = {"tcp": protos == 6, "udp": protos == 17, "icmp": protos == 1, "other": protos == 47, "all": protos > 0}
     dirs = {"all": srcs != "", "outbound": srcs == "10.0.0.1", "inbound": srcs == "8.8.8.8"}
-    for (d, c), r in out.items():
-        mask = classes[c] & dirs[d]
-        b, k = sizes[mask], packets[mask]
-        assert r.flows == mask.sum() and r.bytes == b.sum() and r.packets == k.sum() and r.hour is None
-        assert r.bytes_mean == pytest.approx(b.mean()) and r.packets_mean == pytest.approx(k.mean())
-        for name, permille in fsd.PERCENTILES:
-            assert getattr(r, f"bytes_{name}") == np.quantile(b, permille / 1000, method="inverted_cdf"), (d, c, name)
-            assert getattr(r, f"packets_{name}") == np.quantile(k, permille / 1000, method="inverted_cdf"), (d, c, name)
-        top = np.sort(b)[::-1][: math.ceil(len(b) * 0.01)]
-        assert r.top1pct_bytes_share == pytest.approx(top.sum() / b.sum())
-        assert len(r.ccdf_bytes_x) == len(r.ccdf_bytes_y) > 3
-        for x, y in zip(r.ccdf_bytes_x, r.ccdf_bytes_y):
-            assert y == pytest.approx((b >= x).mean())
-        assert r.ccdf_bytes_y[0] == 1.0 and list(r.ccdf_bytes_x) == sorted(r.ccdf_bytes_x)
-    assert set(out) == {(d, c) for d in dirs for c in classes}
+    times = {None: hours >= 0, 3: hours == 3, 17: hours == 17}
+    for engine, out in (("spark", spark_rows), ("duckdb", duck_rows)):
+        assert set(out) == {(h, d, c) for h in times for d in dirs for c in classes}, engine
+        for (h, d, c), r in out.items():
+            where = (engine, h, d, c)
+            mask = classes[c] & dirs[d] & times[h]
+            b, k = sizes[mask], packets[mask]
+            assert r["flows"] == mask.sum() and r["bytes"] == b.sum() and r["packets"] == k.sum(), where
+            assert r["bytes_mean"] == pytest.approx(b.mean()) and r["packets_mean"] == pytest.approx(k.mean()), where
+            for name, permille in fsd.PERCENTILES:
+                assert r[f"bytes_{name}"] == np.quantile(b, permille / 1000, method="inverted_cdf"), (*where, name)
+                assert r[f"packets_{name}"] == np.quantile(k, permille / 1000, method="inverted_cdf"), (*where, name)
+            top = np.sort(b)[::-1][: math.ceil(len(b) * 0.01)]
+            assert r["top1pct_bytes_share"] == pytest.approx(top.sum() / b.sum()), where
+            assert len(r["ccdf_bytes_x"]) == len(r["ccdf_bytes_y"]) > 3, where
+            for x, y in zip(r["ccdf_bytes_x"], r["ccdf_bytes_y"]):
+                assert y == pytest.approx((b >= x).mean()), where
+            for x, y in zip(r["ccdf_packets_x"], r["ccdf_packets_y"]):
+                assert y == pytest.approx((k >= x).mean()), where
+            assert list(r["ccdf_bytes_x"]) == sorted(r["ccdf_bytes_x"]) and r["ccdf_packets_y"][0] == 1.0, where
+            # and the two engines agree value for value (doubles to rounding)
+            other = spark_rows[(h, d, c)]
+            for col, v in r.items():
+                assert (v == pytest.approx(other[col], rel=1e-12)) if isinstance(v, (float, list)) else v == other[col], \
+                    (*where, col)
 
 
 # ---- the runner ------------------------------------------------------------------------------
