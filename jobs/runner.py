@@ -202,8 +202,8 @@ def run_cmd(date: dt.date, names: tuple[str, ...], master: str | None):
 
     Rerunning a date replaces exactly that date. A date without flows writes empty
     tables and says so. The exit status is non-zero if any job failed; the others
-    still run. With a local master, top_talkers runs on DuckDB (same table, ~10x
-    faster on one machine); [reports] engine = spark|duckdb|auto chooses.
+    still run. With a local master, top_talkers and flow_size_dist run on DuckDB
+    (same tables, 10-20x faster on one machine); [reports] engine = auto|spark|duckdb.
 
     \b
     Examples:
