@@ -156,7 +156,7 @@ def hour_to_null(df: DataFrame) -> DataFrame:
 
 
 def shared_flows(ctx) -> DataFrame:
-    """The day's flows with `direction`; columns are those the report jobs use.
+    """The day's flows with `direction` (all columns; Spark prunes per job).
 
     Deliberately not cached: building Spark's in-memory copy of 10M flows cost ~120 CPU
     seconds (string columns, spills at a 2 GB heap), while re-reading the Parquet and
@@ -166,9 +166,9 @@ def shared_flows(ctx) -> DataFrame:
     key = ("flows+direction", ctx.date)
     if cache is not None and key in cache:
         return cache[key]
-    cols = ["time_start", "time_end", "exporter", "input_if", "src_addr", "dst_addr",
-            "src_port", "dst_port", "proto", "packets", "bytes", "hour"]
-    df = with_direction(ctx.flows().select(*cols), ctx.cfg.site.local_prefixes)
+    # every column: not cached, so Spark reads only those each job's plan uses (a fixed
+    # list here once left out output_if and broke largest_flows)
+    df = with_direction(ctx.flows(), ctx.cfg.site.local_prefixes)
     if cache is not None:
         cache[key] = df
     return df

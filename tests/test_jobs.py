@@ -579,8 +579,8 @@ def test_reports_equal_nfdump_on_real_nfcapd_files(spark, tmp_path, nfdump_bin):
         assert lake_from_nfdump(files[day], cfg.lake) > 800
 
     found = runner.discover()
-    for day in days:
-        outcomes = runner.run_jobs(spark, cfg, day, runner.order(found, MY_JOBS))
+    for day in days:  # with every other job that reads the shared flows
+        outcomes = runner.run_jobs(spark, cfg, day, runner.order(found, MY_JOBS + ["largest_flows", "traffic_totals"]))
         assert all(o.status == "ok" for o in outcomes), [(o.job, o.error) for o in outcomes]
 
     tt = {day: pq.read_table(cfg.lake / "reports" / "top_talkers" / f"date={day}").to_pylist() for day in days}
