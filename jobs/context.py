@@ -73,7 +73,6 @@ class JobContext:
             df = df.select(*cols)
         return write_partition(df, self.lake / "reports" / table, self.date)
 
-
     def write_duckdb(self, con, query: str, table: str) -> int:
         """Replace lake/reports/<table>/date=<date>/ with the rows of a DuckDB query
         (columns cast to the declared types; one zstd Parquet file, no Spark involved)."""

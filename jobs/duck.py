@@ -14,8 +14,6 @@ from pathlib import Path
 from . import common
 
 ENGINES = ("auto", "spark", "duckdb")
-DIRECTION = """CASE WHEN {s}.loc AND {d}.loc THEN 'internal' WHEN {s}.loc THEN 'outbound'
-                    WHEN {d}.loc THEN 'inbound' ELSE 'transit' END"""
 
 
 def engine(ctx) -> str:
@@ -97,7 +95,7 @@ def _v4_local_sql(prefixes) -> str:
     return f"({valid} AND ({ranges}))" if nets else "false"
 
 
-def local_addresses(con, table: str, addresses: str, prefixes) -> None:
+def _local_addresses(con, table: str, addresses: str, prefixes) -> None:
     """Create temp table `table` (a, loc): every distinct address of the relation
     `addresses` (one column `a`) and whether it lies in a local prefix. Same rules as
     common.add_local_flag: IPv4 text parsed in SQL; anything else (IPv6, IPv4-mapped
@@ -115,3 +113,16 @@ def local_addresses(con, table: str, addresses: str, prefixes) -> None:
                    FROM t WHERE t IS NULL OR t NOT LIKE '%:%')
         SELECT a, coalesce({_v4_local_sql(prefixes)}, false) AS loc FROM o
         UNION ALL SELECT a, coalesce(flowlake_is_local(a), false) FROM t WHERE t LIKE '%:%'""")
+
+
+def with_direction(con, table: str, source: str, select: str, prefixes) -> None:
+    """Create temp table `table`: `select` (columns of `source` as f.<col>) plus
+    `direction`, as common.with_direction labels it. Locality is decided once per
+    distinct address (temp table <table>_addr), then joined to both ends."""
+    _local_addresses(con, f"{table}_addr",
+                     f"(SELECT src_addr AS a FROM {source} UNION ALL SELECT dst_addr FROM {source})", prefixes)
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE {table} AS
+        SELECT {select}, CASE WHEN s.loc AND d.loc THEN 'internal' WHEN s.loc THEN 'outbound'
+                              WHEN d.loc THEN 'inbound' ELSE 'transit' END AS direction
+        FROM {source} f JOIN {table}_addr s ON f.src_addr IS NOT DISTINCT FROM s.a
+                        JOIN {table}_addr d ON f.dst_addr IS NOT DISTINCT FROM d.a""")

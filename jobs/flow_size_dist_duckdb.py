@@ -34,14 +34,9 @@ def _sets(extra: str = "") -> str:
 def flow_size_dist_sql(con, flows: str, prefixes) -> str:
     """flows: a DuckDB relation with hour, src_addr, dst_addr, proto, bytes, packets.
     Builds temp tables on `con`; returns the query of the flow_size_dist table."""
-    duck.local_addresses(con, "fs_addr", f"(SELECT src_addr AS a FROM {flows} UNION ALL SELECT dst_addr FROM {flows})",
-                         prefixes)
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE fs AS
-        SELECT f.hour, {duck.DIRECTION.format(s="s", d="d")} AS direction,
-               CASE WHEN f.proto = 6 THEN 'tcp' WHEN f.proto = 17 THEN 'udp' WHEN f.proto IN (1, 58) THEN 'icmp'
-                    ELSE 'other' END AS flow_class, f.bytes, f.packets
-        FROM {flows} f JOIN fs_addr s ON f.src_addr IS NOT DISTINCT FROM s.a
-                       JOIN fs_addr d ON f.dst_addr IS NOT DISTINCT FROM d.a""")
+    duck.with_direction(con, "fs", flows, """f.hour, f.bytes, f.packets,
+        CASE WHEN f.proto = 6 THEN 'tcp' WHEN f.proto = 17 THEN 'udp' WHEN f.proto IN (1, 58) THEN 'icmp'
+             ELSE 'other' END AS flow_class""", prefixes)
     con.execute(f"""CREATE OR REPLACE TEMP TABLE fs_stats AS
         SELECT {_rolled()}, count(*)::BIGINT AS flows, sum(bytes)::BIGINT AS bytes, sum(packets)::BIGINT AS packets,
                quantile_disc(bytes, {QS}) AS qb, quantile_disc(packets, {QS}) AS qp

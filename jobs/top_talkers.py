@@ -159,6 +159,9 @@ def top_talkers(flows: DataFrame, top_n: int, previous: DataFrame | None = None,
 
 
 def run(ctx) -> None:
+    top_n = int(ctx.cfg.reports.top_n)
+    if top_n < 1:
+        raise ValueError(f"config [reports] top_n = {top_n}: must be at least 1")
     if duck.engine(ctx) == "duckdb":
         from . import top_talkers_duckdb
 
@@ -167,9 +170,6 @@ def run(ctx) -> None:
             return
     flows = common.shared_flows(ctx)
     previous = ctx.report(NAME, ctx.date - dt.timedelta(days=1))
-    top_n = int(ctx.cfg.reports.top_n)
-    if top_n < 1:
-        raise ValueError(f"config [reports] top_n = {top_n}: must be at least 1")
     # the pair totals feed five aggregations: compute them once
     pairs = pair_totals(flows).persist(StorageLevel.MEMORY_AND_DISK)
     try:

@@ -45,12 +45,8 @@ def top_talkers_sql(con, flows: str, prefixes, top_n: int, previous: str | None 
         SELECT CAST(hour AS INTEGER) AS hour, src_addr, dst_addr, sum(bytes)::BIGINT AS bytes,
                sum(packets)::BIGINT AS packets, count(*)::BIGINT AS flows
         FROM {flows} GROUP BY ALL""")
-    duck.local_addresses(con, "tt_addr", "(SELECT src_addr AS a FROM tt_raw UNION ALL SELECT dst_addr FROM tt_raw)", prefixes)
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE tt_pairs AS
-        SELECT r.hour, {duck.DIRECTION.format(s="s", d="d")} AS direction,
-               r.src_addr, r.dst_addr, r.bytes, r.packets, r.flows
-        FROM tt_raw r JOIN tt_addr s ON r.src_addr IS NOT DISTINCT FROM s.a
-                      JOIN tt_addr d ON r.dst_addr IS NOT DISTINCT FROM d.a""")
+    duck.with_direction(con, "tt_pairs", "tt_raw", "f.hour, f.src_addr, f.dst_addr, f.bytes, f.packets, f.flows",
+                        prefixes)
     con.execute("DROP TABLE tt_raw")
     # keyed lists: src and dst per hour/day and direction/'all' (rolled up from per-hour
     # key totals, not from the pairs again); pairs per hour/day and direction
