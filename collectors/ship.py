@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -19,38 +18,11 @@ import click
 
 from flowlake import config as _config
 
-SHIPPER_DIR = Path(__file__).resolve().parent / "shipper"
-BINARY = SHIPPER_DIR / "bin" / "flowlake-shipper"
+from flowlake.gobuild import SHIPPER, go_binary  # noqa: F401 - go_binary used by tests
 
-
-def go_binary() -> str:
-    go = shutil.which("go") or "/usr/local/go/bin/go"
-    if not Path(go).exists():
-        raise click.ClickException("Go is not installed (need /usr/local/go/bin/go or `go` on PATH): run `make setup`")
-    return go
-
-
-def _sources() -> list[Path]:
-    return [p for p in SHIPPER_DIR.glob("*") if p.suffix == ".go" or p.name in ("go.mod", "go.sum")]
-
-
-def needs_build() -> bool:
-    if not BINARY.exists():
-        return True
-    built = BINARY.stat().st_mtime
-    return any(p.stat().st_mtime > built for p in _sources())
-
-
-def build_binary(force: bool = False) -> Path:
-    """`go build` the shipper when the binary is missing or older than its sources."""
-    if not force and not needs_build():
-        return BINARY
-    BINARY.parent.mkdir(parents=True, exist_ok=True)
-    res = subprocess.run([go_binary(), "build", "-trimpath", "-o", str(BINARY), "."],
-                         cwd=SHIPPER_DIR, capture_output=True, text=True)
-    if res.returncode != 0:
-        raise click.ClickException(f"building {SHIPPER_DIR} failed:\n{res.stdout}{res.stderr}")
-    return BINARY
+SHIPPER_DIR = SHIPPER.source
+BINARY = SHIPPER.binary
+build_binary = SHIPPER.build  # `go build` when missing or older than its sources
 
 
 def spool_dir(cfg) -> Path:

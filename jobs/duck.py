@@ -1,9 +1,10 @@
 """DuckDB side of the report jobs: the lake's files, an in-process connection, the
 `direction` of flows, and the choice of engine ([reports] engine).
 
-Jobs whose Spark plan is dominated by big hash aggregations on one machine (top_talkers,
-flow_size_dist) also have a DuckDB implementation writing the very same table; tests
-check both engines row for row. Everything else stays on Spark.
+Jobs whose Spark plan is dominated by big hash aggregations on one machine also have a
+local implementation writing the very same table: flow_size_dist on DuckDB, top_talkers
+in a Go kernel (top_talkers_local.py); tests check the engines row for row. Everything
+else stays on Spark.
 """
 from __future__ import annotations
 
@@ -13,16 +14,17 @@ from pathlib import Path
 
 from . import common
 
-ENGINES = ("auto", "spark", "duckdb")
+ENGINES = ("auto", "spark", "local")
 
 
 def engine(ctx) -> str:
-    """[reports] engine: auto = DuckDB when Spark runs in local mode (one machine), else Spark."""
+    """[reports] engine: auto = local (in-process: DuckDB, and the Go kernel for
+    top_talkers) when Spark runs in local mode (one machine), else Spark."""
     choice = str(getattr(ctx.cfg.reports, "engine", "auto")).lower()
     if choice not in ENGINES:
         raise ValueError(f"config [reports] engine = {choice!r}: must be one of {', '.join(ENGINES)}")
     if choice == "auto":
-        return "duckdb" if ctx.spark.sparkContext.master.startswith("local") else "spark"
+        return "local" if ctx.spark.sparkContext.master.startswith("local") else "spark"
     return choice
 
 
@@ -47,14 +49,18 @@ def connect(cfg):
     return duckdb.connect(config={"temp_directory": str(tmp), "threads": os.cpu_count() or 1})
 
 
+def flow_files(ctx) -> list[str]:
+    """The day's flow files after quarantining unreadable ones, as ctx.flows() does."""
+    from flowlake.pipelines import lake_check
+
+    lake_check.check(ctx.lake, "flows", f"date={ctx.date.isoformat()}")
+    return parquet_files(ctx.lake / "flows" / f"date={ctx.date.isoformat()}")
+
+
 def flows_view(con, ctx, name: str = "day_flows") -> str | None:
     """A view of the day's flows (hour, src_addr, dst_addr, proto, bytes, packets) after
     quarantining unreadable files, as ctx.flows() does; None when there are none."""
-    from flowlake.pipelines import lake_check
-
-    date = ctx.date.isoformat()
-    lake_check.check(ctx.lake, "flows", f"date={date}")
-    files = parquet_files(ctx.lake / "flows" / f"date={date}")
+    files = flow_files(ctx)
     if not files:
         return None
     con.execute(f"""CREATE OR REPLACE TEMP VIEW {name} AS

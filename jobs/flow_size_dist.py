@@ -154,7 +154,7 @@ def flow_size_dist(flows: DataFrame) -> DataFrame:
 
 
 def run(ctx) -> None:
-    if duck.engine(ctx) == "duckdb":
+    if duck.engine(ctx) == "local":
         from . import flow_size_dist_duckdb
 
         if flow_size_dist_duckdb.run(ctx):

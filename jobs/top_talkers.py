@@ -162,11 +162,11 @@ def run(ctx) -> None:
     top_n = int(ctx.cfg.reports.top_n)
     if top_n < 1:
         raise ValueError(f"config [reports] top_n = {top_n}: must be at least 1")
-    if duck.engine(ctx) == "duckdb":
-        from . import top_talkers_duckdb
+    if duck.engine(ctx) == "local":
+        from . import top_talkers_local
 
-        log.info("top_talkers for %s with DuckDB ([reports] engine)", ctx.date)
-        if top_talkers_duckdb.run(ctx):
+        log.info("top_talkers for %s on this machine ([reports] engine)", ctx.date)
+        if top_talkers_local.run(ctx):
             return
     flows = common.shared_flows(ctx)
     previous = ctx.report(NAME, ctx.date - dt.timedelta(days=1))

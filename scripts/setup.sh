@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent set-up: Debian packages, the Python virtualenv, JVM jars, the Go shipper,
+# Idempotent set-up: Debian packages, the Python virtualenv, JVM jars, the Go programs,
 # Superset's own virtualenv. A second run only checks stamps and takes seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -49,15 +49,13 @@ fetch_jars() {  # $1 = pom folder, $2 = target
 fetch_jars kafka .jars/kafka
 fetch_jars spark .jars/spark
 
-# --- Go shipper ---------------------------------------------------------------------------
+# --- Go programs: the shipper and the top-talkers kernel -----------------------------------
 export PATH="$PATH:/usr/local/go/bin"
 if ! command -v go >/dev/null; then
   echo "Go (>= $(sed -n 's/^go //p' collectors/shipper/go.mod)) is needed to build the shipper: install it from go.dev or your distribution" >&2
   exit 1
 fi
-if [ -f collectors/shipper/go.mod ]; then
-  .venv/bin/flowlake ship --build >/dev/null
-fi
+.venv/bin/python -m flowlake.gobuild
 
 # --- Superset (own virtualenv: its pins clash with Spark's) --------------------------------
 if [ -x scripts/setup-superset.sh ]; then

@@ -167,18 +167,21 @@ def test_top_talkers_rank_share_ties_and_change(spark):
     assert sorted((r.rank, r.src_addr, r.rank_change) for r in out2) == [(1, "10.0.0.3", None), (2, "10.0.0.1", -1)]
 
 
-def test_top_talkers_duckdb_engine_equals_spark(spark):
+def test_top_talkers_local_engine_equals_spark(spark, tmp_path):
     """Both engines of top_talkers write the same rows: ranks, ties, shares, pairs,
-    'all' lists, day rows and rank change, on flows with many ties, IPv6, IPv4-mapped
-    and unparsable addresses (Spark's own lists are checked against nfdump below)."""
+    'all' lists, day rows and rank change, on flows with many ties, IPv6, IPv4-mapped,
+    non-canonical, unparsable and empty addresses (Spark's own lists are checked against
+    nfdump below). The local engine reads Parquet files partitioned by hour, as the lake's."""
     import duckdb
+    import pyarrow.compute as pc
 
     from flowlake.jobs import top_talkers as tt
-    from flowlake.jobs import top_talkers_duckdb as ttd
+    from flowlake.jobs import top_talkers_local as ttl
 
     rng = random.Random(11)
     hosts = ["10.0.0.1", "10.0.0.2", "10.9.9.9", "192.0.2.7", "8.8.8.8", "1.1.1.1", "203.0.113.5", "2001:db8::1",
-             "2001:DB8::2", "2001:db9::1", "::ffff:10.1.2.3", "::ffff:8.8.4.4", " 10.3.3.3 ", "not-an-address", "010.0.0.9"]
+             "2001:DB8::2", "2001:db9::1", "::ffff:10.1.2.3", "::ffff:8.8.4.4", " 10.3.3.3 ", "not-an-address",
+             "010.0.0.9", "10.0.0.1 ", "+10.0.0.5", "2001:db8:0:0:0:0:0:7", "2001:db8::1::2", ""]
 
     def day(d, n):
         t0 = dt.datetime(2026, 3, d, 0, 0, tzinfo=UTC)
@@ -195,29 +198,58 @@ def test_top_talkers_duckdb_engine_equals_spark(spark):
     def spark_rows(df):
         return sorted(canon(r) for r in df.select(*cols).collect())
 
-    def duck_rows(table):
+    def local_rows(table):
         return sorted(canon(r[c] for c in cols) for r in table.to_pylist())
+
+    def lake_files(d, rows):  # the lake's layout: one directory per hour, no hour column
+        flows = pa.Table.from_pylist([{k: r[k] for k in ("src_addr", "dst_addr", "bytes", "packets", "proto")}
+                                      | {"hour": r["hour"]} for r in flow_rows(rows)])
+        files = []
+        for h in sorted(set(flows["hour"].to_pylist())):
+            part = tmp_path / f"d{d}" / f"hour={h:02d}"
+            part.mkdir(parents=True)
+            rows_h = flows.filter(pc.equal(flows["hour"], h)).drop_columns(["hour"])
+            half = (rows_h.num_rows + 1) // 2
+            for i, piece in enumerate((rows_h.slice(0, half), rows_h.slice(half))):  # two files, many row groups
+                pq.write_table(piece, part / f"part-{i}.parquet", row_group_size=37)
+                files.append(str(part / f"part-{i}.parquet"))
+        return files, flows.num_rows
 
     con = duckdb.connect()
     results = []
     previous = None
     for d in (10, 11):
         rows = day(d, 600)
-        flows = frame(spark, rows)
-        ours = tt.top_talkers(flows, top_n=3, previous=previous)
-        raw = pa.Table.from_pylist([{k: r[k] for k in ("hour", "src_addr", "dst_addr", "bytes", "packets")}
-                                    for r in flow_rows(rows)])
-        con.register(f"flows_{d}", raw)
+        ours = tt.top_talkers(frame(spark, rows), top_n=3, previous=previous)
+        files, _ = lake_files(d, rows)
         if previous is not None:
             con.register("prev", pa.Table.from_pylist([r.asDict() for r in previous.collect()]))
-        duck = ttd.top_talkers(con, f"flows_{d}", LOCAL, 3, "prev" if previous is not None else None)
-        assert duck_rows(duck) == spark_rows(ours), f"day {d}"
+        local = ttl.top_talkers(con, files, LOCAL, 3, "prev" if previous is not None else None)
+        assert local_rows(local) == spark_rows(ours), f"day {d}"
         previous = spark.createDataFrame(ours.collect(), ours.schema)
-        results.append(duck)
+        results.append(local)
     out = results[1].to_pylist()
     assert {r["direction"] for r in out} == {"all", "inbound", "outbound", "internal", "transit"}
     assert {r["by"] for r in out} == {"src", "dst", "pair"} and {r["hour"] for r in out} == {0, 1, 5, 23, None}
     assert any(r["rank_change"] not in (None, 0) for r in out) and any(r["rank_change"] is None for r in out)
+
+
+def test_top_talkers_local_engine_bad_input(tmp_path):
+    """A corrupt or mislaid flow file stops the kernel with a message naming it."""
+    from flowlake.jobs import top_talkers_local as ttl
+
+    part = tmp_path / "hour=03"
+    part.mkdir()
+    bad = part / "part-0.parquet"
+    bad.write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(RuntimeError, match=r"part-0\.parquet: not a readable Parquet file"):
+        ttl.lists([str(bad)], LOCAL, 5, tmp_path / "out.parquet")
+    stray = tmp_path / "part-1.parquet"
+    pq.write_table(pa.table({"src_addr": ["10.0.0.1"]}), stray)
+    with pytest.raises(RuntimeError, match=r"part-1\.parquet: no hour=NN partition"):
+        ttl.lists([str(stray)], LOCAL, 5, tmp_path / "out.parquet")
+    with pytest.raises(ValueError, match=r"top_n = 0"):
+        ttl.lists([str(stray)], LOCAL, 0, tmp_path / "out.parquet")
 
 
 def test_top_talkers_engine_choice(spark, tmp_path):
@@ -225,9 +257,9 @@ def test_top_talkers_engine_choice(spark, tmp_path):
 
     def ctx(**env):
         return type("Ctx", (), {"cfg": private_cfg(tmp_path, **env), "spark": spark})()
-    assert duck.engine(ctx()) == "duckdb"  # auto, and the test session runs Spark in local mode
+    assert duck.engine(ctx()) == "local"  # auto, and the test session runs Spark in local mode
     assert duck.engine(ctx(FLOWLAKE_REPORTS_ENGINE="spark")) == "spark"
-    with pytest.raises(ValueError, match=r"\[reports\] engine = 'postgres': must be one of auto, spark, duckdb"):
+    with pytest.raises(ValueError, match=r"\[reports\] engine = 'postgres': must be one of auto, spark, local"):
         duck.engine(ctx(FLOWLAKE_REPORTS_ENGINE="postgres"))
 
 
@@ -311,7 +343,7 @@ def test_flow_size_dist_exact_vs_numpy(spark):
              "ts": dt.datetime(2026, 3, 10, int(h), 5, tzinfo=UTC)}
             for p, b, k, s, h in zip(protos, sizes, packets, srcs, hours)]
     spark_rows = {(r.hour, r.direction, r.flow_class): r.asDict() for r in fsd.flow_size_dist(frame(spark, rows)).collect()}
-    # the DuckDB engine on the same flows (what `[reports] engine = auto` runs in local mode)
+    # the local engine (DuckDB) on the same flows (what `[reports] engine = auto` runs in local mode)
     con = duckdb.connect()
     con.register("flows", pa.Table.from_pylist([{k: r[k] for k in ("hour", "src_addr", "dst_addr", "proto", "bytes", "packets")}
                                                 for r in flow_rows(rows)]))
@@ -584,7 +616,7 @@ def test_reports_equal_nfdump_on_real_nfcapd_files(spark, tmp_path, nfdump_bin):
         assert all(o.status == "ok" for o in outcomes), [(o.job, o.error) for o in outcomes]
 
     tt = {day: pq.read_table(cfg.lake / "reports" / "top_talkers" / f"date={day}").to_pylist() for day in days}
-    # Spark local mode: [reports] engine auto chose DuckDB for top_talkers; Spark's own
+    # Spark local mode: [reports] engine auto chose the Go kernel for top_talkers; Spark's own
     # engine must write the very same table (checked against nfdump below through it)
     assert runner.run_jobs(spark, private_cfg(tmp_path / "home", FLOWLAKE_REPORTS_TOP_N="10",
                                               FLOWLAKE_REPORTS_ENGINE="spark"),
