@@ -1,6 +1,6 @@
 package main
 
-import "sort"
+import "slices"
 
 // Directions as jobs/common.py with_direction labels them, plus the 'all' lists.
 const (
@@ -94,94 +94,237 @@ type hourPairs struct {
 	dirs []uint8
 }
 
-// hostScratch accumulates per-address totals by direction for one list (src or dst).
+// hostScratch accumulates one hour's per-address totals for the src (or dst) lists.
+// An address's own locality is fixed, so it meets only two directions, told apart by
+// the locality of the other end: two totals per address, with the hour's stamp, in one
+// 64-byte entry (one cache line per update: these updates are the hot loop).
 type hostScratch struct {
-	acc     [][4]totals
-	stamp   []int32
+	acc     []hostAcc
 	gen     int32
 	touched []uint32
-	day     [][4]totals // this worker's share of the whole-day totals
+	day     [][2]totals // this worker's share of the whole-day totals
 }
 
-func newHostScratch(n int) *hostScratch {
-	return &hostScratch{acc: make([][4]totals, n), stamp: make([]int32, n), day: make([][4]totals, n)}
+type hostAcc struct {
+	gen int32
+	_   int32
+	t   [2]totals // [other end remote, other end local]
+	_   [8]byte
 }
 
-// compute builds every list: hours in parallel (one pass over their flows each), then
-// the day's pair lists from the hours' pairs in shards, then the day's host lists.
-func compute(flows []chunk, names []string, local []bool, n, workers int) map[int]*listSet {
-	r := &ranker{n: n, names: names}
-	byHour := map[int][]chunk{}
-	for _, c := range flows {
-		byHour[c.hour] = append(byHour[c.hour], c)
+func (h *hostScratch) grow(n int) {
+	if n > cap(h.acc) { // doubling: the numbering grows hour by hour
+		h.acc = append(make([]hostAcc, 0, 2*n), h.acc...)
+		h.day = append(make([][2]totals, 0, 2*n), h.day...)
 	}
-	hours := make([]int, 0, len(byHour))
-	for h := range byHour {
-		hours = append(hours, h)
-	}
-	sort.Ints(hours)
-	direction := func(s, d uint32) uint8 {
-		return uint8(b2i(local[s])*2 + b2i(local[d])) // transit, inbound, outbound, internal
-	}
+	h.acc, h.day = h.acc[:n], h.day[:n]
+}
 
-	out := make([]*listSet, len(hours))
-	pairs := make([]hourPairs, len(hours))
-	scratch := make([][2]*hostScratch, workers)
-	for w := range scratch {
-		scratch[w] = [2]*hostScratch{newHostScratch(len(names)), newHostScratch(len(names))}
+// add counts pair totals v for address a; other = the other end's locality (0 or 1).
+func (h *hostScratch) add(a uint32, other uint8, v *totals) {
+	e := &h.acc[a]
+	if e.gen != h.gen {
+		e.gen = h.gen
+		e.t = [2]totals{}
+		h.touched = append(h.touched, a)
 	}
-	_ = parallel(len(hours), workers, func(w, i int) error {
-		p := aggregatePairs(byHour[hours[i]], direction)
-		byHour[hours[i]] = nil // the flows are no longer needed
-		ls := &listSet{}
-		for j, k := range p.keys {
-			it := item{s: uint32(k >> 32), d: uint32(k), v: p.vals[j]}
-			ls.totals[p.dirs[j]].add(it.v)
-			ls.totals[all].add(it.v)
-			r.offerAll(&ls.lists[p.dirs[j]][byPair], it)
-			r.offerAll(&ls.lists[all][byPair], it)
+	e.t[other].add(*v)
+}
+
+// hostDir is the direction of a src (or dst) list entry: its own locality and slot.
+func hostDir(by int, own bool, other int) int {
+	if by == bySrc {
+		return b2i(own)*2 + other
+	}
+	return other*2 + b2i(own)
+}
+
+// hourFiles is one hour's flow files.
+type hourFiles struct {
+	hour  int
+	files []string
+}
+
+// worker holds one goroutine's state: its own address numbering (merged into the
+// global one at the end) and per-address scratch, reused from hour to hour.
+type worker struct {
+	in       *interner
+	loc      *locality
+	local    []bool // by the worker's address id
+	src, dst *hostScratch
+	rows     chunk
+}
+
+// hourResult is one hour's lists and pairs, in the numbering of the worker that made them.
+type hourResult struct {
+	worker int
+	lists  *listSet
+	pairs  hourPairs
+}
+
+// compute builds every list. Each hour is one task: its files are read, its pairs
+// summed, and its lists made while that hour's data is still in cache; then the
+// workers' address numberings are merged and the day's lists made from the hours.
+func compute(hours []hourFiles, loc *locality, n, workers int) (map[int]*listSet, []string, error) {
+	ws := make([]*worker, workers)
+	for w := range ws {
+		ws[w] = &worker{in: newInterner(), loc: loc, local: []bool{false}, src: &hostScratch{}, dst: &hostScratch{}}
+	}
+	results := make([]hourResult, len(hours))
+	err := parallel(len(hours), workers, func(w, i int) error {
+		ls, p, err := ws[w].hour(hours[i].files, n)
+		results[i] = hourResult{w, ls, p}
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	phase("hours")
+
+	// one numbering: worker 0's, extended by the others' addresses
+	global := ws[0]
+	remaps := make([][]uint32, workers)
+	for w := 1; w < workers; w++ {
+		remap := make([]uint32, len(ws[w].in.names))
+		for id, name := range ws[w].in.names[1:] {
+			remap[id+1] = global.in.id([]byte(name))
 		}
-		hostLists(r, ls, &p, scratch[w][bySrc], bySrc)
-		hostLists(r, ls, &p, scratch[w][byDst], byDst)
-		out[i], pairs[i] = ls, p
+		remaps[w] = remap
+	}
+	global.grow()
+	names, local := global.in.names, global.local
+	_ = parallel(len(results), workers, func(_, i int) error {
+		if remap := remaps[results[i].worker]; remap != nil {
+			results[i].renumber(remap)
+		}
 		return nil
 	})
+	phase("renumber")
 
-	phase("hours")
+	r := &ranker{n: n, names: names}
 	day := &listSet{}
-	for _, ls := range out {
-		for d := range ls.totals {
-			day.totals[d].add(ls.totals[d])
+	lists := map[int]*listSet{dayHour: day}
+	pairs := make([]hourPairs, len(results))
+	for i, res := range results {
+		lists[hours[i].hour] = res.lists
+		pairs[i] = res.pairs
+		for d := range res.lists.totals {
+			day.totals[d].add(res.lists.totals[d])
 		}
 	}
-	dayPairs(r, day, out, pairs)
+	dayPairs(r, day, results, pairs)
 	phase("day pairs")
-	// the day's hosts: the workers' shares of per-address totals, summed
+	// the day's hosts: the workers' per-address totals, summed in the one numbering
 	for by := bySrc; by <= byDst; by++ {
-		for a := range names {
-			var sum totals
-			for d := 0; d < 4; d++ {
-				var t totals
-				for w := range scratch {
-					t.add(scratch[w][by].day[a][d])
+		sums := make([][2]totals, len(names))
+		for w, wk := range ws {
+			h := wk.src
+			if by == byDst {
+				h = wk.dst
+			}
+			for a, t := range h.day {
+				g := uint32(a)
+				if remaps[w] != nil {
+					g = remaps[w][a]
 				}
+				sums[g][0].add(t[0])
+				sums[g][1].add(t[1])
+			}
+		}
+		for a, ts := range sums {
+			var sum totals
+			for other, t := range ts {
 				if t[2] == 0 { // no flow: no such key
 					continue
 				}
 				sum.add(t)
-				r.offerAll(&day.lists[d][by], hostItem(by, uint32(a), t))
+				r.offerAll(&day.lists[hostDir(by, local[a], other)][by], hostItem(by, uint32(a), t))
 			}
 			if sum[2] > 0 {
 				r.offerAll(&day.lists[all][by], hostItem(by, uint32(a), sum))
 			}
 		}
 	}
+	return lists, names, nil
+}
 
-	result := map[int]*listSet{dayHour: day}
-	for i, h := range hours {
-		result[h] = out[i]
+// grow extends the worker's per-address state to every address it has interned.
+func (w *worker) grow() {
+	for id := len(w.local); id < len(w.in.names); id++ {
+		w.local = append(w.local, w.loc.isLocal(w.in.names[id]))
 	}
-	return result
+	w.src.grow(len(w.in.names))
+	w.dst.grow(len(w.in.names))
+}
+
+// hour reads one hour's files and makes its lists (in the worker's numbering).
+func (w *worker) hour(files []string, n int) (*listSet, hourPairs, error) {
+	var idx map[uint64]int32
+	var p hourPairs
+	for _, f := range files {
+		err := readFile(f, w.in, &w.rows, func(c *chunk) {
+			if idx == nil { // sized from the first row group: most rows are new pairs
+				idx = make(map[uint64]int32, len(c.src)*len(files))
+			}
+			if room := len(p.keys) + len(c.src); cap(p.keys) < room { // at most one new pair per row
+				p.keys, p.vals = slices.Grow(p.keys, room-len(p.keys)), slices.Grow(p.vals, room-len(p.vals))
+			}
+			for i := range c.src {
+				k := uint64(c.src[i])<<32 | uint64(c.dst[i])
+				j, ok := idx[k]
+				if !ok {
+					j = int32(len(p.keys))
+					idx[k] = j
+					p.keys = append(p.keys, k)
+					p.vals = append(p.vals, totals{})
+				}
+				v := &p.vals[j]
+				v[0] += c.bytes[i]
+				v[1] += c.packets[i]
+				v[2]++
+			}
+		})
+		if err != nil {
+			return nil, p, err
+		}
+	}
+	w.grow()
+	r := &ranker{n: n, names: w.in.names}
+	ls := &listSet{}
+	src, dst := w.src, w.dst
+	src.gen, dst.gen = src.gen+1, dst.gen+1
+	src.touched, dst.touched = src.touched[:0], dst.touched[:0]
+	p.dirs = make([]uint8, len(p.keys))
+	for j, k := range p.keys { // one pass: pair lists, and per-address sums for the host lists
+		it := item{s: uint32(k >> 32), d: uint32(k), v: p.vals[j]}
+		dir := uint8(b2i(w.local[it.s])*2 + b2i(w.local[it.d])) // transit, inbound, outbound, internal
+		p.dirs[j] = dir
+		ls.totals[dir].add(it.v)
+		ls.totals[all].add(it.v)
+		r.offerAll(&ls.lists[dir][byPair], it)
+		r.offerAll(&ls.lists[all][byPair], it)
+		src.add(it.s, dir&1, &p.vals[j])
+		dst.add(it.d, dir>>1, &p.vals[j])
+	}
+	hostLists(r, ls, src, bySrc, w.local)
+	hostLists(r, ls, dst, byDst, w.local)
+	return ls, p, nil
+}
+
+// renumber moves an hour's pairs and list entries into the global numbering.
+func (res *hourResult) renumber(remap []uint32) {
+	for j, k := range res.pairs.keys {
+		res.pairs.keys[j] = uint64(remap[k>>32])<<32 | uint64(remap[uint32(k)])
+	}
+	for d := range res.lists.lists {
+		for by := range res.lists.lists[d] {
+			for _, t := range res.lists.lists[d][by] {
+				for i := range t {
+					t[i].s, t[i].d = remap[t[i].s], remap[t[i].d]
+				}
+			}
+		}
+	}
 }
 
 func b2i(b bool) int {
@@ -198,60 +341,18 @@ func hostItem(by int, a uint32, v totals) item {
 	return item{d: a, v: v}
 }
 
-// aggregatePairs sums one hour's flows per (src, dst).
-func aggregatePairs(chunks []chunk, direction func(s, d uint32) uint8) hourPairs {
-	rows := 0
-	for _, c := range chunks {
-		rows += len(c.src)
-	}
-	idx := make(map[uint64]int32, rows/2)
-	p := hourPairs{keys: make([]uint64, 0, rows), vals: make([]totals, 0, rows), dirs: make([]uint8, 0, rows)}
-	for _, c := range chunks {
-		for i := range c.src {
-			k := uint64(c.src[i])<<32 | uint64(c.dst[i])
-			j, ok := idx[k]
-			if !ok {
-				j = int32(len(p.keys))
-				idx[k] = j
-				p.keys = append(p.keys, k)
-				p.vals = append(p.vals, totals{})
-				p.dirs = append(p.dirs, direction(c.src[i], c.dst[i]))
-			}
-			v := &p.vals[j]
-			v[0] += c.bytes[i]
-			v[1] += c.packets[i]
-			v[2]++
-		}
-	}
-	return p
-}
-
 // hostLists ranks one hour's sources (or destinations) per direction and in all, and
 // adds their totals to the worker's share of the day.
-func hostLists(r *ranker, ls *listSet, p *hourPairs, h *hostScratch, by int) {
-	h.gen++
-	h.touched = h.touched[:0]
-	for j, k := range p.keys {
-		a := uint32(k >> 32)
-		if by == byDst {
-			a = uint32(k)
-		}
-		if h.stamp[a] != h.gen {
-			h.stamp[a] = h.gen
-			h.acc[a] = [4]totals{}
-			h.touched = append(h.touched, a)
-		}
-		h.acc[a][p.dirs[j]].add(p.vals[j])
-	}
+func hostLists(r *ranker, ls *listSet, h *hostScratch, by int, local []bool) {
 	for _, a := range h.touched {
 		var sum totals
-		for d, t := range h.acc[a] {
+		for other, t := range h.acc[a].t {
 			if t[2] == 0 {
 				continue
 			}
 			sum.add(t)
-			h.day[a][d].add(t)
-			r.offerAll(&ls.lists[d][by], hostItem(by, a, t))
+			h.day[a][other].add(t)
+			r.offerAll(&ls.lists[hostDir(by, local[a], other)][by], hostItem(by, a, t))
 		}
 		r.offerAll(&ls.lists[all][by], hostItem(by, a, sum))
 	}
@@ -263,9 +364,10 @@ func hostLists(r *ranker, ls *listSet, p *hourPairs, h *hostScratch, by int) {
 // N-th largest of those, floor, is at most the list's N-th value. A pair whose day
 // total reaches the floor has at least floor / hours in one hour, so only pairs with
 // such an hour are candidates, and only they are summed over the day.
-func dayPairs(r *ranker, day *listSet, hours []*listSet, pairs []hourPairs) {
+func dayPairs(r *ranker, day *listSet, hours []hourResult, pairs []hourPairs) {
 	seeds := map[uint64]*dayPair{}
-	for _, ls := range hours {
+	for _, res := range hours {
+		ls := res.lists
 		for d := range ls.lists {
 			for _, t := range ls.lists[d][byPair] {
 				for _, it := range t {

@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,35 +98,26 @@ func run(topN int, local, out string, files []string) error {
 	if err != nil {
 		return err
 	}
-	inputs := make([]input, len(files))
-	for i, f := range files {
+	byHour := map[int][]string{}
+	for _, f := range files {
 		h, err := hourOf(f)
 		if err != nil {
 			return err
 		}
-		inputs[i] = input{path: f, hour: h}
+		byHour[h] = append(byHour[h], f)
 	}
-	workers := runtime.GOMAXPROCS(0)
-	flows, names, err := readAll(inputs, workers)
+	hours := make([]hourFiles, 0, len(byHour))
+	for h, fs := range byHour {
+		hours = append(hours, hourFiles{h, fs})
+	}
+	sort.Slice(hours, func(i, j int) bool { return hours[i].hour < hours[j].hour })
+	lists, names, err := compute(hours, loc, topN, runtime.GOMAXPROCS(0))
 	if err != nil {
 		return err
 	}
-	phase("read")
-	local_ := make([]bool, len(names))
-	for id := 1; id < len(names); id++ { // id 0 is the NULL address: never local
-		local_[id] = loc.isLocal(names[id])
-	}
-	phase("locality")
-	lists := compute(flows, names, local_, topN, workers)
-	phase("lists")
 	err = writeLists(out, lists, names)
 	phase("write")
 	return err
-}
-
-type input struct {
-	path string
-	hour int
 }
 
 // hourOf reads the hive partition value hour=NN of a flow file's path.

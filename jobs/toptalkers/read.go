@@ -9,18 +9,26 @@ import (
 
 // chunk is one row group of flows: addresses as interned ids (0 = NULL), counts.
 type chunk struct {
-	hour           int
 	src, dst       []uint32
 	bytes, packets []int64
+}
+
+// resize makes the chunk n rows long, reusing its arrays.
+func (c *chunk) resize(n int) {
+	if cap(c.src) < n {
+		c.src, c.dst, c.bytes, c.packets = make([]uint32, n), make([]uint32, n), make([]int64, n), make([]int64, n)
+	}
+	c.src, c.dst, c.bytes, c.packets = c.src[:n], c.dst[:n], c.bytes[:n], c.packets[:n]
 }
 
 // interner gives every distinct address text a small integer; names[0] is NULL.
 // Canonical dotted IPv4 text (most of the lake) is keyed by its 32-bit value, which is
 // far cheaper to hash and compare than the text; any other text is keyed by itself.
 type interner struct {
-	v4    map[uint32]uint32
-	ids   map[string]uint32
-	names []string
+	recent [1 << 16]struct{ ip, id uint32 } // direct-mapped cache in front of v4: busy hosts hit it
+	v4     map[uint32]uint32
+	ids    map[string]uint32
+	names  []string
 }
 
 func newInterner() *interner {
@@ -29,11 +37,16 @@ func newInterner() *interner {
 
 func (in *interner) id(b []byte) uint32 {
 	if ip, ok := canonicalIPv4(b); ok {
-		if v, ok := in.v4[ip]; ok {
-			return v
+		c := &in.recent[(ip*0x9E3779B1)>>16]
+		if c.ip == ip && c.id != 0 {
+			return c.id
 		}
-		v := in.add(string(b))
-		in.v4[ip] = v
+		v, ok := in.v4[ip]
+		if !ok {
+			v = in.add(string(b))
+			in.v4[ip] = v
+		}
+		c.ip, c.id = ip, v
 		return v
 	}
 	if v, ok := in.ids[string(b)]; ok { // no allocation: the compiler reads b in place
@@ -83,65 +96,19 @@ func canonicalIPv4(b []byte) (uint32, bool) {
 	return ip<<8 | octet, true
 }
 
-// readAll reads every file on `workers` goroutines (each with its own interner) and
-// renumbers the addresses into one global numbering; it returns the chunks and the
-// global names (index = id).
-func readAll(inputs []input, workers int) ([]chunk, []string, error) {
-	interners := make([]*interner, workers)
-	perWorker := make([][]chunk, workers)
-	for w := range interners {
-		interners[w] = newInterner()
-	}
-	err := parallel(len(inputs), workers, func(w, i int) error {
-		cs, err := readFile(inputs[i], interners[w])
-		perWorker[w] = append(perWorker[w], cs...)
-		return err
-	})
+// readFile reads src_addr, dst_addr, bytes and packets of each row group into c (its
+// arrays reused) and calls each(c). A column the file lacks reads as NULL (addresses)
+// or 0 (counts), as DuckDB's union_by_name does.
+func readFile(path string, intern *interner, c *chunk, each func(*chunk)) error {
+	r, err := file.OpenParquetFile(path, true)
 	if err != nil {
-		return nil, nil, err
-	}
-	global := interners[0]
-	remaps := make([][]uint32, workers)
-	for w := 1; w < workers; w++ {
-		remap := make([]uint32, len(interners[w].names))
-		for local, name := range interners[w].names[1:] {
-			remap[local+1] = global.id([]byte(name))
-		}
-		remaps[w] = remap
-	}
-	var all []chunk
-	for w, cs := range perWorker {
-		if remap := remaps[w]; remap != nil {
-			_ = parallel(len(cs), workers, func(_, i int) error {
-				for j, v := range cs[i].src {
-					cs[i].src[j] = remap[v]
-				}
-				for j, v := range cs[i].dst {
-					cs[i].dst[j] = remap[v]
-				}
-				return nil
-			})
-		}
-		all = append(all, cs...)
-	}
-	return all, global.names, nil
-}
-
-// readFile reads src_addr, dst_addr, bytes and packets of every row group. A column the
-// file lacks reads as NULL (addresses) or 0 (counts), as DuckDB's union_by_name does.
-func readFile(in input, intern *interner) ([]chunk, error) {
-	r, err := file.OpenParquetFile(in.path, true)
-	if err != nil {
-		return nil, fmt.Errorf("%s: not a readable Parquet file: %w", in.path, err)
+		return fmt.Errorf("%s: not a readable Parquet file: %w", path, err)
 	}
 	defer r.Close()
 	schema := r.MetaData().Schema
-	var out []chunk
 	for g := 0; g < r.NumRowGroups(); g++ {
 		rg := r.RowGroup(g)
-		n := int(rg.NumRows())
-		c := chunk{hour: in.hour, src: make([]uint32, n), dst: make([]uint32, n),
-			bytes: make([]int64, n), packets: make([]int64, n)}
+		c.resize(int(rg.NumRows()))
 		for _, col := range []struct {
 			name string
 			addr []uint32
@@ -149,6 +116,8 @@ func readFile(in input, intern *interner) ([]chunk, error) {
 		}{{"src_addr", c.src, nil}, {"dst_addr", c.dst, nil}, {"bytes", nil, c.bytes}, {"packets", nil, c.packets}} {
 			idx := schema.ColumnIndexByName(col.name)
 			if idx < 0 {
+				clear(col.addr)
+				clear(col.num)
 				continue
 			}
 			cr, err := rg.Column(idx)
@@ -161,12 +130,12 @@ func readFile(in input, intern *interner) ([]chunk, error) {
 				}
 			}
 			if err != nil {
-				return nil, fmt.Errorf("%s: row group %d, column %s: %w", in.path, g, col.name, err)
+				return fmt.Errorf("%s: row group %d, column %s: %w", path, g, col.name, err)
 			}
 		}
-		out = append(out, c)
+		each(c)
 	}
-	return out, nil
+	return nil
 }
 
 const batch = 8192
