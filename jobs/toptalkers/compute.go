@@ -1,6 +1,9 @@
 package main
 
-import "slices"
+import (
+	"math/bits"
+	"slices"
+)
 
 // Directions as jobs/common.py with_direction labels them, plus the 'all' lists.
 const (
@@ -94,41 +97,52 @@ type hourPairs struct {
 	dirs []uint8
 }
 
-// hostScratch accumulates one hour's per-address totals for the src (or dst) lists.
-// An address's own locality is fixed, so it meets only two directions, told apart by
-// the locality of the other end: two totals per address, with the hour's stamp, in one
-// 64-byte entry (one cache line per update: these updates are the hot loop).
+// hostScratch sums one hour's pairs per address for the src (or dst) lists. The pairs
+// are radix-sorted by (address, locality of the other end) and summed run by run:
+// sequential passes instead of a random update per pair into per-address totals
+// (that random access was a third of the kernel's time).
 type hostScratch struct {
-	acc     []hostAcc
-	gen     int32
-	touched []uint32
-	day     [][2]totals // this worker's share of the whole-day totals
+	rows, tmp []hostRow
+	day       [][2]totals // this worker's whole-day totals, by address and other end
 }
 
-type hostAcc struct {
-	gen int32
-	_   int32
-	t   [2]totals // [other end remote, other end local]
-	_   [8]byte
+// hostRow is one pair seen from one end: the address and the other end's locality.
+type hostRow struct {
+	addr, other uint32
+	v           totals
 }
 
 func (h *hostScratch) grow(n int) {
-	if n > cap(h.acc) { // doubling: the numbering grows hour by hour
-		h.acc = append(make([]hostAcc, 0, 2*n), h.acc...)
+	if n > cap(h.day) { // doubling: the numbering grows hour by hour
 		h.day = append(make([][2]totals, 0, 2*n), h.day...)
 	}
-	h.acc, h.day = h.acc[:n], h.day[:n]
+	h.day = h.day[:n]
 }
 
-// add counts pair totals v for address a; other = the other end's locality (0 or 1).
-func (h *hostScratch) add(a uint32, other uint8, v *totals) {
-	e := &h.acc[a]
-	if e.gen != h.gen {
-		e.gen = h.gen
-		e.t = [2]totals{}
-		h.touched = append(h.touched, a)
+// radixSort sorts rows by address (ids below 1 << keyBits), using tmp as scratch.
+func radixSort(rows, tmp []hostRow, keyBits int) {
+	const digit = 11
+	src, dst := rows, tmp
+	for shift := 0; shift < keyBits; shift += digit {
+		var count [1 << digit]int
+		for i := range src {
+			count[(src[i].addr>>shift)&(1<<digit-1)]++
+		}
+		pos := 0
+		for d, c := range count {
+			count[d] = pos
+			pos += c
+		}
+		for i := range src {
+			d := (src[i].addr >> shift) & (1<<digit - 1)
+			dst[count[d]] = src[i]
+			count[d]++
+		}
+		src, dst = dst, src
 	}
-	e.t[other].add(*v)
+	if len(rows) > 0 && &src[0] != &rows[0] {
+		copy(rows, src)
+	}
 }
 
 // hostDir is the direction of a src (or dst) list entry: its own locality and slot.
@@ -153,6 +167,42 @@ type worker struct {
 	local    []bool // by the worker's address id
 	src, dst *hostScratch
 	rows     chunk
+	flows    []flowRow // one hour's flows, reused
+	flowsTmp []flowRow
+}
+
+// flowRow is one flow: key = src id << 32 | dst id.
+type flowRow struct {
+	key            uint64
+	bytes, packets int64
+}
+
+// sortFlows sorts rows by key (ids below 1 << idBits), using tmp as scratch: LSD radix
+// over the compacted key src << idBits | dst.
+func sortFlows(rows, tmp []flowRow, idBits int) {
+	const digit = 12
+	compact := func(k uint64) uint64 { return (k>>32)<<idBits | k&0xFFFFFFFF }
+	src, dst := rows, tmp
+	for shift := 0; shift < 2*idBits; shift += digit {
+		var count [1 << digit]int
+		for i := range src {
+			count[(compact(src[i].key)>>shift)&(1<<digit-1)]++
+		}
+		pos := 0
+		for d, c := range count {
+			count[d] = pos
+			pos += c
+		}
+		for i := range src {
+			d := (compact(src[i].key) >> shift) & (1<<digit - 1)
+			dst[count[d]] = src[i]
+			count[d]++
+		}
+		src, dst = dst, src
+	}
+	if len(rows) > 0 && &src[0] != &rows[0] {
+		copy(rows, src)
+	}
 }
 
 // hourResult is one hour's lists and pairs, in the numbering of the worker that made them.
@@ -259,43 +309,39 @@ func (w *worker) grow() {
 
 // hour reads one hour's files and makes its lists (in the worker's numbering).
 func (w *worker) hour(files []string, n int) (*listSet, hourPairs, error) {
-	var idx map[uint64]int32
-	var p hourPairs
+	// the hour's flows as (pair, bytes, packets) rows, sorted by pair and summed run by run
+	// (radix sort: sequential passes, where a hash table costs a cache miss per flow)
+	rows := w.flows[:0]
 	for _, f := range files {
 		err := readFile(f, w.in, &w.rows, func(c *chunk) {
-			if idx == nil { // sized from the first row group: most rows are new pairs
-				idx = make(map[uint64]int32, len(c.src)*len(files))
-			}
-			if room := len(p.keys) + len(c.src); cap(p.keys) < room { // at most one new pair per row
-				p.keys, p.vals = slices.Grow(p.keys, room-len(p.keys)), slices.Grow(p.vals, room-len(p.vals))
-			}
 			for i := range c.src {
-				k := uint64(c.src[i])<<32 | uint64(c.dst[i])
-				j, ok := idx[k]
-				if !ok {
-					j = int32(len(p.keys))
-					idx[k] = j
-					p.keys = append(p.keys, k)
-					p.vals = append(p.vals, totals{})
-				}
-				v := &p.vals[j]
-				v[0] += c.bytes[i]
-				v[1] += c.packets[i]
-				v[2]++
+				rows = append(rows, flowRow{uint64(c.src[i])<<32 | uint64(c.dst[i]), c.bytes[i], c.packets[i]})
 			}
 		})
 		if err != nil {
-			return nil, p, err
+			return nil, hourPairs{}, err
 		}
+	}
+	w.flowsTmp = slices.Grow(w.flowsTmp[:0], len(rows))[:len(rows)]
+	sortFlows(rows, w.flowsTmp, bits.Len32(uint32(len(w.in.names))))
+	w.flows = rows
+	var p hourPairs
+	for i := 0; i < len(rows); {
+		k := rows[i].key
+		var v totals
+		for ; i < len(rows) && rows[i].key == k; i++ {
+			v[0] += rows[i].bytes
+			v[1] += rows[i].packets
+			v[2]++
+		}
+		p.keys = append(p.keys, k)
+		p.vals = append(p.vals, v)
 	}
 	w.grow()
 	r := &ranker{n: n, names: w.in.names}
 	ls := &listSet{}
-	src, dst := w.src, w.dst
-	src.gen, dst.gen = src.gen+1, dst.gen+1
-	src.touched, dst.touched = src.touched[:0], dst.touched[:0]
 	p.dirs = make([]uint8, len(p.keys))
-	for j, k := range p.keys { // one pass: pair lists, and per-address sums for the host lists
+	for j, k := range p.keys {
 		it := item{s: uint32(k >> 32), d: uint32(k), v: p.vals[j]}
 		dir := uint8(b2i(w.local[it.s])*2 + b2i(w.local[it.d])) // transit, inbound, outbound, internal
 		p.dirs[j] = dir
@@ -303,11 +349,10 @@ func (w *worker) hour(files []string, n int) (*listSet, hourPairs, error) {
 		ls.totals[all].add(it.v)
 		r.offerAll(&ls.lists[dir][byPair], it)
 		r.offerAll(&ls.lists[all][byPair], it)
-		src.add(it.s, dir&1, &p.vals[j])
-		dst.add(it.d, dir>>1, &p.vals[j])
 	}
-	hostLists(r, ls, src, bySrc, w.local)
-	hostLists(r, ls, dst, byDst, w.local)
+	idBits := bits.Len32(uint32(len(w.in.names)))
+	hostLists(r, ls, &p, w.src, bySrc, w.local, idBits)
+	hostLists(r, ls, &p, w.dst, byDst, w.local, idBits)
 	return ls, p, nil
 }
 
@@ -342,17 +387,35 @@ func hostItem(by int, a uint32, v totals) item {
 }
 
 // hostLists ranks one hour's sources (or destinations) per direction and in all, and
-// adds their totals to the worker's share of the day.
-func hostLists(r *ranker, ls *listSet, h *hostScratch, by int, local []bool) {
-	for _, a := range h.touched {
+// adds their totals to the worker's whole-day totals. The pairs come sorted by source,
+// so sources are runs already; destinations are radix-sorted into runs first.
+func hostLists(r *ranker, ls *listSet, p *hourPairs, h *hostScratch, by int, local []bool, idBits int) {
+	n := len(p.keys)
+	h.rows, h.tmp = slices.Grow(h.rows[:0], n)[:n], slices.Grow(h.tmp[:0], n)[:n]
+	for j, k := range p.keys {
+		a, other := uint32(k>>32), uint32(p.dirs[j]&1) // dirs: src local << 1 | dst local
+		if by == byDst {
+			a, other = uint32(k), uint32(p.dirs[j]>>1)
+		}
+		h.rows[j] = hostRow{a, other, p.vals[j]}
+	}
+	if by == byDst {
+		radixSort(h.rows, h.tmp, idBits)
+	}
+	for i := 0; i < n; {
+		a := h.rows[i].addr
+		var t [2]totals // by the other end's locality
+		for ; i < n && h.rows[i].addr == a; i++ {
+			t[h.rows[i].other].add(h.rows[i].v)
+		}
 		var sum totals
-		for other, t := range h.acc[a].t {
-			if t[2] == 0 {
+		for other := range t {
+			if t[other][2] == 0 {
 				continue
 			}
-			sum.add(t)
-			h.day[a][other].add(t)
-			r.offerAll(&ls.lists[hostDir(by, local[a], other)][by], hostItem(by, a, t))
+			sum.add(t[other])
+			h.day[a][other].add(t[other])
+			r.offerAll(&ls.lists[hostDir(by, local[a], other)][by], hostItem(by, a, t[other]))
 		}
 		r.offerAll(&ls.lists[all][by], hostItem(by, a, sum))
 	}
