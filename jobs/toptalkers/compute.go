@@ -262,7 +262,7 @@ func compute(hours []hourFiles, loc *locality, n, workers int) (map[int]*listSet
 			day.totals[d].add(res.lists.totals[d])
 		}
 	}
-	dayPairs(r, day, results, pairs)
+	dayPairs(r, day, results, pairs, workers)
 	phase("day pairs")
 	// the day's hosts: the workers' per-address totals, summed in the one numbering
 	for by := bySrc; by <= byDst; by++ {
@@ -427,7 +427,7 @@ func hostLists(r *ranker, ls *listSet, p *hourPairs, h *hostScratch, by int, loc
 // N-th largest of those, floor, is at most the list's N-th value. A pair whose day
 // total reaches the floor has at least floor / hours in one hour, so only pairs with
 // such an hour are candidates, and only they are summed over the day.
-func dayPairs(r *ranker, day *listSet, hours []hourResult, pairs []hourPairs) {
+func dayPairs(r *ranker, day *listSet, hours []hourResult, pairs []hourPairs, workers int) {
 	seeds := map[uint64]*dayPair{}
 	for _, res := range hours {
 		ls := res.lists
@@ -439,7 +439,7 @@ func dayPairs(r *ranker, day *listSet, hours []hourResult, pairs []hourPairs) {
 			}
 		}
 	}
-	sumOver(pairs, seeds)
+	sumOver(pairs, seeds, workers)
 	var floor [5][3]int64 // 0 (everything a candidate) while a list has fewer than N seeds
 	for m := 0; m < 3; m++ {
 		var best [5]top
@@ -454,19 +454,27 @@ func dayPairs(r *ranker, day *listSet, hours []hourResult, pairs []hourPairs) {
 		}
 	}
 	h := int64(len(pairs))
-	cands := map[uint64]*dayPair{}
-	for _, p := range pairs {
+	found := make([][]uint64, workers)
+	_ = parallel(len(pairs), workers, func(w, i int) error {
+		p := pairs[i]
 		for j, k := range p.keys {
 			d := p.dirs[j]
 			for m := 0; m < 3; m++ {
 				if need := min(floor[d][m], floor[all][m]); p.vals[j][m] >= (need+h-1)/h {
-					cands[k] = &dayPair{}
+					found[w] = append(found[w], k)
 					break
 				}
 			}
 		}
+		return nil
+	})
+	cands := map[uint64]*dayPair{}
+	for _, keys := range found {
+		for _, k := range keys {
+			cands[k] = &dayPair{}
+		}
 	}
-	sumOver(pairs, cands)
+	sumOver(pairs, cands, workers)
 	for _, p := range cands {
 		r.offerAll(&day.lists[p.dir][byPair], p.item)
 		r.offerAll(&day.lists[all][byPair], p.item)
@@ -478,14 +486,32 @@ type dayPair struct {
 	dir uint8
 }
 
-// sumOver fills in the day totals (and direction) of the pairs in `of`.
-func sumOver(pairs []hourPairs, of map[uint64]*dayPair) {
-	for _, p := range pairs {
+// sumOver fills in the day totals (and direction) of the pairs in `of`: the hours
+// shared out to the workers, each summing its own copy, then the copies added up.
+func sumOver(pairs []hourPairs, of map[uint64]*dayPair, workers int) {
+	parts := make([]map[uint64]*dayPair, workers)
+	_ = parallel(len(pairs), workers, func(w, i int) error {
+		if parts[w] == nil {
+			parts[w] = make(map[uint64]*dayPair, len(of))
+		}
+		p := pairs[i]
 		for j, k := range p.keys {
-			if x := of[k]; x != nil {
-				x.s, x.d, x.dir = uint32(k>>32), uint32(k), p.dirs[j]
+			if _, ok := of[k]; ok { // `of` is only read here
+				x := parts[w][k]
+				if x == nil {
+					x = &dayPair{item: item{s: uint32(k >> 32), d: uint32(k)}, dir: p.dirs[j]}
+					parts[w][k] = x
+				}
 				x.v.add(p.vals[j])
 			}
+		}
+		return nil
+	})
+	for _, part := range parts {
+		for k, x := range part {
+			y := of[k]
+			y.s, y.d, y.dir = x.s, x.d, x.dir
+			y.v.add(x.v)
 		}
 	}
 }
