@@ -58,10 +58,10 @@ def private_cfg(tmp_path: Path, **env):
 
 
 # ---- direction --------------------------------------------------------------------------
-def test_direction_matches_ipaddress(spark):
+def test_direction_matches_ipaddress(spark, tmp_path):
     from flowlake.jobs import common
 
-    prefixes = LOCAL + ["172.16.0.0/12", "2001:db8:8000::/33", "fd00:1:2:3::/64"]
+    prefixes = LOCAL + ["172.16.0.0/12", "2001:db8:8000::/33", "fd00:1:2:3::/64", "fd12:3400::/23"]
     nets = [ipaddress.ip_network(p) for p in prefixes]
     rng = random.Random(7)
     addrs = ["10.0.0.0", "10.255.255.255", "11.0.0.0", "9.255.255.255", "192.0.2.255", "192.0.3.0",
@@ -90,6 +90,27 @@ def test_direction_matches_ipaddress(spark):
     wrong = {a: got[a] for a in addrs if got[a] != expected(a)}
     assert not wrong
     assert sum(got.values()) > 100 and sum(not v for v in got.values()) > 100  # both sides exercised
+
+    # the Go kernel of the local top_talkers engine decides locality by the same rules:
+    # each address sends one flow to a remote host, so its pair is outbound or transit
+    import duckdb
+
+    from flowlake.jobs import top_talkers_local
+
+    odd = ["010.0.0.9", "+10.0.0.5", " 10.3.3.3 ", "10.0.0.1.", "10.0.0", "256.1.1.1", "2001:db8::1::2",
+           "2001:db8:8000:0:0:0:0:0:1", "2001:DB8:8000::", "::ffff:172.16.0.1", "fd00:1:2:3::/64", "1.2.3.4:80"]
+    got_odd = dict(common.add_local_flag(spark.createDataFrame([(a,) for a in odd], "a string"), "a", "local",
+                                         prefixes).select("a", "local").collect())
+    spark_local = {**got, **got_odd}
+    part = tmp_path / "hour=07"
+    part.mkdir()
+    n = len(spark_local)
+    pq.write_table(pa.table({"src_addr": list(spark_local), "dst_addr": ["8.8.8.8"] * n,
+                             "bytes": list(range(n, 0, -1)), "packets": [1] * n}), part / "part-0.parquet")
+    lists = top_talkers_local.top_talkers(duckdb.connect(), [str(part / "part-0.parquet")], prefixes, n)
+    kernel = {r["src_addr"]: r["direction"] == "outbound" for r in lists.to_pylist()
+              if r["by"] == "pair" and r["metric"] == "bytes" and r["hour"] is None and r["direction"] != "all"}
+    assert kernel == spark_local
 
 
 def test_direction_labels(spark):
