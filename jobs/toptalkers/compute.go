@@ -429,6 +429,9 @@ func hostLists(r *ranker, ls *listSet, p *hourPairs, h *hostScratch, by int, loc
 // total reaches the floor has at least floor / hours in one hour, so only pairs with
 // such an hour are candidates, and only they are summed over the day.
 func dayPairs(r *ranker, day *listSet, hours []hourResult, pairs []hourPairs, workers int) {
+	if len(pairs) == 0 {
+		return
+	}
 	seeds := map[uint64]*dayPair{}
 	for _, res := range hours {
 		ls := res.lists
