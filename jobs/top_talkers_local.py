@@ -30,16 +30,14 @@ from . import common, duck
 
 def lists(files: list[str], prefixes, top_n: int, out: Path) -> None:
     """Run the kernel over flow files (hive paths with hour=NN): the lists, without
-    rank_change, as Parquet at `out`."""
-    top_n = int(top_n)
-    if top_n < 1:
-        raise ValueError(f"config [reports] top_n = {top_n}: must be at least 1")
+    rank_change, as Parquet at `out`. (top_n is checked by the kernel, and for the config
+    by top_talkers.run.)"""
     local = ",".join(str(n) for n in common.parse_prefixes(prefixes))
     binary = TOPTALKERS.build()
     with tempfile.NamedTemporaryFile("w+", suffix=".files") as listing:  # no argv limit on file count
         listing.write("\n".join(files))
         listing.flush()
-        res = subprocess.run([str(binary), "-top-n", str(top_n), "-local", local, "-out", str(out),
+        res = subprocess.run([str(binary), "-top-n", str(int(top_n)), "-local", local, "-out", str(out),
                               "-files", listing.name], capture_output=True, text=True)
     if res.returncode != 0:
         raise RuntimeError(f"top_talkers kernel ({binary.name}) failed: {res.stderr.strip() or res.returncode}")

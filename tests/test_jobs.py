@@ -269,7 +269,7 @@ def test_top_talkers_local_engine_bad_input(tmp_path):
     pq.write_table(pa.table({"src_addr": ["10.0.0.1"]}), stray)
     with pytest.raises(RuntimeError, match=r"part-1\.parquet: no hour=NN partition"):
         ttl.lists([str(stray)], LOCAL, 5, tmp_path / "out.parquet")
-    with pytest.raises(ValueError, match=r"top_n = 0"):
+    with pytest.raises(RuntimeError, match=r"-top-n 0: must be at least 1"):
         ttl.lists([str(stray)], LOCAL, 0, tmp_path / "out.parquet")
 
 
