@@ -49,12 +49,19 @@ def connect(cfg):
     return duckdb.connect(config={"temp_directory": str(tmp), "threads": os.cpu_count() or 1})
 
 
-def flow_files(ctx) -> list[str]:
-    """The day's flow files after quarantining unreadable ones, as ctx.flows() does."""
+def partition_files(ctx, rel: str, date=None) -> list[str]:
+    """The files of lake/<rel>/date=<date> (default the job's date) after quarantining
+    unreadable ones, as ctx.flows() and ctx.report() do."""
     from flowlake.pipelines import lake_check
 
-    lake_check.check(ctx.lake, "flows", f"date={ctx.date.isoformat()}")
-    return parquet_files(ctx.lake / "flows" / f"date={ctx.date.isoformat()}")
+    part = f"date={(date or ctx.date).isoformat()}"
+    lake_check.check(ctx.lake, rel, part)
+    return parquet_files(ctx.lake / rel / part)
+
+
+def flow_files(ctx) -> list[str]:
+    """The day's flow files (see partition_files)."""
+    return partition_files(ctx, "flows")
 
 
 def flows_view(con, ctx, name: str = "day_flows") -> str | None:

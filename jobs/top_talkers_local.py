@@ -69,11 +69,7 @@ def top_talkers(con, files: list[str], prefixes, top_n: int, previous: str | Non
 def run(ctx) -> bool:
     """Write the top_talkers table on this machine; False when there are no flow files
     (the caller's Spark path then writes the empty table)."""
-    from flowlake.pipelines import lake_check
-
-    prev_date = (ctx.date - dt.timedelta(days=1)).isoformat()
-    lake_check.check(ctx.lake, "reports/top_talkers", f"date={prev_date}")
-    prev_files = duck.parquet_files(ctx.lake / "reports" / "top_talkers" / f"date={prev_date}")
+    prev_files = duck.partition_files(ctx, "reports/top_talkers", ctx.date - dt.timedelta(days=1))
     files = duck.flow_files(ctx)
     if not files:
         return False

@@ -392,7 +392,7 @@ func hostItem(by int, a uint32, v totals) item {
 // so sources are runs already; destinations are radix-sorted into runs first.
 func hostLists(r *ranker, ls *listSet, p *hourPairs, h *hostScratch, by int, local []bool, idBits int) {
 	n := len(p.keys)
-	h.rows, h.tmp = slices.Grow(h.rows[:0], n)[:n], slices.Grow(h.tmp[:0], n)[:n]
+	h.rows = slices.Grow(h.rows[:0], n)[:n]
 	for j, k := range p.keys {
 		a, other := uint32(k>>32), uint32(p.dirs[j]&1) // dirs: src local << 1 | dst local
 		if by == byDst {
@@ -401,6 +401,7 @@ func hostLists(r *ranker, ls *listSet, p *hourPairs, h *hostScratch, by int, loc
 		h.rows[j] = hostRow{a, other, p.vals[j]}
 	}
 	if by == byDst {
+		h.tmp = slices.Grow(h.tmp[:0], n)[:n]
 		radixSort(h.rows, h.tmp, idBits)
 	}
 	for i := 0; i < n; {
