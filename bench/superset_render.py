@@ -11,7 +11,10 @@ settled, with the same predicate as tests/test_superset_browser.py):
   cold    fresh browser context (empty HTTP cache) and Superset's data cache emptied
           (own scratch home only; with --home the server cache is left alone)
   fresh   fresh browser context, Superset's data cache already filled
-  warm    second visit in the same browser context
+  warm    second visit in the same browser context (Chrome compiles Superset's scripts
+          again and stores V8's code cache for them)
+  again   third visit: the code cache is used, as in the browser of an operator who
+          opens the dashboards every day
   list    picked from the dashboard list in that context, as an operator moves around:
           the app navigates in place, so Superset's scripts do not start again
 The machine's 1-minute load average is printed with every figure: on a shared 2-core
@@ -43,6 +46,9 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 from test_superset_browser import INSPECT  # noqa: E402
 
 SLUGS = ["daily-operations", "flow-sizes", "active-vs-passive", "capacity"]
+
+
+KINDS = ("cold", "fresh", "warm", "again", "list")
 
 
 def load() -> float:
@@ -150,14 +156,14 @@ def clear_data_cache(home: Path) -> None:
 def measure(creds, home: Path | None, rounds: int, slugs: list[str], trace: set[str], gunicorn_pid: int | None) -> dict:
     from playwright.sync_api import sync_playwright
 
-    figures = {s: {k: [] for k in ("cold", "fresh", "warm", "list", "cold cpu", "fresh cpu", "warm cpu", "list cpu")} for s in slugs}
+    figures = {s: {k: [] for k in KINDS + tuple(f"{x} cpu" for x in KINDS)} for s in slugs}
     meter = CpuMeter(gunicorn_pid)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         for r in range(rounds):
             for slug in slugs:
                 row = {}
-                kinds = (["cold"] if home is not None else []) + ["fresh", "warm", "list"]
+                kinds = [k for k in KINDS if k != "cold" or home is not None]
                 ctx = None
                 for kind in kinds:
                     if kind in ("cold", "fresh"):
@@ -188,7 +194,7 @@ def summary(figures: dict) -> None:
     print("CPU = median CPU seconds per visit used by the browser + Superset (hardly depends on the load)")
     for slug, kinds in figures.items():
         parts, cpu = [], []
-        for kind in ("cold", "fresh", "warm", "list"):
+        for kind in KINDS:
             xs = kinds[kind]
             if not xs:
                 continue

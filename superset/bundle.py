@@ -21,6 +21,7 @@ Superset's virtualenv (superset/import_bundle.py).
 """
 from __future__ import annotations
 
+import html
 import io
 import ipaddress
 import json
@@ -274,7 +275,7 @@ def dataset_yaml(ds: Dataset, database_uuid: str) -> dict:
 
 
 # ---- charts -----------------------------------------------------------------------------
-VIZ = {"table": "table", "line": "echarts_timeseries_line", "bar": "echarts_timeseries_bar",
+VIZ = {"table": "handlebars", "line": "echarts_timeseries_line", "bar": "echarts_timeseries_bar",
        "big_number": "big_number_total", "pie": "pie"}
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -327,24 +328,7 @@ def chart_payload(chart: dict, ds: Dataset, where: str) -> tuple[dict, dict]:
              "url_params": {}, "custom_params": {}, "custom_form_data": {}}
     order = chart.get("order_by")
     if viz == "table":
-        if chart.get("columns"):  # raw rows
-            cols = list(chart["columns"])
-            asc = not chart.get("order_desc", True)
-            params.update(query_mode="raw", all_columns=cols, order_by_cols=[json.dumps([order, asc])] if order else [])
-            query.update(columns=cols, metrics=[], orderby=[[order, asc]] if order else [])
-        else:
-            params.update(query_mode="aggregate", groupby=groupby, metrics=metrics,
-                          order_desc=True, timeseries_limit_metric=metrics[0] if metrics else None)
-            query.update(columns=groupby, metrics=metrics, orderby=[[metrics[0], False]] if metrics else [])
-        # The table plugin's costly extras (HTML rendering of every cell, a bar in every
-        # numeric cell) are off: they were the better part of a table's render time.
-        params.update(table_timestamp_format="smart_date", server_pagination=False, include_search=False,
-                      allow_render_html=False, show_cell_bars=False, color_pn=False)
-        formats = {m["label"]: spec.get("format") or chart.get("y_format")  # per metric, else the chart's
-                   for m, spec in zip(metrics, chart.get("metrics") or []) if isinstance(spec, dict)}
-        formats.update(chart.get("formats") or {})  # raw columns: {column: d3 format}
-        if any(formats.values()):
-            params["column_config"] = {label: {"d3NumberFormat": f} for label, f in formats.items() if f}
+        report_table(chart, ds, params, query, metrics, where)
     elif viz in ("line", "bar"):
         x = chart.get("x")
         if not x:
@@ -382,6 +366,91 @@ def chart_payload(chart: dict, ds: Dataset, where: str) -> tuple[dict, dict]:
         "form_data": params, "result_format": "json", "result_type": "full",
     }
     return params, query_context
+
+
+# ---- report tables ----------------------------------------------------------------------
+# A table chart is static HTML drawn by Superset's Handlebars chart, not its interactive table
+# plugin: the plugin cost the browser ~0.1 s more per table, the difference between a
+# dashboard opening within 2 s or not on this 2-core box (bench/superset_render.py). The
+# chart's data keeps exact numbers (REST, CSV, "view as table"); the template formats them
+# with the helpers Superset 6.1 registers (sprintf, division, gte, ...). Dates and times are
+# formatted in SQL instead: the browser's date helpers would show its local time, not UTC.
+TABLE_FORMAT = re.compile(r"^\.(\d)([sf%])$")  # d3 formats the template can reproduce
+NUMERIC_TYPES = ("INT", "BIGINT", "SMALLINT", "TINYINT", "HUGEINT", "INTEGER", "DOUBLE", "FLOAT", "REAL", "DECIMAL")
+_SI_STEPS = "".join(f"{{{{else if (gte (abs v) {10 ** e})}}}}{{{{sprintf f (division v {10 ** e})}}}}{p}"
+                    for e, p in ((12, "T"), (9, "G"), (6, "M"), (3, "k")))
+TABLE_PARTIALS = (
+    # SI prefix with f = "%.<significant digits>g", as d3's ".4s"; nothing for null
+    '{{#*inline "si"}}{{#if (eqw v null)}}' + _SI_STEPS + '{{else}}{{sprintf f (division v 1)}}{{/if}}{{/inline}}'
+    '{{#*inline "pct"}}{{#unless (eqw v null)}}{{sprintf f (multiplication v 100)}}%{{/unless}}{{/inline}}'
+    '{{#*inline "num"}}{{#unless (eqw v null)}}{{sprintf f (division v 1)}}{{/unless}}{{/inline}}')
+TABLE_CSS = """.handlebars table { border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }
+.handlebars th { text-align: left; font-weight: 600; padding: 4px 8px; border-bottom: 1px solid rgba(128,128,128,.5); }
+.handlebars td { padding: 3px 8px; border-bottom: 1px solid rgba(128,128,128,.15); white-space: nowrap; }
+.handlebars th[align=right] { text-align: right; }
+"""
+
+
+def table_cell(label: str, type_: str | None, fmt: str | None, where: str) -> tuple[str, bool]:
+    """(Handlebars for one cell, numeric?). A float without a format gets 4 significant
+    digits with an SI prefix, as Superset's default number format would show it."""
+    if "]" in label or "}" in label:
+        raise BundleError(f"{where}: column label {label!r} cannot be used in a table (']' or '}}')")
+    ref = f"[{label}]"
+    numeric = fmt is not None or (type_ or "").upper().startswith(NUMERIC_TYPES)
+    if fmt is None and (type_ or "").upper() in ("DOUBLE", "FLOAT", "REAL"):
+        fmt = ".4s"
+    if fmt is None:
+        return "{{" + ref + "}}", numeric
+    m = TABLE_FORMAT.match(fmt)
+    if not m:
+        raise BundleError(f"{where}: format {fmt!r} for {label!r}: tables know .Ns (SI prefix, N significant "
+                          f"digits), .Nf (N decimals) and .N% (percent with N decimals)")
+    digits, kind = m.groups()
+    partial, f = {"s": ("si", f"%.{digits}g"), "f": ("num", f"%.{digits}f"), "%": ("pct", f"%.{digits}f")}[kind]
+    return f'{{{{> {partial} v={ref} f="{f}"}}}}', True
+
+
+def report_table(chart: dict, ds: Dataset, params: dict, query: dict, metrics: list[dict], where: str) -> None:
+    """Fill params and query of a table chart: raw rows (`columns`) or an aggregate
+    (`groupby` + `metrics`), drawn by a generated Handlebars template."""
+    types = {c["column_name"]: c["type"] for c in ds.columns}
+    formats = {m["label"]: spec.get("format") or chart.get("y_format")  # per metric, else the chart's
+               for m, spec in zip(metrics, chart.get("metrics") or []) if isinstance(spec, dict)}
+    formats.update(chart.get("formats") or {})  # raw columns: {column: d3 format}
+
+    def column(name: str):
+        """A dataset column as selected: dates and times as UTC text, from SQL."""
+        t = (types.get(name) or "").upper()
+        if t == "DATE" or t.startswith("TIMESTAMP"):
+            expr = f"CAST({ident(name)} AS DATE)" if t == "DATE" else f"date_trunc('second', {ident(name)})"
+            return {"label": name, "sqlExpression": f"CAST({expr} AS VARCHAR)", "expressionType": "SQL"}
+        return name
+
+    order = chart.get("order_by")
+    if chart.get("columns"):  # raw rows
+        names = list(chart["columns"])
+        cols = [column(c) for c in names]
+        asc = not chart.get("order_desc", True)
+        params.update(query_mode="raw", all_columns=cols, order_by_cols=[json.dumps([order, asc])] if order else [])
+        query.update(columns=cols, metrics=[], orderby=[[order, asc]] if order else [])
+        cells = [(c, types.get(c)) for c in names]
+    else:
+        groupby = [column(c) for c in chart.get("groupby") or []]
+        params.update(query_mode="aggregate", groupby=groupby, metrics=metrics,
+                      order_desc=True, timeseries_limit_metric=metrics[0] if metrics else None)
+        query.update(columns=groupby, metrics=metrics, orderby=[[metrics[0], False]] if metrics else [])
+        cells = [(c, types.get(c)) for c in chart.get("groupby") or []] + [(m["label"], None) for m in metrics]
+    head, row = [], []
+    for label, type_ in cells:
+        if type_ and (type_.upper() == "DATE" or type_.upper().startswith("TIMESTAMP")):
+            type_ = "VARCHAR"  # text by now
+        cell, numeric = table_cell(label, type_, formats.get(label), where)
+        align = ' align="right"' if numeric else ""
+        head.append(f"<th{align}>{html.escape(label)}</th>")
+        row.append(f"<td{align}>{cell}</td>")
+    params.update(handlebarsTemplate=TABLE_PARTIALS + "<table><thead><tr>" + "".join(head) + "</tr></thead><tbody>"
+                  "{{#each data}}<tr>" + "".join(row) + "</tr>{{/each}}</tbody></table>", styleTemplate="")
 
 
 # ---- dashboards -----------------------------------------------------------------------
@@ -541,7 +610,7 @@ def _build_dashboard(bundle: Bundle, path: Path, datasets: dict[str, Dataset], d
     for cid, (name, doc) in charts.items():
         bundle.files[name] = _dump({**doc, "query_context": json.dumps(queries[cid])})
     bundle.files[f"dashboards/{spec['slug']}.yaml"] = _dump({
-        "dashboard_title": spec["title"], "description": spec.get("description"), "css": "",
+        "dashboard_title": spec["title"], "description": spec.get("description"), "css": TABLE_CSS,
         "slug": spec["slug"], "certified_by": None, "certification_details": None, "published": True,
         "uuid": str(uuid.UUID(spec["uuid"])), "position": position,
         "metadata": {"native_filter_configuration": filters, "color_scheme": "supersetColors",

@@ -178,6 +178,35 @@ def test_every_chart_has_query_context_and_fixed_uuids(cfg):
         assert chart["dataset_uuid"] in datasets, name
 
 
+def test_report_tables_are_handlebars_templates(cfg):
+    """Tables are static HTML (Superset's Handlebars chart): every listed column has a
+    header and a cell; dates and times are selected as UTC text; a format the template
+    cannot reproduce is refused, naming chart and column."""
+    import yaml
+
+    mod = _bundle_mod()
+    bundle = mod.build(cfg)
+    tables = [yaml.safe_load(t) for n, t in bundle.files.items() if n.startswith("charts/")]
+    tables = [c for c in tables if c["viz_type"] == "handlebars"]
+    assert len(tables) >= 10
+    for chart in tables:
+        p = chart["params"]
+        labels = ([c if isinstance(c, str) else c["label"] for c in p.get("all_columns") or []] if p["query_mode"] == "raw"
+                  else [c if isinstance(c, str) else c["label"] for c in p["groupby"]] + [m["label"] for m in p["metrics"]])
+        tpl = p["handlebarsTemplate"]
+        assert tpl.count("</th>") == len(labels) >= 1, chart["slice_name"]
+        for label in labels:
+            assert f"[{label}]" in tpl and f">{label}</th>" in tpl, (chart["slice_name"], label)
+    largest = next(c for c in tables if c["slice_name"] == "Largest flows")
+    ts = next(c for c in largest["params"]["all_columns"] if not isinstance(c, str))
+    assert ts["label"] == "time_start" and "VARCHAR" in ts["sqlExpression"]
+    assert '{{> si v=[bytes] f="%.4g"}}' in largest["params"]["handlebarsTemplate"]
+
+    ds = mod.Dataset("t", "u", "", [{"column_name": "share", "type": "DOUBLE"}], None)
+    with pytest.raises(mod.BundleError, match=r"Top: format '\.3~%' for 'share'"):
+        mod.chart_payload({"title": "Top", "viz": "table", "columns": ["share"], "formats": {"share": ".3~%"}}, ds, "Top")
+
+
 def test_secrets_generated_once_mode_600(cfg):
     from flowlake import superset_cli
 

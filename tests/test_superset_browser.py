@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from datetime import timezone
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,48 @@ def test_dashboard_renders_every_chart(page, superset, slug):
     outside = sorted({u for u in page.requested if not u.startswith((base + "/", "data:", "blob:"))}
                      - set(page.refused))
     assert not outside, f"{slug}: the browser asked outside hosts for {outside}"
+
+
+def si(v: float, digits: int = 4) -> str:
+    """d3's ".4s" as the report tables' template writes it (sprintf %.4g, SI prefix)."""
+    for e, prefix in ((12, "T"), (9, "G"), (6, "M"), (3, "k")):
+        if abs(v) >= 10 ** e:
+            return f"{float(f'{v / 10 ** e:.{digits}g}'):g}{prefix}"
+    return f"{float(f'{v:.{digits}g}'):g}"
+
+
+TABLE_TEXT = """e => { const t = e.querySelector('table');
+  return [Array.from(t.querySelectorAll('thead th')).map(x => x.innerText.trim()),
+          Array.from(t.querySelectorAll('tbody tr')).map(r => Array.from(r.cells).map(x => x.innerText.trim()))]; }"""
+
+
+@pytest.mark.integration
+def test_report_tables_show_the_lake_formatted(page, superset, cfg):
+    """What the operator reads: the Totals table shows the day's totals from the lake,
+    with SI prefixes; Largest flows shows the biggest flow's start in UTC, to the second."""
+    import pyarrow.dataset as pads
+
+    def read(table):
+        return pads.dataset(str(cfg.lake / "reports" / table), format="parquet",
+                            partitioning="hive").to_table().to_pylist()
+
+    page.goto(f"{superset['creds']['url']}/superset/dashboard/daily-operations/")
+    page.wait_for_function(ALL_CHARTS_SETTLED, timeout=180_000, polling=100)
+    holder = {h.evaluate(INSPECT)["title"]: h for h in page.locator('[data-test="dashboard-component-chart-holder"]').all()}
+
+    day = [r for r in read("traffic_totals") if r["hour"] is None and r["direction"] == "all"]
+    head, rows = holder["Totals"].evaluate(TABLE_TEXT)
+    shown = dict(zip(head, rows[0]))
+    for key in ("bytes", "flows", "packets"):
+        assert shown[key] == si(sum(r[key] for r in day if r["exporter"] != "all")), (key, shown)
+
+    head, rows = holder["Largest flows"].evaluate(TABLE_TEXT)
+    first = dict(zip(head, rows[0]))
+    flows = [r for r in read("largest_flows") if r["direction"] == "all"]  # the filter's default
+    most = max(r["bytes"] for r in flows)
+    assert first["bytes"] == si(most), (first, most)
+    starts = {r["time_start"].astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S") for r in flows if r["bytes"] == most}
+    assert first["time_start"][:19] in starts, (first, starts)
 
 
 @pytest.mark.integration
