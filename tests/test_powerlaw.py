@@ -93,6 +93,21 @@ def test_likelihood_ratios_match_package(which, request):
     assert ours["exponential"].R > 1   # both data sets beat the exponential (CSN table 6.1)
 
 
+def test_unbounded_alternative_likelihood_gives_no_verdict():
+    """An alternative whose likelihood is unbounded (+inf log-likelihood: a lognormal
+    collapsed onto one value of a tiny tail) makes the ratio test undefined: nan (null
+    in the report), not R=0/p=1, and no numpy warnings on the way."""
+    from flowlake.powerlaw.compare import _ratio
+
+    w = np.array([3.0, 1.0, 2.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        R, p, raw = _ratio(np.array([-1.0, -2.0, -3.0]), np.array([np.inf, -2.5, -1.0]), w, False)
+        assert np.isnan(R) and np.isnan(p) and np.isnan(raw)
+        R, p, _ = _ratio(np.array([-1.0, -2.0, -3.0]), np.array([-1.5, -2.2, -3.9]), w, False)
+    assert R > 0 and 0 < p < 1
+
+
 # ---- exactness of the pruned scan ---------------------------------------------------------------
 @pytest.mark.parametrize("discrete", [False, True])
 def test_pruned_scan_equals_brute_force(discrete):

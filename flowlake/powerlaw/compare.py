@@ -61,6 +61,10 @@ def compare(res: PowerLawFit, alternative: str) -> Comparison:
 def _ratio(l1, l2, w, nested):
     floor = math.log(1e-308)   # the package's floor for zero likelihoods
     d = np.maximum(l1, floor) - np.maximum(l2, floor)
+    if not np.all(np.isfinite(d)):
+        # An unbounded likelihood (a lognormal collapsing onto the one value of a tiny tail):
+        # the test is undefined, not a tie; the report stores null.
+        return math.nan, math.nan, math.nan
     n = w.sum()
     raw = float(np.sum(w * d))
     var = float(np.sum(w * (d - raw / n) ** 2) / n)
