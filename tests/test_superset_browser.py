@@ -2,7 +2,8 @@
 
 Logs in through the login page, opens each dashboard, waits for every chart, and
 asserts none shows an error and each renders data. Screenshots go to test-output/;
-each dashboard's full render time is printed (not asserted: the 2-CPU CI box is shared).
+each dashboard's full render time is printed (not asserted: the 2-CPU CI box is shared),
+after `flowlake superset warm` filled Superset's data cache as the nightly jobs do.
 """
 from __future__ import annotations
 
@@ -62,6 +63,21 @@ def page(superset):
 
 
 @pytest.mark.integration
+def test_warm_opens_every_dashboard(superset, cfg):
+    """`flowlake superset warm` (run after the jobs, and by `flowlake demo`): every
+    provisioned dashboard rendered once, so their queries sit in the data cache. Runs
+    first, so the render times below are what an operator sees after the nightly jobs."""
+    import subprocess
+
+    res = subprocess.run([str(REPO / ".venv" / "bin" / "flowlake"), "superset", "warm"],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for slug in superset["provision"]["dashboards"]:
+        assert f"{slug}: rendered in" in res.stdout, res.stdout
+    assert any(cfg.path("superset", "cache", "data").iterdir())
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("slug", ["daily-operations", "flow-sizes", "active-vs-passive", "capacity"])
 def test_dashboard_renders_every_chart(page, superset, slug):
     expected = superset["provision"]["dashboards"][slug]
@@ -73,7 +89,11 @@ def test_dashboard_renders_every_chart(page, superset, slug):
     elapsed = time.monotonic() - t0
     OUT.mkdir(exist_ok=True)
     page.screenshot(path=str(OUT / f"superset-{slug}.png"), full_page=True)
-    print(f"\ndashboard {slug}: {len(expected)} charts rendered in {elapsed:.2f} s")
+    t0 = time.monotonic()  # again, with the dashboard's scripts in the browser's cache
+    page.goto(f"{superset['creds']['url']}/superset/dashboard/{slug}/")
+    page.wait_for_function(ALL_CHARTS_SETTLED, timeout=180_000, polling=100)
+    print(f"\ndashboard {slug}: {len(expected)} charts rendered in {elapsed:.2f} s "
+          f"(first visit of this browser), {time.monotonic() - t0:.2f} s on the next page load")
 
     holders = page.locator('[data-test="dashboard-component-chart-holder"]')
     charts = [holders.nth(i).evaluate(INSPECT) for i in range(holders.count())]
@@ -152,17 +172,3 @@ def test_dashboards_open_from_the_dashboard_list(page, superset):
         assert page.locator('[data-test="dashboard-component-chart-holder"]').count() == len(charts)
         print(f"\ndashboard {slug} from the list: {len(charts)} charts rendered in {elapsed:.2f} s")
         page.go_back()
-
-
-@pytest.mark.integration
-def test_warm_opens_every_dashboard(superset, cfg):
-    """`flowlake superset warm` (run after the jobs, and by `flowlake demo`): every
-    provisioned dashboard rendered once, so their queries sit in the data cache."""
-    import subprocess
-
-    res = subprocess.run([str(REPO / ".venv" / "bin" / "flowlake"), "superset", "warm"],
-                         capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stdout + res.stderr
-    for slug in superset["provision"]["dashboards"]:
-        assert f"{slug}: rendered in" in res.stdout, res.stdout
-    assert any(cfg.path("superset", "cache", "data").iterdir())
