@@ -384,10 +384,12 @@ TABLE_PARTIALS = (
     '{{#*inline "si"}}{{#if (eqw v null)}}' + _SI_STEPS + '{{else}}{{sprintf f (division v 1)}}{{/if}}{{/inline}}'
     '{{#*inline "pct"}}{{#unless (eqw v null)}}{{sprintf f (multiplication v 100)}}%{{/unless}}{{/inline}}'
     '{{#*inline "num"}}{{#unless (eqw v null)}}{{sprintf f (division v 1)}}{{/unless}}{{/inline}}')
+# Superset's markdown renderer turns align="right" into style="text-align: right", hence
+# the selector: numbers never wrap, long text (IPv6 addresses) may.
 TABLE_CSS = """.handlebars table { border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }
 .handlebars th { text-align: left; font-weight: 600; padding: 4px 8px; border-bottom: 1px solid rgba(128,128,128,.5); }
-.handlebars td { padding: 3px 8px; border-bottom: 1px solid rgba(128,128,128,.15); white-space: nowrap; }
-.handlebars th[align=right] { text-align: right; }
+.handlebars td { padding: 3px 8px; border-bottom: 1px solid rgba(128,128,128,.15); overflow-wrap: anywhere; }
+.handlebars td[style*=right] { white-space: nowrap; }
 """
 
 
