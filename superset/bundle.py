@@ -384,12 +384,13 @@ TABLE_PARTIALS = (
     '{{#*inline "si"}}{{#if (eqw v null)}}' + _SI_STEPS + '{{else}}{{sprintf f (division v 1)}}{{/if}}{{/inline}}'
     '{{#*inline "pct"}}{{#unless (eqw v null)}}{{sprintf f (multiplication v 100)}}%{{/unless}}{{/inline}}'
     '{{#*inline "num"}}{{#unless (eqw v null)}}{{sprintf f (division v 1)}}{{/unless}}{{/inline}}')
-# Superset's markdown renderer turns align="right" into style="text-align: right", hence
-# the selector: numbers never wrap, long text (IPv6 addresses) may.
+# Cells never wrap (a table wider than its chart scrolls), except addresses (align="left"):
+# an IPv6 address may break anywhere. Superset's markdown renderer turns align into
+# style="text-align: ...", the only presentational attribute its sanitizer lets through.
 TABLE_CSS = """.handlebars table { border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }
 .handlebars th { text-align: left; font-weight: 600; padding: 4px 8px; border-bottom: 1px solid rgba(128,128,128,.5); }
-.handlebars td { padding: 3px 8px; border-bottom: 1px solid rgba(128,128,128,.15); overflow-wrap: anywhere; }
-.handlebars td[style*=right] { white-space: nowrap; }
+.handlebars td { padding: 3px 8px; border-bottom: 1px solid rgba(128,128,128,.15); white-space: nowrap; }
+.handlebars td[style*=left] { white-space: normal; overflow-wrap: anywhere; }
 """
 
 
@@ -448,7 +449,7 @@ def report_table(chart: dict, ds: Dataset, params: dict, query: dict, metrics: l
         if type_ and (type_.upper() == "DATE" or type_.upper().startswith("TIMESTAMP")):
             type_ = "VARCHAR"  # text by now
         cell, numeric = table_cell(label, type_, formats.get(label), where)
-        align = ' align="right"' if numeric else ""
+        align = ' align="right"' if numeric else (' align="left"' if label.endswith("_addr") else "")
         head.append(f"<th{align}>{html.escape(label)}</th>")
         row.append(f"<td{align}>{cell}</td>")
     params.update(handlebarsTemplate=TABLE_PARTIALS + "<table><thead><tr>" + "".join(head) + "</tr></thead><tbody>"

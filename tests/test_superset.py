@@ -200,7 +200,8 @@ def test_report_tables_are_handlebars_templates(cfg):
     largest = next(c for c in tables if c["slice_name"] == "Largest flows")
     ts = next(c for c in largest["params"]["all_columns"] if not isinstance(c, str))
     assert ts["label"] == "time_start" and "VARCHAR" in ts["sqlExpression"]
-    assert '{{> si v=[bytes] f="%.4g"}}' in largest["params"]["handlebarsTemplate"]
+    assert '<td align="right">{{> si v=[bytes] f="%.4g"}}</td>' in largest["params"]["handlebarsTemplate"]
+    assert '<td align="left">{{[src_addr]}}</td>' in largest["params"]["handlebarsTemplate"]  # may wrap (IPv6)
 
     ds = mod.Dataset("t", "u", "", [{"column_name": "share", "type": "DOUBLE"}], None)
     with pytest.raises(mod.BundleError, match=r"Top: format '\.3~%' for 'share'"):
