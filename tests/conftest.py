@@ -77,3 +77,23 @@ def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
     if res.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, cmd))} exited {res.returncode}:\n{res.stdout}\n{res.stderr}")
     return res
+
+
+# Figures a test reports for people, not as assertions (e.g. dashboard render times):
+# printed, and repeated in the run's summary, where they show without -s.
+FIGURES: list[str] = []
+
+
+@pytest.fixture
+def figure():
+    def add(line: str) -> None:
+        print("\n" + line)
+        FIGURES.append(line)
+    return add
+
+
+def pytest_terminal_summary(terminalreporter):
+    if FIGURES:
+        terminalreporter.section("figures (reported, not asserted)")
+        for line in FIGURES:
+            terminalreporter.write_line(line)

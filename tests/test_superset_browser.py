@@ -79,7 +79,7 @@ def test_warm_opens_every_dashboard(superset, cfg):
 
 @pytest.mark.integration
 @pytest.mark.parametrize("slug", ["daily-operations", "flow-sizes", "active-vs-passive", "capacity"])
-def test_dashboard_renders_every_chart(page, superset, slug):
+def test_dashboard_renders_every_chart(page, superset, slug, figure):
     expected = superset["provision"]["dashboards"][slug]
     page.requested.clear()
     page.refused.clear()
@@ -92,8 +92,8 @@ def test_dashboard_renders_every_chart(page, superset, slug):
     t0 = time.monotonic()  # again, with the dashboard's scripts in the browser's cache
     page.goto(f"{superset['creds']['url']}/superset/dashboard/{slug}/")
     page.wait_for_function(ALL_CHARTS_SETTLED, timeout=180_000, polling=100)
-    print(f"\ndashboard {slug}: {len(expected)} charts rendered in {elapsed:.2f} s "
-          f"(first visit of this browser), {time.monotonic() - t0:.2f} s on the next page load")
+    figure(f"dashboard {slug}: {len(expected)} charts rendered in {elapsed:.2f} s "
+           f"(first visit of this browser), {time.monotonic() - t0:.2f} s on the next page load")
 
     holders = page.locator('[data-test="dashboard-component-chart-holder"]')
     charts = [holders.nth(i).evaluate(INSPECT) for i in range(holders.count())]
@@ -154,7 +154,7 @@ def test_report_tables_show_the_lake_formatted(page, superset, cfg):
 
 
 @pytest.mark.integration
-def test_dashboards_open_from_the_dashboard_list(page, superset):
+def test_dashboards_open_from_the_dashboard_list(page, superset, figure):
     """How operators move around: log in once, pick each dashboard from the list; the
     app navigates in place (no page load, so no second start of Superset's scripts).
     Every chart must settle; the render time is printed (not asserted)."""
@@ -170,5 +170,5 @@ def test_dashboards_open_from_the_dashboard_list(page, superset):
         elapsed = time.monotonic() - t0
         assert page.evaluate("window.__sameDocument === true"), f"{slug}: opening it reloaded the page"
         assert page.locator('[data-test="dashboard-component-chart-holder"]').count() == len(charts)
-        print(f"\ndashboard {slug} from the list: {len(charts)} charts rendered in {elapsed:.2f} s")
+        figure(f"dashboard {slug} from the list: {len(charts)} charts rendered in {elapsed:.2f} s")
         page.go_back()
