@@ -116,7 +116,7 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, no_superset: boo
             time.sleep(2)
 
     console.rule(f"[bold]5. daily reports for {day}")
-    res = subprocess.run([sys.executable, "-m", "flowlake.cli", "jobs", "run", "--date", day])
+    res = subprocess.run([sys.executable, "-m", "flowlake.cli", "jobs", "run", "--date", day, "--no-warm"])
     if res.returncode != 0:
         raise click.ClickException("the report jobs failed; see the log above")
 

@@ -350,12 +350,13 @@ def provision_cmd() -> None:
 def warm_cmd() -> None:
     """Fill Superset's cache: open every dashboard once in headless Chromium.
 
-    Cached chart data stays valid until the report jobs rewrite a report table; run this
-    after `flowlake jobs run` so the morning's first visitor does not wait for the queries.
+    Cached chart data stays valid until the report jobs rewrite a report table;
+    `flowlake jobs run` calls this itself when Superset is up (unless --no-warm), so the
+    morning's first visitor does not wait for the queries.
 
     \b
     Example:
-      flowlake jobs run --date 2026-11-20 && flowlake superset warm
+      flowlake jobs run --date 2026-11-20 --no-warm && flowlake superset warm
     """
     slow = []
     for slug, seconds in warm(_cfg()).items():

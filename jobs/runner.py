@@ -167,6 +167,7 @@ def jobs():
       flowlake jobs run --date 2026-11-20
       flowlake jobs run --date 2026-11-20 --job top_talkers --job app_mix
       flowlake jobs run --date 2026-11-20 --master spark://10.1.2.3:7077
+      flowlake jobs run --date 2026-11-20 --no-warm   # leave Superset's cache empty
     """
 
 
@@ -197,7 +198,10 @@ def list_cmd():
               help="Run only this job (repeatable); default: every job. See `flowlake jobs list`.")
 @click.option("--master", default=None, metavar="URL",
               help="Spark master (default: [spark] master, e.g. local[2]; or spark://host:7077).")
-def run_cmd(date: dt.date, names: tuple[str, ...], master: str | None):
+@click.option("--warm/--no-warm", default=True, show_default=True,
+              help="Afterwards, if this FLOWLAKE_HOME's Superset is up and provisioned, fill its chart "
+                   "cache (`flowlake superset warm`): the first visitor then gets cached dashboards.")
+def run_cmd(date: dt.date, names: tuple[str, ...], master: str | None, warm: bool):
     """Run report jobs for one date; each rewrites lake/reports/<table>/date=DATE/.
 
     Rerunning a date replaces exactly that date. A date without flows writes empty
@@ -247,5 +251,26 @@ def run_cmd(date: dt.date, names: tuple[str, ...], master: str | None):
     bad = [o for o in outcomes if o.status != "ok"]
     for o in bad:
         console.print(f"[red]{o.job}: {o.status}: {o.error}[/red]")
+    if warm and len(bad) < len(outcomes):
+        warm_superset(cfg, console)
     if bad:
         raise SystemExit(1)
+
+
+def warm_superset(cfg, console) -> None:
+    """The jobs just rewrote report tables, which empties Superset's chart cache for them
+    (superset/lake_cache.py): refill it when this home's Superset is running. Best effort:
+    a failure is reported, the jobs' outcome stands."""
+    from flowlake import superset_cli
+
+    if not (superset_cli.provisioned(cfg) and superset_cli.healthy(cfg)):
+        return
+    try:
+        with console.status("filling Superset's chart cache (headless Chromium) ..."):
+            took = superset_cli.warm(cfg)
+    except Exception as exc:  # noqa: BLE001  (Playwright's errors too)
+        console.print(f"[yellow]Superset's chart cache not refilled: {getattr(exc, 'message', exc)}[/yellow]")
+        return
+    console.print("Superset's chart cache refilled: " + ", ".join(
+        f"{slug} {s:.1f} s" if s is not None else f"{slug} [yellow]not every chart in time[/yellow]"
+        for slug, s in took.items()))

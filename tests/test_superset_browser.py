@@ -78,6 +78,38 @@ def test_warm_opens_every_dashboard(superset, cfg):
 
 
 @pytest.mark.integration
+def test_jobs_run_refills_the_emptied_cache(superset, cfg):
+    """`flowlake jobs run` ends by refilling the chart cache the jobs just invalidated,
+    when this home's Superset is up (as here), so the morning's first visitor gets cached
+    dashboards; without a provisioned Superset it does nothing."""
+    import io
+
+    from rich.console import Console
+
+    from flowlake.jobs.runner import warm_superset
+
+    cache = cfg.path("superset", "cache", "data")
+    for f in cache.iterdir():
+        f.unlink()
+    out = io.StringIO()
+    warm_superset(cfg, Console(file=out, width=200))
+    assert "chart cache refilled: daily-operations" in out.getvalue(), out.getvalue()
+    assert "not every chart" not in out.getvalue()
+    assert any(cache.iterdir())
+
+    class Elsewhere:  # another home: nothing provisioned, nothing to do
+        def path(self, *parts):
+            return cfg.path("not-here", *parts)
+
+        def __getattr__(self, name):
+            return getattr(cfg, name)
+
+    out = io.StringIO()
+    warm_superset(Elsewhere(), Console(file=out, width=200))
+    assert out.getvalue() == ""
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("slug", ["daily-operations", "flow-sizes", "active-vs-passive", "capacity"])
 def test_dashboard_renders_every_chart(page, superset, slug, figure):
     expected = superset["provision"]["dashboards"][slug]
