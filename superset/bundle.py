@@ -376,7 +376,7 @@ def chart_payload(chart: dict, ds: Dataset, where: str) -> tuple[dict, dict]:
 # with the helpers Superset 6.1 registers (sprintf, division, gte, ...). Dates and times are
 # formatted in SQL instead: the browser's date helpers would show its local time, not UTC.
 TABLE_FORMAT = re.compile(r"^\.(\d)([sf%])$")  # d3 formats the template can reproduce
-NUMERIC_TYPES = ("INT", "BIGINT", "SMALLINT", "TINYINT", "HUGEINT", "INTEGER", "DOUBLE", "FLOAT", "REAL", "DECIMAL")
+NUMERIC_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT", "HUGEINT", "DOUBLE", "FLOAT", "REAL", "DECIMAL")
 _SI_STEPS = "".join(f"{{{{else if (gte (abs v) {10 ** e})}}}}{{{{sprintf f (division v {10 ** e})}}}}{p}"
                     for e, p in ((12, "T"), (9, "G"), (6, "M"), (3, "k")))
 TABLE_PARTIALS = (
@@ -392,6 +392,11 @@ TABLE_CSS = """.handlebars table { border-collapse: collapse; width: 100%; font-
 .handlebars td { padding: 3px 8px; border-bottom: 1px solid rgba(128,128,128,.15); white-space: nowrap; }
 .handlebars td[style*=left] { white-space: normal; overflow-wrap: anywhere; }
 """
+
+
+def _temporal(type_: str | None) -> bool:
+    t = (type_ or "").upper()
+    return t == "DATE" or t.startswith("TIMESTAMP")
 
 
 def table_cell(label: str, type_: str | None, fmt: str | None, where: str) -> tuple[str, bool]:
@@ -424,9 +429,9 @@ def report_table(chart: dict, ds: Dataset, params: dict, query: dict, metrics: l
 
     def column(name: str):
         """A dataset column as selected: dates and times as UTC text, from SQL."""
-        t = (types.get(name) or "").upper()
-        if t == "DATE" or t.startswith("TIMESTAMP"):
-            expr = f"CAST({ident(name)} AS DATE)" if t == "DATE" else f"date_trunc('second', {ident(name)})"
+        if _temporal(types.get(name)):
+            expr = (f"CAST({ident(name)} AS DATE)" if types[name].upper() == "DATE"
+                    else f"date_trunc('second', {ident(name)})")
             return {"label": name, "sqlExpression": f"CAST({expr} AS VARCHAR)", "expressionType": "SQL"}
         return name
 
@@ -446,9 +451,7 @@ def report_table(chart: dict, ds: Dataset, params: dict, query: dict, metrics: l
         cells = [(c, types.get(c)) for c in chart.get("groupby") or []] + [(m["label"], None) for m in metrics]
     head, row = [], []
     for label, type_ in cells:
-        if type_ and (type_.upper() == "DATE" or type_.upper().startswith("TIMESTAMP")):
-            type_ = "VARCHAR"  # text by now
-        cell, numeric = table_cell(label, type_, formats.get(label), where)
+        cell, numeric = table_cell(label, "VARCHAR" if _temporal(type_) else type_, formats.get(label), where)
         align = ' align="right"' if numeric else (' align="left"' if label.endswith("_addr") else "")
         head.append(f"<th{align}>{html.escape(label)}</th>")
         row.append(f"<td{align}>{cell}</td>")
