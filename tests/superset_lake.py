@@ -98,8 +98,10 @@ def _column(f, n, rng, day):
         return [bool(x) for x in rng.random(n) < 0.5]
     if f.type == "string":
         return [f"{f.name}-{i % 7}" for i in range(n)]
-    if f.type == "array_double":
-        return [sorted(float(x) for x in rng.random(8) * 1e6) for _ in range(n)]
+    if f.type == "array_double":  # CCDF points as the jobs write them: x on a log grid, 4 a decade
+        if f.name.endswith("_x"):
+            return [[10 ** (2 + i / 4) for i in range(8)] for _ in range(n)]
+        return [sorted((float(x) for x in rng.random(8)), reverse=True) for _ in range(n)]
     if f.type == "map_string_double":
         return [{"rtt_ms": float(rng.random() * 100)} for _ in range(n)]
     if f.type == "map_string_string":
