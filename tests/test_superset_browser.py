@@ -8,6 +8,7 @@ after `flowlake superset warm` filled Superset's data cache as the nightly jobs 
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 import time
 from datetime import timezone
@@ -121,11 +122,14 @@ def test_dashboard_renders_every_chart(page, superset, slug, figure):
     elapsed = time.monotonic() - t0
     OUT.mkdir(exist_ok=True)
     page.screenshot(path=str(OUT / f"superset-{slug}.png"), full_page=True)
-    t0 = time.monotonic()  # again, with the dashboard's scripts in the browser's cache
-    page.goto(f"{superset['creds']['url']}/superset/dashboard/{slug}/")
-    page.wait_for_function(ALL_CHARTS_SETTLED, timeout=180_000, polling=100)
-    figure(f"dashboard {slug}: {len(expected)} charts rendered in {elapsed:.2f} s "
-           f"(first visit of this browser), {time.monotonic() - t0:.2f} s on the next page load")
+    again = []  # page loads with the dashboard's scripts in the browser's cache, as for a returning operator
+    for _ in range(3):
+        t0 = time.monotonic()
+        page.goto(f"{superset['creds']['url']}/superset/dashboard/{slug}/")
+        page.wait_for_function(ALL_CHARTS_SETTLED, timeout=180_000, polling=100)
+        again.append(time.monotonic() - t0)
+    figure(f"dashboard {slug}: {len(expected)} charts rendered in {elapsed:.2f} s (first visit of this browser); "
+           f"next 3 page loads {statistics.median(again):.2f} s median ({min(again):.2f}-{max(again):.2f})")
 
     holders = page.locator('[data-test="dashboard-component-chart-holder"]')
     charts = [holders.nth(i).evaluate(INSPECT) for i in range(holders.count())]
