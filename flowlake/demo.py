@@ -1,7 +1,7 @@
 """`flowlake demo`: the main job end to end on the embedded default.
 
 Stack up -> a day of modelled border traffic exported as real NetFlow to nfcapd ->
-shipped, streamed into the lake -> PingER-style active results imported -> the daily
+shipped, streamed into the lake -> PingER-style pings and iperf3 tests imported -> the daily
 jobs -> Superset provisioned and started. Leaves the stack running until `flowlake down`.
 """
 from __future__ import annotations
@@ -53,7 +53,7 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, no_superset: boo
     1. `flowlake up` (Kafka, ingest, shipper, nfcapd)
     2. a day of border traffic from the traffic model, exported as real NetFlow
     3. every flow shipped and streamed into the lake (counts checked)
-    4. PingER-style active results imported beside it
+    4. PingER-style pings and iperf3 throughput tests imported beside it
     5. the daily report jobs for that day
     6. Superset provisioned and started: open the printed URL
 

@@ -284,6 +284,33 @@ def test_ping_output_has_iputils_format_and_rises_with_bulk(tmp_path):
     assert ping.mm1k_loss(0.5, 40) < 1e-12 and abs(ping.mm1k_loss(1.0, 9) - 0.1) < 1e-12
 
 
+def test_iperf3_results_parse_back_and_drop_under_bulk(tmp_path):
+    """Synthetic iperf3 -J tests: the importer reads each file back to the rate, target,
+    source and retransmits the truth records, and a path's throughput falls while a bulk
+    transfer fills it (capacity left = C * (1 - rho))."""
+    from flowlake.collectors.active.parsers import parse_file
+
+    p = model.ModelParams()
+    start = int(START.timestamp() * 1000)
+    _, events = model.generate(p, start, 86_400_000, 50_000, seed=2)
+    tests = ping.write_throughput(p, events, start, 86_400_000, tmp_path, seed=2)
+    assert len(tests) == 24 * len(p.ping.targets)
+    for t in tests[::17]:
+        (rec,) = parse_file(t["file"])
+        assert (rec["test_type"], rec["source"], rec["destination"]) == ("throughput", p.ping.probe_address, t["target"])
+        assert rec["metrics"]["throughput_bps"] == pytest.approx(t["throughput_bps"])
+        assert rec["metrics"]["retransmits"] == t["retransmits"]
+        assert rec["end"] - rec["start"] == p.ping.throughput_seconds * 1000
+    loaded = [t for t in tests if any(e["kind"] == "bulk" and e["ping_target"] == t["target"]
+                                      and e["start_ms"] <= t["time_ms"] < e["end_ms"] for e in events)]
+    assert loaded, "no test ran during a bulk transfer"
+    for t in loaded:
+        quiet = [q["throughput_bps"] for q in tests if q["target"] == t["target"] and q not in loaded]
+        assert t["throughput_bps"] < 0.7 * np.mean(quiet), (t, np.mean(quiet))
+    for t in tests:  # the stated model: a share of the capacity left
+        assert 0.5 <= t["throughput_bps"] / t["capacity_left_bps"] <= 0.99
+
+
 def test_parquet_truth_roundtrip(tmp_path):
     doc = {"totals": {"flows": 1}, "exporters": [{"name": "a", "flows": 1}, {"name": "b", "flows": 0}]}
     path = truth_mod.write(doc, tmp_path / "t.parquet")

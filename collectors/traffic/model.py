@@ -170,6 +170,12 @@ class PingModel:
     buffer_packets: int = 40
     jitter_ms: float = 0.05         # std of the per-packet processing jitter
     rho_max: float = 0.995
+    # iperf3 -J throughput tests to every target (10 s, one TCP stream, from probe_address):
+    # the stream gets a share `tcp_efficiency` (+-0.03) of the capacity left, C * (1 - rho).
+    throughput_interval_minutes: float = 60.0
+    throughput_seconds: int = 10
+    tcp_efficiency: float = 0.9
+    probe_address: str = "10.0.0.10"
 
 
 @dataclass

@@ -8,9 +8,15 @@ bulk rates on that path / C (capped at rho_max). With S = packet_bytes*8/C:
   loss per packet: M/M/1/K blocking (1-rho) rho^K / (1-rho^(K+1)).
 Output is byte-for-byte the iputils `ping -D -c N TARGET` format (checked against
 ping on this machine): -D puts the receive time in front of each reply.
+
+Throughput tests (iperf3 -J, one TCP stream) see the same paths: the stream gets a share
+tcp_efficiency of the capacity left, C * (1 - rho), its RTT is the base RTT plus the mean
+queueing delay, and its retransmits are the M/M/1/K loss of the packets it sends. Their
+own packets are not in the NetFlow model.
 """
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -102,4 +108,64 @@ def write_series(params: ModelParams, events: list[dict], start_ms: int, duratio
                          "expected_extra_delay_ms": mean_wait_ms(rho, service), "expected_loss": p_loss,
                          "sent": len(rtts), "received": len(got),
                          "avg_rtt_ms": float(np.mean(got)) if got else None})
+    return rows
+
+
+def format_iperf3(source: str, target: str, start_ms: int, seconds: int, bps: float, retransmits: int,
+                  rtt_ms: float, mss: int = 1448) -> str:
+    """One `iperf3 -J -c TARGET -t SECONDS` TCP result: the fields iperf3 writes that the
+    importer reads (per-second intervals at the stream's rate)."""
+    total = int(bps * seconds / 8)
+    rtt_us = int(round(rtt_ms * 1000))
+    interval = {"sum": {"start": 0, "end": 1, "seconds": 1, "bytes": total // seconds, "bits_per_second": bps,
+                        "retransmits": 0, "sender": True}}
+    doc = {
+        "start": {"connected": [{"socket": 5, "local_host": source, "local_port": 40000,
+                                 "remote_host": target, "remote_port": 5201}],
+                  "version": "iperf 3.12", "timestamp": {"time": "", "timesecs": start_ms // 1000},
+                  "connecting_to": {"host": target, "port": 5201}, "tcp_mss_default": mss,
+                  "sock_bufsize": 0, "sndbuf_actual": 16384, "rcvbuf_actual": 131072,
+                  "test_start": {"protocol": "TCP", "num_streams": 1, "blksize": 131072, "omit": 0,
+                                 "duration": seconds, "bytes": 0, "blocks": 0, "reverse": 0, "tos": 0,
+                                 "target_bitrate": 0}},
+        "intervals": [{"streams": [], "sum": {**interval["sum"], "start": i, "end": i + 1}} for i in range(seconds)],
+        "end": {"streams": [{"sender": {"socket": 5, "start": 0, "end": seconds, "seconds": seconds, "bytes": total,
+                                        "bits_per_second": bps, "retransmits": retransmits,
+                                        "max_snd_cwnd": int(bps * rtt_ms / 8000), "max_rtt": rtt_us,
+                                        "min_rtt": rtt_us, "mean_rtt": rtt_us, "sender": True}}],
+                "sum_sent": {"start": 0, "end": seconds, "seconds": seconds, "bytes": total,
+                             "bits_per_second": bps, "retransmits": retransmits, "sender": True},
+                "sum_received": {"start": 0, "end": seconds, "seconds": seconds, "bytes": total,
+                                 "bits_per_second": bps, "sender": True},
+                "cpu_utilization_percent": {"host_total": 1.0, "remote_total": 0.5},
+                "sender_tcp_congestion": "cubic", "receiver_tcp_congestion": "cubic"},
+    }
+    return json.dumps(doc, indent=1) + "\n"
+
+
+def write_throughput(params: ModelParams, events: list[dict], start_ms: int, duration_ms: int,
+                     out_dir: Path, seed: int = 1) -> list[dict]:
+    """Write one iperf3 -J file per target per test time under out_dir/iperf3/<target>/
+    and return the per-test truth (utilisation, capacity left, measured rate)."""
+    pm = params.ping
+    rng = np.random.default_rng(seed + 104729)
+    step = int(pm.throughput_interval_minutes * 60_000)
+    rows = []
+    for ti, tgt in enumerate(pm.targets):
+        d = Path(out_dir) / "iperf3" / tgt.address
+        d.mkdir(parents=True, exist_ok=True)
+        service = pm.packet_bytes * 8 / tgt.bottleneck_bps
+        for t in range(start_ms + step // 2, start_ms + duration_ms, step):  # off the ping grid
+            rho = utilisation(params, ti, t, events)
+            left = tgt.bottleneck_bps * (1 - rho)
+            bps = left * float(np.clip(rng.normal(pm.tcp_efficiency, 0.03), 0.5, 0.99))
+            packets = int(bps * pm.throughput_seconds / 8 / 1448)
+            retransmits = int(rng.poisson(mm1k_loss(rho, pm.buffer_packets) * packets))
+            rtt = tgt.base_rtt_ms + mean_wait_ms(rho, service)
+            stamp = np.datetime64(t, "ms").astype("datetime64[s]").item().strftime("%Y%m%dT%H%M%SZ")
+            path = d / f"iperf3-{stamp}.json"
+            path.write_text(format_iperf3(pm.probe_address, tgt.address, t, pm.throughput_seconds, bps,
+                                          retransmits, rtt))
+            rows.append({"target": tgt.address, "time_ms": t, "file": str(path), "utilisation": rho,
+                         "capacity_left_bps": left, "throughput_bps": bps, "retransmits": retransmits})
     return rows
