@@ -127,12 +127,7 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, no_superset: boo
 
         superset_cli.provision(cfg)
         superset_cli.start(cfg)
-        try:  # the first visitor then gets cached charts
-            for slug, seconds in superset_cli.warm(cfg).items():
-                console.print(f"{slug}: " + (f"charts computed and cached in {seconds:.1f} s (a render with nothing cached yet)" if seconds is not None
-                                             else "[yellow]not every chart finished in time[/]"))
-        except Exception as exc:  # noqa: BLE001  (best effort: the demo stands without it)
-            console.print(f"[yellow]dashboards not pre-rendered: {getattr(exc, 'message', exc)}[/]")
+        superset_cli.refill_cache(cfg, console)  # the first visitor then gets cached charts
         creds = superset_cli.credentials(cfg)
         url = creds["url"]
         console.print(f"Superset: [bold]{creds['url']}[/]  user [bold]{creds['username']}[/]  "

@@ -286,6 +286,24 @@ def warm(cfg, timeout_s: float = 180) -> dict:
     return took
 
 
+def refill_cache(cfg, console) -> None:
+    """After the jobs rewrote report tables, which empties Superset's chart cache for them
+    (superset/lake_cache.py): refill it when this home's Superset is provisioned and
+    running (`jobs run`, `demo`). Best effort on a `rich` console: a failure is reported,
+    the caller's outcome stands."""
+    if not (provisioned(cfg) and healthy(cfg)):
+        return
+    try:
+        with console.status("filling Superset's chart cache (headless Chromium) ..."):
+            took = warm(cfg)
+    except Exception as exc:  # noqa: BLE001  (Playwright's errors too)
+        console.print(f"[yellow]Superset's chart cache not refilled: {getattr(exc, 'message', exc)}[/yellow]")
+        return
+    console.print("Superset's chart cache refilled: " + ", ".join(
+        f"{slug} {s:.1f} s" if s is not None else f"{slug} [yellow]not every chart in time[/yellow]"
+        for slug, s in took.items()))
+
+
 # ---- CLI ------------------------------------------------------------------------------------
 @click.group()
 def superset() -> None:

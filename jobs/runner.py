@@ -252,25 +252,8 @@ def run_cmd(date: dt.date, names: tuple[str, ...], master: str | None, warm: boo
     for o in bad:
         console.print(f"[red]{o.job}: {o.status}: {o.error}[/red]")
     if warm and len(bad) < len(outcomes):
-        warm_superset(cfg, console)
+        from flowlake import superset_cli
+
+        superset_cli.refill_cache(cfg, console)
     if bad:
         raise SystemExit(1)
-
-
-def warm_superset(cfg, console) -> None:
-    """The jobs just rewrote report tables, which empties Superset's chart cache for them
-    (superset/lake_cache.py): refill it when this home's Superset is running. Best effort:
-    a failure is reported, the jobs' outcome stands."""
-    from flowlake import superset_cli
-
-    if not (superset_cli.provisioned(cfg) and superset_cli.healthy(cfg)):
-        return
-    try:
-        with console.status("filling Superset's chart cache (headless Chromium) ..."):
-            took = superset_cli.warm(cfg)
-    except Exception as exc:  # noqa: BLE001  (Playwright's errors too)
-        console.print(f"[yellow]Superset's chart cache not refilled: {getattr(exc, 'message', exc)}[/yellow]")
-        return
-    console.print("Superset's chart cache refilled: " + ", ".join(
-        f"{slug} {s:.1f} s" if s is not None else f"{slug} [yellow]not every chart in time[/yellow]"
-        for slug, s in took.items()))

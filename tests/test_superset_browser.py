@@ -87,13 +87,13 @@ def test_jobs_run_refills_the_emptied_cache(superset, cfg):
 
     from rich.console import Console
 
-    from flowlake.jobs.runner import warm_superset
+    from flowlake.superset_cli import refill_cache
 
     cache = cfg.path("superset", "cache", "data")
     for f in cache.iterdir():
         f.unlink()
     out = io.StringIO()
-    warm_superset(cfg, Console(file=out, width=200))
+    refill_cache(cfg, Console(file=out, width=200))
     assert "chart cache refilled: daily-operations" in out.getvalue(), out.getvalue()
     assert "not every chart" not in out.getvalue()
     assert any(cache.iterdir())
@@ -106,7 +106,7 @@ def test_jobs_run_refills_the_emptied_cache(superset, cfg):
             return getattr(cfg, name)
 
     out = io.StringIO()
-    warm_superset(Elsewhere(), Console(file=out, width=200))
+    refill_cache(Elsewhere(), Console(file=out, width=200))
     assert out.getvalue() == ""
 
 

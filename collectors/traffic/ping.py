@@ -78,6 +78,19 @@ def format_ping(target: str, send_ms: int, rtts: list[float | None], ttl: int = 
     return "\n".join(lines) + "\n"
 
 
+def _schedule(params: ModelParams, events: list[dict], out_dir: Path, times: range):
+    """Per target, then per time: (target, its directory, packet service time at its
+    bottleneck, time ms, utilisation rho, UTC stamp for the file name)."""
+    pm = params.ping
+    for ti, tgt in enumerate(pm.targets):
+        d = out_dir / tgt.address
+        d.mkdir(parents=True, exist_ok=True)
+        service = pm.packet_bytes * 8 / tgt.bottleneck_bps
+        for t in times:
+            stamp = np.datetime64(t, "ms").astype("datetime64[s]").item().strftime("%Y%m%dT%H%M%SZ")
+            yield tgt, d, service, t, utilisation(params, ti, t, events), stamp
+
+
 def write_series(params: ModelParams, events: list[dict], start_ms: int, duration_ms: int,
                  out_dir: Path, seed: int = 1) -> list[dict]:
     """Write one file per target per probe time under out_dir/ping/<target>/ and return
@@ -86,28 +99,23 @@ def write_series(params: ModelParams, events: list[dict], start_ms: int, duratio
     rng = np.random.default_rng(seed + 7919)
     step = int(pm.interval_minutes * 60_000)
     rows = []
-    for ti, tgt in enumerate(pm.targets):
-        d = Path(out_dir) / "ping" / tgt.address
-        d.mkdir(parents=True, exist_ok=True)
-        service = pm.packet_bytes * 8 / tgt.bottleneck_bps
-        for t in range(start_ms, start_ms + duration_ms, step):
-            rho = utilisation(params, ti, t, events)
-            p_loss = mm1k_loss(rho, pm.buffer_packets)
-            rtts: list[float | None] = []
-            for _ in range(pm.count):
-                if rng.random() < p_loss:
-                    rtts.append(None)
-                    continue
-                wait = rng.exponential(service / (1 - rho)) * 1000 if rng.random() < rho else 0.0
-                rtts.append(max(0.01, tgt.base_rtt_ms + wait + abs(rng.normal(0, pm.jitter_ms))))
-            stamp = np.datetime64(t, "ms").astype("datetime64[s]").item().strftime("%Y%m%dT%H%M%SZ")
-            path = d / f"ping-{stamp}.txt"
-            path.write_text(format_ping(tgt.address, t, rtts))
-            got = [r for r in rtts if r is not None]
-            rows.append({"target": tgt.address, "time_ms": t, "file": str(path), "utilisation": rho,
-                         "expected_extra_delay_ms": mean_wait_ms(rho, service), "expected_loss": p_loss,
-                         "sent": len(rtts), "received": len(got),
-                         "avg_rtt_ms": float(np.mean(got)) if got else None})
+    for tgt, d, service, t, rho, stamp in _schedule(params, events, Path(out_dir) / "ping",
+                                                    range(start_ms, start_ms + duration_ms, step)):
+        p_loss = mm1k_loss(rho, pm.buffer_packets)
+        rtts: list[float | None] = []
+        for _ in range(pm.count):
+            if rng.random() < p_loss:
+                rtts.append(None)
+                continue
+            wait = rng.exponential(service / (1 - rho)) * 1000 if rng.random() < rho else 0.0
+            rtts.append(max(0.01, tgt.base_rtt_ms + wait + abs(rng.normal(0, pm.jitter_ms))))
+        path = d / f"ping-{stamp}.txt"
+        path.write_text(format_ping(tgt.address, t, rtts))
+        got = [r for r in rtts if r is not None]
+        rows.append({"target": tgt.address, "time_ms": t, "file": str(path), "utilisation": rho,
+                     "expected_extra_delay_ms": mean_wait_ms(rho, service), "expected_loss": p_loss,
+                     "sent": len(rtts), "received": len(got),
+                     "avg_rtt_ms": float(np.mean(got)) if got else None})
     return rows
 
 
@@ -151,21 +159,16 @@ def write_throughput(params: ModelParams, events: list[dict], start_ms: int, dur
     rng = np.random.default_rng(seed + 104729)
     step = int(pm.throughput_interval_minutes * 60_000)
     rows = []
-    for ti, tgt in enumerate(pm.targets):
-        d = Path(out_dir) / "iperf3" / tgt.address
-        d.mkdir(parents=True, exist_ok=True)
-        service = pm.packet_bytes * 8 / tgt.bottleneck_bps
-        for t in range(start_ms + step // 2, start_ms + duration_ms, step):  # off the ping grid
-            rho = utilisation(params, ti, t, events)
-            left = tgt.bottleneck_bps * (1 - rho)
-            bps = left * float(np.clip(rng.normal(pm.tcp_efficiency, 0.03), 0.5, 0.99))
-            packets = int(bps * pm.throughput_seconds / 8 / 1448)
-            retransmits = int(rng.poisson(mm1k_loss(rho, pm.buffer_packets) * packets))
-            rtt = tgt.base_rtt_ms + mean_wait_ms(rho, service)
-            stamp = np.datetime64(t, "ms").astype("datetime64[s]").item().strftime("%Y%m%dT%H%M%SZ")
-            path = d / f"iperf3-{stamp}.json"
-            path.write_text(format_iperf3(pm.probe_address, tgt.address, t, pm.throughput_seconds, bps,
-                                          retransmits, rtt))
-            rows.append({"target": tgt.address, "time_ms": t, "file": str(path), "utilisation": rho,
-                         "capacity_left_bps": left, "throughput_bps": bps, "retransmits": retransmits})
+    for tgt, d, service, t, rho, stamp in _schedule(params, events, Path(out_dir) / "iperf3",  # off the ping grid
+                                                    range(start_ms + step // 2, start_ms + duration_ms, step)):
+        left = tgt.bottleneck_bps * (1 - rho)
+        bps = left * float(np.clip(rng.normal(pm.tcp_efficiency, 0.03), 0.5, 0.99))
+        packets = int(bps * pm.throughput_seconds / 8 / 1448)
+        retransmits = int(rng.poisson(mm1k_loss(rho, pm.buffer_packets) * packets))
+        rtt = tgt.base_rtt_ms + mean_wait_ms(rho, service)
+        path = d / f"iperf3-{stamp}.json"
+        path.write_text(format_iperf3(pm.probe_address, tgt.address, t, pm.throughput_seconds, bps,
+                                      retransmits, rtt))
+        rows.append({"target": tgt.address, "time_ms": t, "file": str(path), "utilisation": rho,
+                     "capacity_left_bps": left, "throughput_bps": bps, "retransmits": retransmits})
     return rows
