@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,6 +25,23 @@ def _lab_namespaces() -> set[str]:
 def root():
     if os.geteuid() != 0:
         pytest.fail("the lab test needs root (network namespaces); CI runs as root")
+
+
+def test_nfdump_flows_reads_an_interval_without_flows(tmp_path):
+    """nfcapd rotates on the hour: a lab run across it leaves a file without flows, which
+    nfdump -o json reports as text, not JSON."""
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    nfcapd = subprocess.Popen(["nfcapd", "-p", str(port), "-b", "127.0.0.1", "-w", str(spool), "-t", "3600"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)
+    nfcapd.terminate()  # closes and renames its (empty) file
+    nfcapd.wait(timeout=10)
+    assert [p for p in spool.glob("nfcapd.2*")], "nfcapd wrote no file"
+    assert lab.nfdump_flows(spool) == []
 
 
 def test_lab_bulk_impact_short(root, spark, cfg, tmp_path):

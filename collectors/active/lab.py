@@ -141,7 +141,8 @@ def nfdump_flows(spool: Path) -> list[dict]:
         if res.returncode != 0:
             raise click.ClickException(f"nfdump -r {f} failed: {res.stderr.strip()}")
         text = res.stdout.strip().rstrip(",")
-        if not text:
+        # An interval without flows (nfcapd rotates on the hour) is a file nfdump reports as text.
+        if not text or text == "No matching flows":
             continue
         for i, r in enumerate(json.loads(text if text.startswith("[") else "[" + text + "]")):
             if r.get("type", "FLOW") != "FLOW":
