@@ -24,8 +24,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from flowlake.services.ports import free_port
-
 import numpy as np
 
 FILTERS = [
@@ -131,13 +129,10 @@ def v5_datagrams(flows: dict):
 
 
 def write_nfcapd(flows: dict, workdir: Path) -> Path:
-    spool = workdir / "nfcapd"
-    spool.mkdir(parents=True, exist_ok=True)
-    port = free_port(socket.SOCK_DGRAM)
-    proc = subprocess.Popen(["nfcapd", "-b", "127.0.0.1", "-p", str(port), "-w", str(spool), "-t", "3600",
-                             "-y", "-B", str(64 << 20)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        time.sleep(1.0)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    import nfcapd_capture
+
+    def feed(port: int) -> None:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
             for k, pkt in enumerate(v5_datagrams(flows)):
@@ -145,13 +140,8 @@ def write_nfcapd(flows: dict, workdir: Path) -> Path:
                 if k % 200 == 199:
                     time.sleep(0.002)  # pace: nfcapd on a shared 2-core box must keep up
         time.sleep(2.0)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-    files = sorted(spool.glob("nfcapd.2*"))
-    if not files:
-        sys.exit(f"nfcapd wrote no file in {spool}")
-    return files[0]
+
+    return nfcapd_capture.capture(workdir / "nfcapd", feed, ["-y", "-B", str(64 << 20)], settle=1.0)[0]
 
 
 def nfdump_count(nf: Path, flt: str) -> tuple[float, int]:

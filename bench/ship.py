@@ -21,7 +21,6 @@ import math
 import os
 import resource
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -50,23 +49,18 @@ def timed(argv, **kw) -> tuple[float, subprocess.CompletedProcess]:
 
 def seed_file(work: Path, flows: int) -> Path:
     """A real nfcapd file from softflowd (NetFlow v9) reading a generated pcap."""
+    import nfcapd_capture
     import pcapgen
 
     pcap = work / "seed.pcap"
     pcapgen.write_pcap(pcap, flows, seed=5, ipv6_share=0.2)
-    out = work / "seed"
-    out.mkdir()
-    port = free_port(socket.SOCK_DGRAM)
-    nfcapd = subprocess.Popen(["nfcapd", "-b", "127.0.0.1", "-p", str(port), "-w", str(out), "-t", "3600",
-                               "-B", "16777216"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(0.5)
-    subprocess.run(["softflowd", "-r", str(pcap), "-n", f"127.0.0.1:{port}", "-v", "9", "-m", str(flows * 2)],
-                   check=True, capture_output=True)
-    time.sleep(0.5)
-    nfcapd.send_signal(signal.SIGTERM)
-    nfcapd.wait(30)
-    files = [p for p in out.iterdir() if ".current." not in p.name]
-    return files[0]
+
+    def feed(port: int) -> None:
+        subprocess.run(["softflowd", "-r", str(pcap), "-n", f"127.0.0.1:{port}", "-v", "9", "-m", str(flows * 2)],
+                       check=True, capture_output=True)
+        time.sleep(0.5)
+
+    return nfcapd_capture.capture(work / "seed", feed, ["-B", "16777216"])[0]
 
 
 def big_file(work: Path, target: int, lz4: bool) -> tuple[Path, int]:

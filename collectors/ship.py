@@ -17,6 +17,7 @@ from pathlib import Path
 import click
 
 from flowlake import config as _config
+from flowlake.services import kafka
 
 from flowlake.gobuild import SHIPPER, go_binary  # noqa: F401 - go_binary used by tests
 
@@ -115,9 +116,8 @@ def read_ledger(cfg=None, timeout: float = 30.0) -> dict[str, dict]:
                          "enable.auto.commit": False, "isolation.level": "read_committed",
                          "auto.offset.reset": "earliest"})
     try:
-        parts = consumer.list_topics(topic, timeout=timeout).topics[topic].partitions
-        tps = [TopicPartition(topic, p, 0) for p in parts]
-        ends = {tp.partition: consumer.get_watermark_offsets(tp, timeout=timeout)[1] for tp in tps}
+        ends = kafka.end_offsets(cfg, consumer, topic, "read_committed", timeout=timeout)
+        tps = [TopicPartition(topic, p, 0) for p in ends]
         consumer.assign(tps)
         out: dict[str, dict] = {}
         done = {p for p, end in ends.items() if end == 0}

@@ -8,8 +8,6 @@ import ipaddress
 import math
 import os
 import random
-import signal
-import socket
 import struct
 import subprocess
 import time
@@ -21,7 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from conftest import free_port, run
+import nfcapd_capture
+from conftest import run
 
 LOCAL = ["10.0.0.0/8", "192.0.2.0/24", "198.51.100.0/24", "2001:db8::/32"]
 UTC = dt.timezone.utc
@@ -519,22 +518,15 @@ def capture(tmp: Path, packets) -> Path:
     """pcap -> softflowd (NetFlow v9) -> nfcapd on a free port -> one nfcapd file."""
     pcap = tmp / "day.pcap"
     write_pcap(pcap, packets)
-    spool = tmp / "spool"
-    spool.mkdir()
-    port = free_port(socket.SOCK_DGRAM)
-    nfcapd = subprocess.Popen(["nfcapd", "-b", "127.0.0.1", "-p", str(port), "-w", str(spool), "-t", "3600"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        time.sleep(0.5)
+
+    def feed(port: int) -> None:
         run(["softflowd", "-a", "-d", "-r", str(pcap), "-n", f"127.0.0.1:{port}", "-v", "9", "-6", "-c", "none",
              "-p", str(tmp / "softflowd.pid")], timeout=120)
         time.sleep(1.0)
-    finally:
-        nfcapd.send_signal(signal.SIGTERM)
-        out = nfcapd.communicate(timeout=30)[0].decode(errors="replace")
-    files = sorted(spool.glob("nfcapd.*"))
-    assert len(files) == 1 and "Flows: 0," not in out, out
-    return files[0]
+
+    nf, out = nfcapd_capture.capture(tmp / "spool", feed)
+    assert "Flows: 0," not in out, out
+    return nf
 
 
 def lake_from_nfdump(nfcapd_file: Path, lake: Path) -> int:

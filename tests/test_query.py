@@ -11,7 +11,6 @@ import datetime as dt
 import json
 import random
 import shutil
-import socket
 import struct
 import subprocess
 import time
@@ -24,6 +23,8 @@ from hypothesis import given, settings, HealthCheck
 from hypothesis import strategies as st
 
 from flowlake.query import FilterError, parse
+
+import nfcapd_capture  # tests/ is on sys.path (pytest prepends the test file's directory)
 
 T0 = 1795600800.0  # 2026-11-25 10:00:00 UTC
 DAY = dt.date(2026, 11, 25)
@@ -100,22 +101,12 @@ def write_pcap(path: Path, packets) -> None:
             f.write(struct.pack("<IIII", int(t), int(round((t % 1) * 1e6)) % 1000000, len(p), len(p)) + p)
 
 
-def _free_udp() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def make_nfcapd_file(workdir: Path, packets) -> Path:
     """pcap -> softflowd (IPFIX, ms timestamps) -> real nfcapd -> the rotated file."""
-    pcap, spool = workdir / "traffic.pcap", workdir / "spool"
-    spool.mkdir(parents=True, exist_ok=True)
+    pcap = workdir / "traffic.pcap"
     write_pcap(pcap, packets)
-    port = _free_udp()
-    nfcapd = subprocess.Popen(["nfcapd", "-b", "127.0.0.1", "-p", str(port), "-w", str(spool), "-t", "3600"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        time.sleep(0.8)
+
+    def feed(port: int) -> None:
         ctl = workdir / "softflowd.ctl"
         sf = subprocess.Popen(["softflowd", "-r", str(pcap), "-n", f"127.0.0.1:{port}", "-v", "10", "-6",
                                "-A", "milli", "-d", "-c", str(ctl), "-p", str(workdir / "softflowd.pid")],
@@ -131,12 +122,8 @@ def make_nfcapd_file(workdir: Path, packets) -> Path:
             sf.kill()
             raise AssertionError("softflowd did not finish reading the pcap")
         time.sleep(0.5)
-    finally:
-        nfcapd.terminate()  # nfcapd closes and renames its file on SIGTERM
-        nfcapd.wait(timeout=10)
-    files = sorted(spool.glob("nfcapd.2*"))
-    assert files, f"nfcapd wrote no file in {spool}"
-    return files[0]
+
+    return nfcapd_capture.capture(workdir / "spool", feed, settle=0.8)[0]
 
 
 # ---- nfdump as the reference ----------------------------------------------------------

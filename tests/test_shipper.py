@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+import nfcapd_capture  # noqa: E402
 import pcapgen  # noqa: E402
 from conftest import free_port, run  # noqa: E402
 
@@ -36,21 +36,12 @@ FLOWLAKE = str(REPO / ".venv" / "bin" / "flowlake")
 # ---------------------------------------------------------------- real nfcapd files
 def collect(outdir: Path, pcaps: list[tuple[Path, int]], extra: list[str] = ()) -> Path:
     """Run nfcapd on a free UDP port, feed it with softflowd, return the closed file."""
-    outdir.mkdir(parents=True, exist_ok=True)
-    port = free_port(socket.SOCK_DGRAM)
-    nfcapd = subprocess.Popen(["nfcapd", "-b", "127.0.0.1", "-p", str(port), "-w", str(outdir), "-t", "3600", *extra],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        time.sleep(0.5)
+    def feed(port: int) -> None:
         for pcap, version in pcaps:
             run(["softflowd", "-r", str(pcap), "-n", f"127.0.0.1:{port}", "-v", str(version), "-m", "100000"])
             time.sleep(0.3)
-    finally:
-        nfcapd.send_signal(signal.SIGTERM)  # closes and renames the current file
-        nfcapd.wait(20)
-    files = [p for p in outdir.iterdir() if p.name.startswith("nfcapd.") and ".current." not in p.name]
-    assert len(files) == 1, f"nfcapd left {files} in {outdir}"
-    return files[0]
+
+    return nfcapd_capture.capture(outdir, feed, extra)[0]
 
 
 @pytest.fixture(scope="module")
@@ -203,12 +194,13 @@ def consume(cfg, topic: str, isolation: str = "read_committed", timeout: float =
     """Every message of the topic up to its current end (high watermark)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+    from flowlake.services import kafka
+
     c = Consumer({**cfg.kafka_client_conf(), "group.id": f"t-{uuid.uuid4()}", "auto.offset.reset": "earliest",
                   "enable.auto.commit": False, "isolation.level": isolation})
     try:
-        parts = c.list_topics(topic, timeout=10).topics[topic].partitions
-        tps = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts]
-        ends = {tp.partition: c.get_watermark_offsets(tp, timeout=10)[1] for tp in tps}
+        ends = kafka.end_offsets(cfg, c, topic, isolation)
+        tps = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends]
         c.assign(tps)
         out, deadline = [], time.monotonic() + timeout
         done = {p for p, end in ends.items() if end == 0}
@@ -248,6 +240,39 @@ def decode(msgs) -> list[dict]:
         rec["_key"] = m.key()
         out.append(rec)
     return out
+
+
+def test_read_committed_end_waits_for_a_commit_s_markers(kafka, cfg):
+    """A commit returns before the broker writes its markers, so the last stable offset can
+    lag the committed records for a moment: end_offsets gives it `settle` seconds, and an
+    open transaction (whose records are unreadable) holds it back only that long."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from flowlake.services import kafka as kafka_service
+
+    topic = f"t-end-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient(cfg.kafka_client_conf())
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    prod = Producer({**cfg.kafka_client_conf(), "transactional.id": topic})
+    prod.init_transactions(30)
+    cons = Consumer({**cfg.kafka_client_conf(), "group.id": topic, "isolation.level": "read_committed"})
+    raw = Consumer({**cfg.kafka_client_conf(), "group.id": topic, "isolation.level": "read_uncommitted"})
+    try:
+        prod.begin_transaction()
+        for i in range(5):
+            prod.produce(topic, value=b"%d" % i)
+        prod.flush(30)
+        t0 = time.monotonic()
+        assert kafka_service.end_offsets(cfg, cons, topic, "read_committed", settle=0.5) == {0: 0}
+        assert time.monotonic() - t0 >= 0.5
+        assert kafka_service.end_offsets(cfg, raw, topic, "read_uncommitted") == {0: 5}
+        prod.commit_transaction(30)
+        # right after the commit (its markers may still be on the way): 5 records + the marker
+        assert kafka_service.end_offsets(cfg, cons, topic, "read_committed", settle=10) == {0: 6}
+    finally:
+        cons.close()
+        raw.close()
 
 
 def place(cfg, src: Path, name: str) -> Path:

@@ -217,6 +217,42 @@ def ensure_topics(cfg=None, timeout: float = 60.0) -> None:
                     raise
 
 
+def end_offsets(cfg, consumer, topic: str, isolation: str, settle: float = 5.0,
+                timeout: float = 10.0) -> dict[int, int]:
+    """The offset `consumer` (of `isolation`) reads up to, per partition of `topic`.
+
+    read_committed ends at the last stable offset (LSO). A transaction's commit returns
+    before the broker has written its markers, so just after a commit the LSO can still
+    stand before the committed records (seen: a partition reading as empty). Wait up to
+    `settle` seconds for the LSO to reach the high watermark; a transaction still open
+    after that holds it back for good, and its records are not readable anyway.
+    The queries go through `consumer`, which then has the topic's metadata to start from.
+    """
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    def ends(c) -> dict[int, int]:
+        return {tp.partition: c.get_watermark_offsets(tp, timeout=timeout)[1] for tp in tps}
+
+    parts = consumer.list_topics(topic, timeout=timeout).topics[topic].partitions
+    tps = [TopicPartition(topic, p) for p in parts]
+    if isolation != "read_committed":
+        return ends(consumer)
+    uncommitted = Consumer({**cfg.kafka_client_conf(), "group.id": "flowlake-end-offsets",
+                            "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
+    try:
+        high = ends(uncommitted)
+    finally:
+        uncommitted.close()
+    deadline = time.monotonic() + settle
+    while True:
+        stable = ends(consumer)
+        if all(stable[p] >= high[p] for p in high) or time.monotonic() > deadline:
+            return stable
+        time.sleep(0.05)
+
+
 def healthy(cfg=None) -> bool:
     cfg = cfg or _config.get()
     return managed(cfg).running() and port_open(cfg.kafka.host, cfg.kafka.port)

@@ -1,0 +1,51 @@
+"""One capture by a real nfcapd: start it, feed it, stop it, return its one closed file.
+
+nfcapd rotates on the wall clock (`-t 3600`: on the full hour), so a capture that runs
+across an hour boundary is split into two files. The capture is then run again in a fresh
+directory (the feed is repeatable), rather than merged: a merge by `nfdump -w` would
+rewrite the file the caller wants as nfcapd wrote it (compression, ident, sampling).
+"""
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def closed_files(spool: Path) -> list[Path]:
+    return sorted(p for p in spool.glob("nfcapd.*") if ".current." not in p.name)
+
+
+def capture(spool: Path, feed: Callable[[int], None], extra: tuple | list = (), settle: float = 0.5,
+            attempts: int = 2) -> tuple[Path, str]:
+    """nfcapd on a free UDP port writes into `spool`; `feed(port)` sends it NetFlow.
+    Returns (the closed file, nfcapd's output)."""
+    for attempt in range(attempts):
+        d = spool if attempt == 0 else spool.with_name(f"{spool.name}.{attempt}")
+        d.mkdir(parents=True, exist_ok=True)
+        port = _free_udp_port()
+        proc = subprocess.Popen(["nfcapd", "-b", "127.0.0.1", "-p", str(port), "-w", str(d), "-t", "3600",
+                                 *map(str, extra)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            time.sleep(settle)
+            if proc.poll() is not None:
+                raise AssertionError(f"nfcapd exited at start: {proc.communicate()[0].decode(errors='replace')}")
+            feed(port)
+        finally:
+            proc.send_signal(signal.SIGTERM)  # nfcapd closes and renames its current file
+            out = proc.communicate(timeout=60)[0].decode(errors="replace")
+        files = closed_files(d)
+        if len(files) == 1:
+            return files[0], out
+        if len(files) == 0:
+            raise AssertionError(f"nfcapd wrote no file in {d}: {out}")
+    raise AssertionError(f"nfcapd split every capture across its rotation: {closed_files(d)}")
