@@ -165,10 +165,12 @@ def _stretched_exponential(x, w, xmin, discrete, alpha):
 def _truncated_power_law(x, w, xmin, discrete, alpha):
     import mpmath
 
+    from .zeta import log_cutoff_sum
+
     def log_norm(a, lam):
         # log of the normalising sum/integral of x^-a e^{-lam x} over [xmin, inf)
         if discrete:
-            return float(mpmath.log(mpmath.lerchphi(mpmath.exp(-lam), a, xmin))) - lam * xmin
+            return log_cutoff_sum(a, lam, xmin)
         return float(mpmath.log(mpmath.gammainc(1 - a, lam * xmin))) - (1 - a) * math.log(lam)
 
     lx = np.log(x)

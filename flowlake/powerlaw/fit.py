@@ -116,7 +116,7 @@ class _Scan:
     """Candidate arrays for one sample: suffix counts, suffix log sums, alphas."""
 
     LEVEL0 = 24        # quantile grid of the first bound (for every candidate)
-    LEVEL1 = 384       # finer grid for candidates that survive the first bound
+    LEVELS = (32, 128)  # finer grids for the candidates that survive the previous bound
     SEED = 8           # candidates evaluated exactly before pruning starts
 
     def __init__(self, s: Sample, discrete: bool, max_alpha: float | None):
@@ -199,8 +199,10 @@ class _Scan:
             consider(int(cand[i]))
         keep = lb <= best_d
         cand, lb = cand[keep], lb[keep]
-        if cand.size > 4 * self.SEED:
-            lb = np.maximum(lb, self._bound(cand, self.LEVEL1))
+        for level in self.LEVELS:    # finer grids for the candidates still in the running
+            if cand.size <= 4 * self.SEED:
+                break
+            lb = np.maximum(lb, self._bound(cand, level))
             keep = lb <= best_d
             cand, lb = cand[keep], lb[keep]
         for i in np.argsort(lb, kind="stable"):

@@ -5,16 +5,43 @@ logs fall back to an Euler-Maclaurin expansion after shifting q far enough above
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy import special
 
 _TINY = 1e-250
 
 
+def hurwitz_zeta(a, x) -> np.ndarray:
+    """zeta(a, x) as scipy.special.zeta, 4x faster where x is large (the KS scans' hot path).
+
+    For x >= max(100, 10 (a + 6)) the Euler-Maclaurin expansion through x^-(a+5) is exact
+    to ~1e-14 relative; smaller x go to scipy.
+    """
+    a, x = np.broadcast_arrays(np.asarray(a, dtype=np.float64), np.asarray(x, dtype=np.float64))
+    big = x >= np.maximum(100.0, 10.0 * (a + 6.0))
+    if not big.any():
+        return special.zeta(a, x)
+    out = np.empty(x.shape)
+    small = ~big
+    if small.any():
+        out[small] = special.zeta(a[small], x[small])
+    ab, xb = a[big], x[big]
+    inv = 1.0 / xb
+    inv2 = inv * inv
+    p3 = ab * (ab + 1) * (ab + 2)
+    series = (xb / (ab - 1) + 0.5 + ab / 12 * inv - p3 / 720 * inv * inv2
+              + p3 * (ab + 3) * (ab + 4) / 30240 * inv * inv2 * inv2)
+    with np.errstate(under="ignore"):
+        out[big] = np.exp(-ab * np.log(xb)) * series
+    return out
+
+
 def log_zeta(a, q) -> np.ndarray:
     """log zeta(a, q) for a > 1, q >= 1, finite even where zeta itself underflows."""
     a, q = np.broadcast_arrays(np.asarray(a, dtype=np.float64), np.asarray(q, dtype=np.float64))
-    z = special.zeta(a, q)
+    z = hurwitz_zeta(a, q)
     with np.errstate(divide="ignore"):
         out = np.log(z)
     bad = ~(z > _TINY) | ~np.isfinite(out)
@@ -48,7 +75,7 @@ def ccdf_ratio(a, x, xmin) -> np.ndarray:
     xmin = np.asarray(xmin, dtype=np.float64)
     x = np.asarray(x, dtype=np.float64)
     den = special.zeta(a, xmin)
-    out = special.zeta(np.broadcast_to(a, np.broadcast_shapes(a.shape, x.shape)), x) / np.where(den > 0, den, 1.0)
+    out = hurwitz_zeta(a, x) / np.where(den > 0, den, 1.0)
     low = ~(den > _TINY)
     if low.any():
         shape = np.broadcast_shapes(a.shape, x.shape, xmin.shape)
@@ -105,3 +132,35 @@ def fisher_sigma(alpha, xmin, n) -> np.ndarray:
     lm, l0, lp = log_zeta(alpha - h, xmin), log_zeta(alpha, xmin), log_zeta(alpha + h, xmin)
     curv = (lp - 2 * l0 + lm) / (h * h)
     return 1.0 / np.sqrt(np.asarray(n, dtype=np.float64) * curv)
+
+
+def log_cutoff_sum(a: float, lam: float, q: float) -> float:
+    """log sum_{x = q, q+1, ...} x^-a e^(-lam x): the discrete power law with exponential
+    cutoff's normalisation, i.e. log(e^(-lam q) Lerch Phi(e^-lam, a, q)), for a > 0, lam > 0.
+
+    mpmath's lerchphi takes 3-20 ms a call, and a cutoff fit calls it a few hundred times
+    per window. Here: terms relative to the first, summed directly while the cutoff makes
+    them fall fast (lam >= 0.05: under 800 terms), otherwise the first terms until a/x is
+    small and Euler-Maclaurin (through the fifth derivative, error ~1e-11) for the rest,
+    with the one integral from mpmath's incomplete gamma. Checked against lerchphi.
+    """
+    import mpmath
+
+    log_f0 = -a * np.log(q) - lam * q
+    if lam >= 0.05:
+        k = np.arange(int(np.ceil(40.0 / lam)) + 1, dtype=np.float64)
+        return float(log_f0 + np.log(np.sum(np.exp(-a * np.log1p(k / q) - lam * k))))
+    m = int(max(0.0, np.ceil(10.0 * a - q)))              # a/s <= 0.1 at s = q + m
+    k = np.arange(m, dtype=np.float64)
+    head = float(np.sum(np.exp(-a * np.log1p(k / q) - lam * k))) if m else 0.0
+    s = q + m
+    g_s = math.exp(-a * math.log(s / q) - lam * m)        # x^-a e^(-lam x) at s, over its value at q
+    # derivatives of g at s as g * (complete Bell polynomials of h = (log g)' and h's derivatives)
+    h1, h2, h3, h4, h5 = -a / s - lam, a / s**2, -2 * a / s**3, 6 * a / s**4, -24 * a / s**5
+    y1 = h1
+    y3 = h3 + 3 * h2 * h1 + h1**3
+    y5 = h5 + 5 * h4 * h1 + 10 * h3 * h2 + 10 * h3 * h1**2 + 15 * h2**2 * h1 + 10 * h2 * h1**3 + h1**5
+    em = g_s * (0.5 - y1 / 12 + y3 / 720 - y5 / 30240)
+    # integral of x^-a e^(-lam x) over [s, inf) = lam^(a-1) Gamma(1-a, lam s), relative to the first term
+    log_int = float((a - 1) * mpmath.log(lam) + mpmath.log(mpmath.gammainc(1 - a, lam * s))) - log_f0
+    return float(log_f0 + np.log(head + em + math.exp(log_int)))
