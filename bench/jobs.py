@@ -245,7 +245,7 @@ def main() -> None:
         rows = [
             (f"nfdump -s srcip/bytes -n 20 ({nf_flows:,} flows, 1 thread, best of 3)", fig["nfdump_s"], nf_rate),
             (f"DuckDB top src by bytes from Parquet ({n:,}, 2 threads)", fig["duckdb_s"], n / fig["duckdb_s"]),
-            (f"Spark session start", fig["spark_start_s"], float("nan")),
+            ("Spark session start", fig["spark_start_s"], float("nan")),
             (f"top_talkers job alone, engine {engine} ({n:,}{', best of 3' if engine == 'local' else ''})",
              fig["top_talkers_s"], n / fig["top_talkers_s"]),
             (f"daily set, {len(JOBS)} jobs ({n:,}, local[2])", fig["daily_set_s"], n / fig["daily_set_s"]),

@@ -79,7 +79,6 @@ def write_lake(flows: dict, home: Path) -> None:
 
     from flowlake.schemas import FLOW
 
-    n = len(flows["ts"])
     start = np.datetime64(DAY, "ms") + flows["ts"].astype("timedelta64[ms]")
     src, dst = ip_text(flows["src"]), ip_text(flows["dst"])
     hours = flows["ts"] // 3_600_000

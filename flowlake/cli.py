@@ -42,9 +42,11 @@ class LazyGroup(click.Group):
         try:
             return getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as exc:
+            reason = str(exc)  # `exc` itself is unbound once this block ends
+
             @click.command(name=name, help=COMMANDS[name][1])
             def unavailable():
-                raise click.ClickException(f"'{name}' is not available in this install: {exc}")
+                raise click.ClickException(f"'{name}' is not available in this install: {reason}")
             return unavailable
 
     def format_commands(self, ctx, formatter):

@@ -90,7 +90,7 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, no_superset: boo
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as bar:
         task = bar.add_task("exporting", total=flows)
-        truth = traffic.generate_day(
+        traffic.generate_day(
             target=(cfg.collector.bind if cfg.collector.bind != "0.0.0.0" else "127.0.0.1", cfg.collector.port),
             start=dt.datetime.combine(date, dt.time(), dt.timezone.utc), duration_s=86400, flows=flows,
             protocol=protocol, truth_path=demo_dir / "truth.json", active_dir=demo_dir / "active",

@@ -326,7 +326,6 @@ def chart_payload(chart: dict, ds: Dataset, where: str) -> tuple[dict, dict]:
     query = {"filters": qfilters, "extras": extras, "applied_time_extras": {}, "orderby": [],
              "annotation_layers": [], "row_limit": limit, "series_limit": 0, "order_desc": True,
              "url_params": {}, "custom_params": {}, "custom_form_data": {}}
-    order = chart.get("order_by")
     if viz == "table":
         report_table(chart, ds, params, query, metrics, where)
     elif viz in ("line", "bar"):

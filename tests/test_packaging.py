@@ -68,3 +68,16 @@ def test_spark_schema_agrees_with_the_ddl_view(spark):
         ddl = StructType.fromDDL(rec.spark_ddl().replace(" NOT NULL", ""))
         assert rec.spark_schema().simpleString() == ddl.simpleString(), name
         assert [f.nullable for f in rec.spark_schema().fields] == [f.nullable for f in rec.fields], name
+
+
+def test_a_command_whose_module_is_missing_says_so(monkeypatch):
+    """The CLI imports each command's module on use; one that cannot be imported is named
+    with the reason, not a traceback."""
+    from click.testing import CliRunner
+
+    from flowlake import cli
+
+    monkeypatch.setitem(cli.COMMANDS, "ghost", ("flowlake.no_such_module:ghost", "a missing command"))
+    res = CliRunner().invoke(cli.main, ["ghost"])
+    assert res.exit_code == 1, res.output
+    assert "'ghost' is not available in this install: No module named 'flowlake.no_such_module'" in res.output

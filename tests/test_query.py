@@ -148,7 +148,6 @@ def nfdump_flows(nf: Path) -> list[dict]:
     """Decode every flow with `nfdump -o json` into FLOWS_TABLE rows (one small helper,
     standing in for the ingest: same fields, ICMP type/code folded into dst_port)."""
     text, rows, dec, pos = nfdump("-r", str(nf), "-q", "-o", "json"), [], json.JSONDecoder(), 0
-    flags = "CEUAPRSF"
     while True:
         while pos < len(text) and text[pos] in " \n\t,[]":
             pos += 1
@@ -320,8 +319,6 @@ FILTERS = [
 
 @pytest.mark.integration
 def test_filters_match_nfdump(flows, nf_file):
-    from pyspark.sql import functions as F
-
     from flowlake.query import to_column
 
     assert len(FILTERS) >= 25

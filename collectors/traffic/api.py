@@ -7,8 +7,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
 from . import exporter, model, netflow, ping, truth as truth_mod
 
 PROTOCOLS = {"v5": 5, "v9": 9, "ipfix": 10}

@@ -174,7 +174,7 @@ def start(cfg=None, timeout: float = 90.0) -> int:
     format_storage(cfg, props)
     heap = cfg.kafka.heap
     pid = proc.start(
-        ["java", f"-Xms256m", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+        ["java", "-Xms256m", f"-Xmx{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
          f"-Dlog4j2.configurationFile={props.parent / 'log4j2.properties'}",
          "-cp", java_cp(), "kafka.Kafka", str(props)],
     )
