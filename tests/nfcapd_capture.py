@@ -14,11 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from flowlake.services.ports import free_port
 
 
 def closed_files(spool: Path) -> list[Path]:
@@ -32,7 +28,7 @@ def capture(spool: Path, feed: Callable[[int], None], extra: tuple | list = (), 
     for attempt in range(attempts):
         d = spool if attempt == 0 else spool.with_name(f"{spool.name}.{attempt}")
         d.mkdir(parents=True, exist_ok=True)
-        port = _free_udp_port()
+        port = free_port(socket.SOCK_DGRAM)
         proc = subprocess.Popen(["nfcapd", "-b", "127.0.0.1", "-p", str(port), "-w", str(d), "-t", "3600",
                                  *map(str, extra)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         try:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
 
+import nfcapd_capture
 from flowlake.collectors.active import lab
 
 pytestmark = pytest.mark.integration
@@ -30,18 +30,8 @@ def root():
 def test_nfdump_flows_reads_an_interval_without_flows(tmp_path):
     """nfcapd rotates on the hour: a lab run across it leaves a file without flows, which
     nfdump -o json reports as text, not JSON."""
-    spool = tmp_path / "spool"
-    spool.mkdir()
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    nfcapd = subprocess.Popen(["nfcapd", "-p", str(port), "-b", "127.0.0.1", "-w", str(spool), "-t", "3600"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(1.0)
-    nfcapd.terminate()  # closes and renames its (empty) file
-    nfcapd.wait(timeout=10)
-    assert [p for p in spool.glob("nfcapd.2*")], "nfcapd wrote no file"
-    assert lab.nfdump_flows(spool) == []
+    empty, _ = nfcapd_capture.capture(tmp_path / "spool", lambda port: None)
+    assert lab.nfdump_flows(empty.parent) == []
 
 
 def test_lab_bulk_impact_short(root, spark, cfg, tmp_path):

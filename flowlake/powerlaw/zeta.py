@@ -146,13 +146,15 @@ def log_cutoff_sum(a: float, lam: float, q: float) -> float:
     """
     import mpmath
 
+    def first_terms(m: int) -> float:     # sum over x = q .. q+m-1, relative to the first
+        k = np.arange(m, dtype=np.float64)
+        return float(np.sum(np.exp(-a * np.log1p(k / q) - lam * k)))
+
     log_f0 = -a * np.log(q) - lam * q
     if lam >= 0.05:
-        k = np.arange(int(np.ceil(40.0 / lam)) + 1, dtype=np.float64)
-        return float(log_f0 + np.log(np.sum(np.exp(-a * np.log1p(k / q) - lam * k))))
+        return float(log_f0 + np.log(first_terms(int(np.ceil(40.0 / lam)) + 1)))
     m = int(max(0.0, np.ceil(10.0 * a - q)))              # a/s <= 0.1 at s = q + m
-    k = np.arange(m, dtype=np.float64)
-    head = float(np.sum(np.exp(-a * np.log1p(k / q) - lam * k))) if m else 0.0
+    head = first_terms(m)
     s = q + m
     g_s = math.exp(-a * math.log(s / q) - lam * m)        # x^-a e^(-lam x) at s, over its value at q
     # derivatives of g at s as g * (complete Bell polynomials of h = (log g)' and h's derivatives)
