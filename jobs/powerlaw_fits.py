@@ -148,8 +148,15 @@ def fit_tasks(spark, tasks: list[dict], settings: dict) -> list[dict]:
     order = sorted(tasks, key=lambda t: -len(t["values"]))
     from flowlake.powerlaw.bootstrap import python_workers_ready
 
-    rdd = python_workers_ready(spark).parallelize(order, min(len(order), 64))
-    return rdd.map(lambda t: fit_group(t, settings)).collect()
+    sc = python_workers_ready(spark)
+    # the histograms go to the workers once, as a broadcast: inside the tasks they made
+    # Spark warn of an 8 MB task on the demo day
+    windows = sc.broadcast(order)
+    try:
+        rdd = sc.parallelize(range(len(order)), min(len(order), 64))
+        return rdd.map(lambda i: fit_group(windows.value[i], settings)).collect()
+    finally:
+        windows.unpersist()
 
 
 def run(ctx) -> None:
