@@ -17,9 +17,8 @@ from pathlib import Path
 import click
 
 from flowlake import config as _config
-from flowlake.services import kafka
-
 from flowlake.gobuild import SHIPPER, go_binary  # noqa: F401 - go_binary used by tests
+from flowlake.services import kafka
 
 SHIPPER_DIR = SHIPPER.source
 BINARY = SHIPPER.binary

@@ -28,14 +28,18 @@ def hurwitz_zeta(a, x) -> np.ndarray:
     if small.any():
         out[small] = special.zeta(a[small], x[small])
     ab, xb = a[big], x[big]
-    inv = 1.0 / xb
-    inv2 = inv * inv
-    p3 = ab * (ab + 1) * (ab + 2)
-    series = (xb / (ab - 1) + 0.5 + ab / 12 * inv - p3 / 720 * inv * inv2
-              + p3 * (ab + 3) * (ab + 4) / 30240 * inv * inv2 * inv2)
     with np.errstate(under="ignore"):
-        out[big] = np.exp(-ab * np.log(xb)) * series
+        out[big] = np.exp(-ab * np.log(xb)) * _em_series(ab, xb)
     return out
+
+
+def _em_series(a, s):
+    """zeta(a, s) * s^a by Euler-Maclaurin through s^-5: exact to ~1e-14 once s >> a."""
+    inv = 1.0 / s
+    inv2 = inv * inv
+    p3 = a * (a + 1) * (a + 2)
+    return (s / (a - 1) + 0.5 + a / 12 * inv - p3 / 720 * inv * inv2
+            + p3 * (a + 3) * (a + 4) / 30240 * inv * inv2 * inv2)
 
 
 def log_zeta(a, q) -> np.ndarray:
@@ -59,9 +63,7 @@ def _log_zeta_scalar(a: float, q: float) -> float:
     head = np.sum(np.exp(-a * np.log1p(k / q))) if m else 0.0
     s = q + m
     # Euler-Maclaurin tail at s (s >= 2a + 10, so the series converges fast), times q^a.
-    em = (s / (a - 1) + 0.5 + a / (12 * s) - a * (a + 1) * (a + 2) / (720 * s ** 3)
-          + a * (a + 1) * (a + 2) * (a + 3) * (a + 4) / (30240 * s ** 5))
-    tail = np.exp(-a * np.log(s / q)) * em
+    tail = np.exp(-a * np.log(s / q)) * _em_series(a, s)
     return float(-a * np.log(q) + np.log(head + tail))
 
 
