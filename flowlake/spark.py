@@ -6,6 +6,7 @@ spark-packages host (see STACK-NOTES).
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import os
@@ -58,7 +59,11 @@ def session(app: str = "flowlake", master: str | None = None, cfg=None, extra: d
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
     for key, value in (extra or {}).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    # The driver JVM starts in our scratch folder: Spark 4.0 creates its session artifact
+    # folders under ./artifacts of the JVM's working directory (SPARK-52396), which would
+    # litter whatever folder the user ran flowlake from. Every path we give Spark is absolute.
+    with contextlib.chdir(tmp):
+        spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

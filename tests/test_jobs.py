@@ -57,6 +57,18 @@ def private_cfg(tmp_path: Path, **env):
 
 
 # ---- direction --------------------------------------------------------------------------
+def test_spark_driver_works_in_flowlake_s_scratch_folder(spark, cfg):
+    """Spark 4.0 puts a folder per session under ./artifacts of the driver's working
+    directory; the driver starts in $FLOWLAKE_HOME/tmp/spark, so the folder a user runs
+    flowlake from stays clean while this process keeps its own working directory."""
+    spark.range(3).count()  # a session in use has its artifact folder
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    scratch = cfg.path("tmp", "spark")
+    assert Path(os.readlink(f"/proc/{pid}/cwd")) == scratch
+    assert (scratch / "artifacts").is_dir()
+    assert Path.cwd() != scratch
+
+
 def test_direction_matches_ipaddress(spark, tmp_path):
     from flowlake.jobs import common
 

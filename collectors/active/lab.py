@@ -179,7 +179,7 @@ def run_lab(seconds: int = 30, rate: str = "50mbit", lake: Path | None = None, c
     tc_rate_bps(rate)  # reject a bad --rate before building anything
     cfg = cfg or config.get()
     work = Path(tempfile.mkdtemp(prefix="bulk-impact-", dir=cfg.path("tmp") if _mk(cfg.path("tmp")) else None))
-    lake = Path(lake) if lake else cfg.path("lab", work.name, "lake")
+    lake = Path(lake).resolve() if lake else cfg.path("lab", work.name, "lake")
     lab = Lab(rate)
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
 
