@@ -81,3 +81,38 @@ def test_a_command_whose_module_is_missing_says_so(monkeypatch):
     res = CliRunner().invoke(cli.main, ["ghost"])
     assert res.exit_code == 1, res.output
     assert "'ghost' is not available in this install: No module named 'flowlake.no_such_module'" in res.output
+
+
+def test_images_build_their_go_programs_and_send_only_source():
+    """Each image that runs a Go program builds it in a Go stage (the runtime images have
+    no Go), and the build context leaves out the local stack: virtualenvs, jars, binaries."""
+    for dockerfile, program in (("collectors/Dockerfile", "collectors/shipper"),
+                                ("pipelines/Dockerfile", "jobs/toptalkers")):
+        text = (REPO / dockerfile).read_text()
+        assert "FROM golang:" in text and f"COPY {program}/*.go" in text, dockerfile
+    ignored = (REPO / ".dockerignore").read_text().split()
+    for path in (".venv/", ".venv-superset/", ".jars/", "var/", "**/bin/"):
+        assert path in ignored, path
+
+
+def test_a_shipped_go_binary_runs_without_go(tmp_path, monkeypatch):
+    """Inside the jobs image: the kernel's binary is there, Go is not. The binary is used
+    (even when its sources look newer); with no binary either, the error says what to do."""
+    import click
+
+    from flowlake import gobuild
+
+    def no_go():
+        raise click.ClickException("Go is not installed (need /usr/local/go/bin/go or `go` on PATH): run `make setup`")
+
+    monkeypatch.setattr(gobuild, "go_binary", no_go)
+    program = gobuild.GoProgram(tmp_path, "kernel")
+    program.binary.parent.mkdir()
+    program.binary.write_text("#!/bin/sh\n")
+    (tmp_path / "main.go").write_text("package main\n")
+    os.utime(program.binary, (1, 1))  # built long before its sources changed
+    assert program.needs_build()
+    assert program.build() == program.binary
+    program.binary.unlink()
+    with pytest.raises(click.ClickException, match="Go is not installed"):
+        program.build()
