@@ -64,9 +64,12 @@ RESOURCES = """() => performance.getEntriesByType('resource').map(e => [e.startT
 
 
 class CpuMeter:
-    """CPU seconds (user + system) used by our Chromium processes and by Superset's
-    gunicorn master and workers: unlike render times, these hardly depend on what else
-    the machine runs, so they compare changes measured under different loads."""
+    """CPU seconds (user + system) used by our Chromium processes, by the main thread of
+    its renderers, and by Superset's gunicorn master and workers: unlike render times,
+    these hardly depend on what else the machine runs, so they compare changes measured
+    under different loads. The renderer's main thread runs the page's scripts, style and
+    layout one after the other: its CPU time is about what a page load takes on a client
+    with cores to spare (here its background compilers and Superset share two)."""
 
     def __init__(self, gunicorn_pid: int | None):
         import psutil
@@ -89,9 +92,26 @@ class CpuMeter:
                 pass
         return out
 
-    def sample(self) -> tuple[dict, dict]:
+    def _main_threads(self, root) -> dict[int, float]:
+        out = {}
+        try:
+            procs = root.children(recursive=True)
+        except self.psutil.Error:
+            return out
+        for p in procs:
+            try:
+                if "chrom" in p.name() and "--type=renderer" in " ".join(p.cmdline()):
+                    main = next(t for t in p.threads() if t.id == p.pid)  # the thread that started it
+                    out[p.pid] = main.user_time + main.system_time
+            except (self.psutil.Error, StopIteration):
+                pass
+        return out
+
+    def sample(self) -> tuple[dict, dict, dict]:
+        """(browser processes, Superset processes, renderer main threads): CPU s by pid."""
         me = self.psutil.Process(os.getpid())
-        return self._tree(me, "chrom"), (self._tree(self.gunicorn) if self.gunicorn else {})
+        return (self._tree(me, "chrom"), self._tree(self.gunicorn) if self.gunicorn else {},
+                self._main_threads(me))
 
     @staticmethod
     def delta(before: dict, after: dict) -> float:
@@ -109,13 +129,13 @@ def _settle(page, slug: str, navigate, meter: CpuMeter | None) -> float:
     except PlaywrightTimeout:
         stuck = page.evaluate(STUCK)
         print(f"  !! {slug}: not settled after {TIMEOUT_S} s; charts still loading or empty: {stuck}")
-        render.cpu = (float("nan"), float("nan"))
+        render.cpu = (float("nan"),) * 3
         return float("nan")
     elapsed = time.monotonic() - t0
     if meter:
         time.sleep(0.3)  # let the server finish logging the visit
         after = meter.sample()
-        render.cpu = (meter.delta(before[0], after[0]), meter.delta(before[1], after[1]))
+        render.cpu = tuple(meter.delta(b, a) for b, a in zip(before, after))  # browser, server, main thread
     return elapsed
 
 
@@ -181,8 +201,8 @@ def measure(creds, home: Path | None, rounds: int, slugs: list[str], trace: set[
                         secs = render(page, creds["url"], slug, trace=slug in trace and r == 0, meter=meter)
                     figures[slug][kind].append((secs, la))
                     figures[slug][kind + " cpu"].append((render.cpu, la))
-                    row[kind] = (f"{secs:5.2f} s (load {la:4.2f}; CPU s: browser {render.cpu[0]:4.2f}, "
-                                 f"server {render.cpu[1]:4.2f})")
+                    row[kind] = (f"{secs:5.2f} s (load {la:4.2f}; CPU s: browser {render.cpu[0]:4.2f} "
+                                 f"(main thread {render.cpu[2]:4.2f}), server {render.cpu[1]:4.2f})")
                 ctx.close()
                 print(f"round {r + 1} {slug:18} " + "  ".join(f"{k} {v}" for k, v in row.items()), flush=True)
         browser.close()
@@ -191,7 +211,8 @@ def measure(creds, home: Path | None, rounds: int, slugs: list[str], trace: set[
 
 def summary(figures: dict) -> None:
     print("\nper dashboard: median [min-max] render seconds, with the load average at the measurements [min-max];")
-    print("CPU = median CPU seconds per visit used by the browser + Superset (hardly depends on the load)")
+    print("CPU = median CPU seconds per visit used by the browser (its renderer's main thread) + Superset;")
+    print("these hardly depend on the load")
     for slug, kinds in figures.items():
         parts, cpu = [], []
         for kind in KINDS:
@@ -205,9 +226,9 @@ def summary(figures: dict) -> None:
                 parts.append(f"{kind}: {failed} visit(s) never settled;")
             parts.append(f"{kind} {statistics.median(secs):4.2f} [{min(secs):4.2f}-{max(secs):4.2f}] "
                          f"(load {min(las):.1f}-{max(las):.1f})")
-            b = statistics.median([c[0] for c, _ in kinds[kind + " cpu"] if c[0] == c[0]] or [float("nan")])
-            sv = statistics.median([c[1] for c, _ in kinds[kind + " cpu"] if c[1] == c[1]] or [float("nan")])
-            cpu.append(f"{kind} {b:.2f}+{sv:.2f}")
+            b, sv, m = (statistics.median([c[i] for c, _ in kinds[kind + " cpu"] if c[i] == c[i]] or [float("nan")])
+                        for i in range(3))
+            cpu.append(f"{kind} {b:.2f} ({m:.2f})+{sv:.2f}")
         print(f"  {slug:18} " + "   ".join(parts) + "   CPU: " + ", ".join(cpu))
 
 
