@@ -14,6 +14,6 @@ for name, folder in MAPPED.items():
 setup(
     packages=packages,
     package_dir=package_dir,
-    package_data={"": ["*.toml", "*.csv", "*.json", "*.yaml", "*.avsc", "*.xml"]},
+    package_data={"": ["*.toml", "*.csv", "*.json", "*.yaml", "*.avsc", "*.xml", "*.properties"]},
     include_package_data=True,
 )

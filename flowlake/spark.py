@@ -17,6 +17,7 @@ from . import config as _config
 
 log = logging.getLogger(__name__)
 JARS_DIR = _config.REPO_ROOT / ".jars" / "spark"
+LOG4J = Path(__file__).resolve().parent / "log4j2.properties"  # the driver's log: warnings, less start-up noise
 
 
 def connector_jars() -> list[str]:
@@ -50,12 +51,15 @@ def session(app: str = "flowlake", master: str | None = None, cfg=None, extra: d
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.local.dir", str(tmp))
-        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        .config("spark.driver.extraJavaOptions", f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG4J}")
         .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
         .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
     )
     if master.startswith("local"):
+        # Known before the JVM starts, unlike spark.driver.host: no "hostname resolves to a
+        # loopback address" warning at every start.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
     for key, value in (extra or {}).items():
         builder = builder.config(key, value)

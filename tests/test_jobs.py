@@ -69,6 +69,31 @@ def test_spark_driver_works_in_flowlake_s_scratch_folder(spark, cfg):
     assert Path.cwd() != scratch
 
 
+def test_spark_driver_logs_warnings_without_start_up_noise(spark):
+    """The driver logs with flowlake/log4j2.properties: warnings and errors, less two
+    start-up notes printed at every run (no native Hadoop library; the spark.local.dir
+    notice), while SparkConf's other warnings still show."""
+    from flowlake.spark import LOG4J
+
+    jvm = spark.sparkContext._jvm
+    log4j = jvm.org.apache.logging.log4j
+    conf = log4j.LogManager.getContext(False).getConfiguration()
+    assert conf.getConfigurationSource().getLocation() == str(LOG4J)
+
+    def event(logger, msg):
+        return (log4j.core.impl.Log4jLogEvent.newBuilder().setLoggerName(logger).setLevel(log4j.Level.WARN)
+                .setMessage(log4j.message.SimpleMessage(msg)).build())
+
+    sparkconf = "org.apache.spark.SparkConf"
+    assert conf.getLoggerConfig(sparkconf).isFiltered(event(sparkconf, (
+        "Note that spark.local.dir will be overridden by the value set by the cluster manager "
+        "(via SPARK_LOCAL_DIRS in standalone/kubernetes and LOCAL_DIRS in YARN).")))
+    assert not conf.getLoggerConfig(sparkconf).isFiltered(event(sparkconf, "The configuration key 'x' is deprecated"))
+    assert not log4j.LogManager.getLogger("org.apache.hadoop.util.NativeCodeLoader").isWarnEnabled()
+    scheduler = log4j.LogManager.getLogger("org.apache.spark.scheduler.TaskSetManager")
+    assert scheduler.isWarnEnabled() and not scheduler.isInfoEnabled()
+
+
 def test_direction_matches_ipaddress(spark, tmp_path):
     from flowlake.jobs import common
 
