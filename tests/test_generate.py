@@ -4,10 +4,8 @@ model's distributions are recovered from a large in-memory sample."""
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -359,3 +357,29 @@ def test_cli_exports_with_speedup_and_writes_truth_and_ping(nfcapd, tmp_path):
     assert first.strftime("%Y-%m-%d %H:%M") == "2026-11-20 06:00"
     assert int(info["Last"]) < doc["end_ms"] // 1000 + 1
     assert len(list((tmp_path / "active" / "ping").rglob("*.txt"))) == len(doc["ping"]["probes"]) > 0
+    assert len(list((tmp_path / "active" / "sweep").rglob("*.csv"))) == len(doc["sweep"]["paths"]) > 0
+
+
+def test_message_size_sweeps_follow_the_stated_path_model(tmp_path):
+    """The sweep CSVs import as active records (the csv parser), and a least-squares line
+    through each path's points gives back the truth's a (ms per byte) and l (ms)."""
+    from collections import defaultdict
+
+    from flowlake.collectors.active.parsers import parse_file
+
+    params = model.ModelParams()
+    start = int(START.timestamp() * 1000)
+    truth = ping.write_sweeps(params, [], start, 86_400_000, tmp_path, seed=3)
+    assert len(truth) == len(params.ping.targets)
+    points = defaultdict(list)
+    for f in sorted((tmp_path / "sweep").rglob("*.csv")):
+        for r in parse_file(f):
+            path = r["parameters"]["path"]
+            assert r["test_type"] == "message_size"
+            assert r["start"] == start + 3 * 3_600_000 + 2_000 * len(points[path])  # at 03:00, 2 s apart
+            points[path].append((float(r["parameters"]["message_size_bytes"]), r["metrics"]["latency_ms"]))
+    for t in truth:
+        x, y = np.array(points[t["path"]]).T
+        assert len(x) == len(params.ping.sweep_sizes) * params.ping.sweep_repeats
+        a, l_ms = np.polyfit(x, y, 1)
+        assert a == pytest.approx(t["a_ms_per_byte"], rel=0.02) and l_ms == pytest.approx(t["l_ms"], rel=0.05), t

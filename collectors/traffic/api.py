@@ -39,7 +39,7 @@ def generate_day(target: tuple[str, int] | str, start: datetime | int, duration_
                  params: model.ModelParams | None = None, max_rate: float | None = 250_000,
                  progress: Callable[[int], None] | None = None, cfg=None) -> dict:
     """Model `flows` flows over [start, start+duration), export them to target, write the
-    truth (and ping and iperf3 files under active_dir) and return the truth dict.
+    truth (and ping, iperf3 and message-size sweep files under active_dir) and return the truth dict.
 
     speedup None = as fast as max_rate (flows/s) allows; otherwise model time runs
     `speedup` times faster than wall time."""
@@ -106,6 +106,8 @@ def generate_day(target: tuple[str, int] | str, start: datetime | int, duration_
                        "format": "iputils ping -D -c N", "dir": str(Path(active_dir) / "ping"), "probes": probes}
         doc["iperf3"] = {"format": "iperf3 -J (TCP, one stream)", "dir": str(Path(active_dir) / "iperf3"),
                          "tests": ping.write_throughput(p, events, start_ms, duration_ms, Path(active_dir), seed)}
+        doc["sweep"] = {"format": "CSV: latency_ms against message_size_bytes", "dir": str(Path(active_dir) / "sweep"),
+                        "paths": ping.write_sweeps(p, events, start_ms, duration_ms, Path(active_dir), seed)}
     if truth_path is not None:
         truth_mod.write(doc, truth_path)
     doc["_flows"] = f  # in-process callers (tests, demo) may compare records; never serialised

@@ -176,6 +176,14 @@ class PingModel:
     throughput_seconds: int = 10
     tcp_efficiency: float = 0.9
     probe_address: str = "10.0.0.10"
+    # A latency-vs-message-size sweep to every target, as to mirrors of the same data (CSV,
+    # the path_models job): one-way latency = size*8 / (C * (1 - rho)) + base RTT / 2 + the
+    # mean queueing delay, times 1 +- sweep_noise; each size sweep_repeats times, at sweep_hour.
+    # Up to 1 MB: larger messages' noise would drown the short paths' latency in the fit.
+    sweep_sizes: tuple = (64, 1024, 16384, 65536, 262144, 1048576)
+    sweep_repeats: int = 3
+    sweep_hour: int = 3
+    sweep_noise: float = 0.003
 
 
 @dataclass

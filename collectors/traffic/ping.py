@@ -9,6 +9,10 @@ bulk rates on that path / C (capped at rho_max). With S = packet_bytes*8/C:
 Output is byte-for-byte the iputils `ping -D -c N TARGET` format (checked against
 ping on this machine): -D puts the receive time in front of each reply.
 
+Message-size sweeps (CSV) time one message of each size along the same paths, as from
+mirrors of the same data: size*8 bits at the capacity left, C * (1 - rho), plus half the
+base RTT and the mean queueing delay.
+
 Throughput tests (iperf3 -J, one TCP stream) see the same paths: the stream gets a share
 tcp_efficiency of the capacity left, C * (1 - rho), its RTT is the base RTT plus the mean
 queueing delay, and its retransmits are the M/M/1/K loss of the packets it sends. Their
@@ -171,4 +175,29 @@ def write_throughput(params: ModelParams, events: list[dict], start_ms: int, dur
                                       retransmits, rtt))
         rows.append({"target": tgt.address, "time_ms": t, "file": str(path), "utilisation": rho,
                      "capacity_left_bps": left, "throughput_bps": bps, "retransmits": retransmits})
+    return rows
+
+
+def write_sweeps(params: ModelParams, events: list[dict], start_ms: int, duration_ms: int,
+                 out_dir: Path, seed: int = 1) -> list[dict]:
+    """Write one message-size sweep CSV per target under out_dir/sweep/<target>/ (at
+    sweep_hour of a day's run, half-way through a shorter one) and return each path's
+    truth: latency_ms = a * size + l."""
+    pm = params.ping
+    rng = np.random.default_rng(seed + 15485863)
+    t_sweep = start_ms + min(pm.sweep_hour * 3_600_000, duration_ms // 2)
+    rows = []
+    for tgt, d, service, t, rho, stamp in _schedule(params, events, Path(out_dir) / "sweep", range(t_sweep, t_sweep + 1)):
+        path_label = f"{pm.probe_address}>{tgt.address}"
+        a = 8 / (tgt.bottleneck_bps * (1 - rho)) * 1000  # ms per byte at the capacity left
+        l_ms = tgt.base_rtt_ms / 2 + mean_wait_ms(rho, service)
+        lines = ["source,destination,path,start,test,message_size_bytes,latency_ms"]
+        for i, size in enumerate(s for s in pm.sweep_sizes for _ in range(pm.sweep_repeats)):
+            latency = (a * size + l_ms) * (1 + rng.normal(0, pm.sweep_noise))
+            when = np.datetime64(t + 2_000 * i, "ms").astype(str) + "Z"
+            lines.append(f"{pm.probe_address},{tgt.address},{path_label},{when},message_size,{size},{latency:.4f}")
+        file = d / f"sweep-{stamp}.csv"
+        file.write_text("\n".join(lines) + "\n")
+        rows.append({"path": path_label, "time_ms": t, "file": str(file), "utilisation": rho,
+                     "a_ms_per_byte": a, "l_ms": l_ms})
     return rows
