@@ -62,7 +62,9 @@ def _speedup(text: str) -> float | None:
 @click.option("--truth", "truth_path", type=click.Path(dir_okay=False), default=None,
               help="Write the ground truth here (.json or .parquet).")
 @click.option("--active-dir", type=click.Path(file_okay=False), default=None,
-              help="Also write matching PingER-style ping output files under DIR/ping/<target>/.")
+              help="Also write matching active results for the ping targets: PingER-style ping output "
+                   "(DIR/ping/<target>/), iperf3 -J throughput tests (DIR/iperf3/) and a message-size "
+                   "sweep CSV (DIR/sweep/).")
 @click.option("--seed", type=int, default=1, show_default=True, help="Random seed (same seed, same traffic).")
 def generate(protocol, target, start, duration, flows, rate, speedup, max_rate, truth_path, active_dir, seed):
     """Export modelled border traffic as NetFlow v5/v9/IPFIX with a known ground truth.
@@ -134,3 +136,5 @@ def generate(protocol, target, start, duration, flows, rate, speedup, max_rate, 
         click.echo(f"truth: {truth_path}")
     if active_dir:
         click.echo(f"ping files: {doc['ping']['dir']} ({len(doc['ping']['probes'])} probes)")
+        click.echo(f"iperf3 files: {doc['iperf3']['dir']} ({len(doc['iperf3']['tests'])} tests)")
+        click.echo(f"sweep files: {doc['sweep']['dir']} ({len(doc['sweep']['paths'])} paths)")
