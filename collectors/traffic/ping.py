@@ -187,7 +187,8 @@ def write_sweeps(params: ModelParams, events: list[dict], start_ms: int, duratio
     rng = np.random.default_rng(seed + 15485863)
     t_sweep = start_ms + min(pm.sweep_hour * 3_600_000, duration_ms // 2)
     rows = []
-    for tgt, d, service, t, rho, stamp in _schedule(params, events, Path(out_dir) / "sweep", range(t_sweep, t_sweep + 1)):
+    for tgt, d, service, t, rho, stamp in _schedule(params, events, Path(out_dir) / "sweep",
+                                                    range(t_sweep, t_sweep + 1)):
         path_label = f"{pm.probe_address}>{tgt.address}"
         a = 8 / (tgt.bottleneck_bps * (1 - rho)) * 1000  # ms per byte at the capacity left
         l_ms = tgt.base_rtt_ms / 2 + mean_wait_ms(rho, service)
