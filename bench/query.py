@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # nfcapd_capture, as bench/ship.py
+
 FILTERS = [
     "any",
     "proto tcp and dst port 22",
@@ -128,7 +130,6 @@ def v5_datagrams(flows: dict):
 
 
 def write_nfcapd(flows: dict, workdir: Path) -> Path:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
     import nfcapd_capture
 
     def feed(port: int) -> None:
