@@ -138,6 +138,22 @@ THEME_DARK = _still(_THEME_DARK) if _THEME_DARK else None
 # Talisman's nonce policy stays off (see above).
 SCARF_ANALYTICS = False
 OVERRIDE_HTTP_HEADERS = {"Content-Security-Policy": "img-src 'self' data: blob:; connect-src 'self'"}
+CONTENT_SECURITY_POLICY_WARNING = False  # the policy above is ours; Superset only looks at Talisman's
+
+# Superset 6.1's wheel lacks the spinner its pages show while the scripts load (it reads
+# it from superset-frontend/, which is not packaged): every page logged a warning and
+# showed a blank screen for the 1-2 s the scripts take. This one is drawn instead.
+_SPINNER_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 50 50" width="70" height="70">'
+                '<circle cx="25" cy="25" r="20" fill="none" stroke="#20a7c9" stroke-width="4" '
+                'stroke-linecap="round" stroke-dasharray="90 40"><animateTransform '
+                'attributeName="transform" type="rotate" from="0 25 25" to="360 25 25" dur="1s" '
+                'repeatCount="indefinite"/></circle></svg>')
+
+
+def FLASK_APP_MUTATOR(app):  # noqa: N802, ARG001
+    import superset.views.base as views_base
+
+    views_base.get_default_spinner_svg = lambda: _SPINNER_SVG
 
 # flask-limiter's in-memory storage is per process; fine for one local service.
 RATELIMIT_STORAGE_URI = "memory://"

@@ -209,3 +209,16 @@ def test_dashboards_open_from_the_dashboard_list(page, superset, figure):
         assert page.locator('[data-test="dashboard-component-chart-holder"]').count() == len(charts)
         figure(f"dashboard {slug} from the list: {len(charts)} charts rendered in {elapsed:.2f} s")
         page.go_back()
+
+
+@pytest.mark.integration
+def test_superset_log_has_no_warnings(page, superset, cfg):
+    """After the REST and browser tests above, Superset's log holds nothing to alarm an
+    operator: no warning, error or traceback (it once logged a missing spinner on every
+    page and a CSP warning at every start)."""
+    html = page.request.get(superset["creds"]["url"] + "/superset/welcome/").text()
+    assert "<svg" in html.split('id="app"', 1)[1], "no spinner shown while Superset's scripts load"
+    log = cfg.path("log") / "superset.log"
+    alarming = [line for line in log.read_text(errors="replace").splitlines()
+                if any(f":{level}:" in line for level in ("WARNING", "ERROR", "CRITICAL")) or "Traceback" in line]
+    assert alarming == [], f"{log}:\n" + "\n".join(alarming[:20])
