@@ -334,11 +334,15 @@ def chart_payload(chart: dict, ds: Dataset, where: str) -> tuple[dict, dict]:
             raise BundleError(f"{where}: a {viz} chart needs x")
         grain = chart.get("time_grain")
         temporal = x in {c["column_name"] for c in ds.columns if c["is_dttm"]}
+        # Points on a line unless it is a dense time series: a daily (or coarser) series
+        # over one day, e.g. the demo's or a new deployment's first, is a single point,
+        # and a line without markers draws nothing there.
+        markers = viz == "line" and (not temporal or bool(chart.get("markers")) or _daily_or_coarser(grain))
         params.update(x_axis=x, time_grain_sqla=grain, metrics=metrics, groupby=groupby,
                       logAxis=bool(chart.get("log_y")), truncateYAxis=False, show_legend=True,
                       rich_tooltip=True, x_axis_title=chart.get("x_title", ""), y_axis_title=chart.get("y_title", ""),
                       y_axis_format=chart.get("y_format", "SMART_NUMBER"),
-                      markerEnabled=viz == "line" and (not temporal or bool(chart.get("markers"))),
+                      markerEnabled=markers,
                       seriesType="line", order_desc=True, xAxisForceCategorical=not temporal and viz == "bar")
         xcol = {"label": x, "sqlExpression": x, "columnType": "BASE_AXIS", "expressionType": "SQL"}
         if temporal:
@@ -391,6 +395,11 @@ TABLE_CSS = """.handlebars table { border-collapse: collapse; width: 100%; font-
 .handlebars td { padding: 3px 8px; border-bottom: 1px solid rgba(128,128,128,.15); white-space: nowrap; }
 .handlebars td[style*=left] { white-space: normal; overflow-wrap: anywhere; }
 """
+
+
+def _daily_or_coarser(grain: str | None) -> bool:
+    """ISO 8601 time grains P1D, P1W, P1M, P3M, P1Y... (not PT5M, PT1H)."""
+    return bool(grain) and grain.startswith("P") and not grain.startswith("PT")
 
 
 def _temporal(type_: str | None) -> bool:

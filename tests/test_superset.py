@@ -178,6 +178,23 @@ def test_every_chart_has_query_context_and_fixed_uuids(cfg):
         assert chart["dataset_uuid"] in datasets, name
 
 
+def test_daily_line_charts_draw_their_points(cfg):
+    """A line over days (time grain P1D or coarser) has one point per day; on the first
+    day of data, or the demo's single day, a line without markers draws nothing at all
+    (the capacity growth chart once looked empty that way). Dense series (5 minutes,
+    hours) stay plain lines."""
+    import yaml
+
+    built = _bundle_mod().build(cfg)
+    charts = [yaml.safe_load(t) for n, t in built.files.items() if n.startswith("charts/")]
+    lines = [c for c in charts if c["viz_type"] == "echarts_timeseries_line"]
+    daily = [c for c in lines if (c["params"].get("time_grain_sqla") or "").startswith("P1")]
+    dense = [c for c in lines if (c["params"].get("time_grain_sqla") or "").startswith("PT")]
+    assert len(daily) >= 5 and dense, ([c["slice_name"] for c in daily], [c["slice_name"] for c in dense])
+    assert [c["slice_name"] for c in daily if not c["params"]["markerEnabled"]] == []
+    assert [c["slice_name"] for c in dense if c["params"]["markerEnabled"]] == []
+
+
 def test_report_tables_are_handlebars_templates(cfg):
     """Tables are static HTML (Superset's Handlebars chart): every listed column has a
     header and a cell; dates and times are selected as UTC text; a format the template

@@ -33,6 +33,8 @@ INSPECT = """e => ({
   canvases: Array.from(e.querySelectorAll('canvas')).filter(c => c.width > 0 && c.height > 0).length,
   rows: e.querySelectorAll('table tbody tr').length,
   text: e.innerText,
+  // how far a table reaches past its chart (> 0: columns hidden behind a scroll bar)
+  overflow: (t => t ? Math.round(t.getBoundingClientRect().right - e.getBoundingClientRect().right) : 0)(e.querySelector('table')),
 })"""
 
 
@@ -141,6 +143,8 @@ def test_dashboard_renders_every_chart(page, superset, slug, figure):
         body = c["text"].replace(c["title"], "", 1)
         assert c["canvases"] or c["rows"] or any(ch.isdigit() for ch in body), \
             f"{slug} / {c['title']}: nothing rendered"
+        # at 1600 px every table shows all its columns (a verdict column once hid off-chart)
+        assert c["overflow"] <= 0, f"{slug} / {c['title']}: table {c['overflow']} px wider than its chart"
     # Nothing leaves the host: no telemetry pixel, fonts or tiles from outside.
     base = superset["creds"]["url"]
     outside = sorted({u for u in page.requested if not u.startswith((base + "/", "data:", "blob:"))}
