@@ -337,7 +337,7 @@ def chart_payload(chart: dict, ds: Dataset, where: str) -> tuple[dict, dict]:
         # Points on a line unless it is a dense time series: a daily (or coarser) series
         # over one day, e.g. the demo's or a new deployment's first, is a single point,
         # and a line without markers draws nothing there.
-        markers = viz == "line" and (not temporal or bool(chart.get("markers")) or _daily_or_coarser(grain))
+        markers = viz == "line" and (not temporal or _daily_or_coarser(grain))
         params.update(x_axis=x, time_grain_sqla=grain, metrics=metrics, groupby=groupby,
                       logAxis=bool(chart.get("log_y")), truncateYAxis=False, show_legend=True,
                       rich_tooltip=True, x_axis_title=chart.get("x_title", ""), y_axis_title=chart.get("y_title", ""),

@@ -8,7 +8,6 @@ import re
 import stat
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
