@@ -11,6 +11,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -20,10 +21,14 @@ const usage = `usage: flowlake-shipper COMMAND [flags] [FILE...]
 
 commands:
   stats FILE...   per-file flows/packets/bytes as JSON, like nfdump -I
-  dump FILE...    flows as JSON lines, fields named as the FLOW schema
+  dump [--sampling-settings F] [--tap-dir D] FILE...
+                  flows as JSON lines, fields named as the FLOW schema; with the sampling
+                  flags, rates and packets/bytes resolved as shipped
   ship FILE...    ship files to Kafka (skips files already in the ledger; --force reships)
   ship --pending  ship every closed nfcapd file under --spool not yet in the ledger
   serve           watch --spool and ship each file nfcapd closes, until SIGTERM
+  tap             read a copy of every datagram sent to the collector port (raw socket) and
+                  record the sampling each exporter announces (see tap.go), until SIGTERM
 
 run "flowlake-shipper ship -h" for the Kafka flags (the Python wrapper, "flowlake ship",
 fills them in from flowlake.toml).
@@ -44,6 +49,8 @@ func main() {
 		err = cmdShip(os.Args[2:], false)
 	case "serve":
 		err = cmdShip(os.Args[2:], true)
+	case "tap":
+		err = cmdTap(os.Args[2:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return
@@ -80,7 +87,21 @@ func cmdStats(files []string) error {
 	return nil
 }
 
-func cmdDump(files []string) error {
+func cmdDump(args []string) error {
+	fs := flag.NewFlagSet("dump", flag.ContinueOnError)
+	settings := fs.String("sampling-settings", "", "resolve sampling with these settings (JSON)")
+	tapDir := fs.String("tap-dir", "", "resolve sampling with the tap's records in this directory")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	files := fs.Args()
+	var res *Resolver
+	if *settings != "" || *tapDir != "" {
+		var err error
+		if res, err = NewResolver(*settings, *tapDir); err != nil {
+			return err
+		}
+	}
 	if len(files) == 0 {
 		return fmt.Errorf("dump: give at least one nfcapd file")
 	}
@@ -88,7 +109,13 @@ func cmdDump(files []string) error {
 	defer w.Flush()
 	var buf []byte
 	for _, file := range files {
+		if res != nil {
+			res.reset()
+		}
 		_, err := ReadFile(file, func(f *Flow) error {
+			if res != nil {
+				res.Resolve(f)
+			}
 			buf = appendFlowJSON(buf[:0], f, file)
 			_, err := w.Write(buf)
 			return err
@@ -134,5 +161,6 @@ func appendFlowJSON(b []byte, f *Flow, file string) []byte {
 	num("dst_as", int64(f.DstAS))
 	str("source_file", []byte(file))
 	num("file_seq", f.Seq)
+	num("received_ms", f.Received)
 	return append(b, '}', '\n')
 }

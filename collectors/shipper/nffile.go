@@ -91,8 +91,9 @@ type Flow struct {
 	Proto, TCPFlags    uint8
 	Tos                uint8
 	Packets, Bytes     uint64
-	SamplingRate       uint32
+	SamplingRate       uint32 // as read: the rate nfcapd applied; after resolve: flowlake's
 	SrcAS, DstAS       uint32
+	Received           int64 // ms since epoch: when nfcapd received the datagram
 	Seq                int64 // position of the flow in its file, from 0
 }
 
@@ -100,6 +101,7 @@ type Flow struct {
 type Exporter struct {
 	SysID   uint16
 	Version uint32
+	Domain  uint32 // observation domain (IPFIX), source id (v9), engine type/id (v5)
 	Addr    string
 	addrRaw []byte // 4 or 16 bytes, for the Kafka key hash
 }
@@ -452,11 +454,13 @@ func (r *reader) records(data []byte, numRecords uint32, blockOff int64, blockNo
 			id := int64(binary.LittleEndian.Uint64(rec[8:]))
 			pi := binary.LittleEndian.Uint32(rec[16:])
 			si := binary.LittleEndian.Uint32(rec[20:])
+			// nfcapd's own arithmetic (uint32), so this is exactly the factor it applied
+			// (its -s -1 writes space 0xFFFFFFFE for IPFIX and multiplies by 2^32-1)
 			rate := uint32(1)
 			if pi > 0 {
 				rate = (pi + si) / pi
 			}
-			r.samplers[sys] = append(r.samplers[sys], sampler{id: id, interval: rate})
+			r.addSampler(sys, sampler{id: id, interval: rate})
 		case 1, 5, 6, 10:
 			return r.corrupt(blockOff, "block %d: record type %d is the nfdump 1.6 layout: rewrite the file with nfdump 1.7 (`nfdump -r FILE -w NEWFILE`)", blockNo, rtype)
 		}
@@ -466,7 +470,8 @@ func (r *reader) records(data []byte, numRecords uint32, blockOff int64, blockNo
 }
 
 func (r *reader) exporter(rec []byte) {
-	e := &Exporter{Version: binary.LittleEndian.Uint32(rec[4:]), SysID: binary.LittleEndian.Uint16(rec[26:])}
+	e := &Exporter{Version: binary.LittleEndian.Uint32(rec[4:]), SysID: binary.LittleEndian.Uint16(rec[26:]),
+		Domain: binary.LittleEndian.Uint32(rec[28:])}
 	family := binary.LittleEndian.Uint16(rec[24:])
 	// ip is two host-order u64 (high, low); IPv4 sits in the low 32 bits of the second.
 	hi := binary.LittleEndian.Uint64(rec[8:])
@@ -484,6 +489,18 @@ func (r *reader) exporter(rec []byte) {
 		e.Addr = string(appendIPv4(nil, a[:]))
 	}
 	r.exporters[e.SysID] = e
+}
+
+// addSampler keeps one entry per sampler id: a later record (a rate changed mid-file)
+// replaces the earlier one for the flows that follow it.
+func (r *reader) addSampler(sys uint16, s sampler) {
+	for i := range r.samplers[sys] {
+		if r.samplers[sys][i].id == s.id {
+			r.samplers[sys][i] = s
+			return
+		}
+	}
+	r.samplers[sys] = append(r.samplers[sys], s)
 }
 
 // samplingRate picks the sampler that applies to a sampled flow: the one the flow
@@ -571,6 +588,7 @@ func (r *reader) v3(rec []byte, f *Flow, blockOff int64, blockNo uint32) error {
 		case exGenericFlow:
 			f.TimeStart = int64(binary.LittleEndian.Uint64(el[0:]))
 			f.TimeEnd = int64(binary.LittleEndian.Uint64(el[8:]))
+			f.Received = int64(binary.LittleEndian.Uint64(el[16:]))
 			f.Packets = binary.LittleEndian.Uint64(el[24:])
 			f.Bytes = binary.LittleEndian.Uint64(el[32:])
 			f.SrcPort = binary.LittleEndian.Uint16(el[40:])

@@ -54,6 +54,8 @@ type ShipOptions struct {
 	CPUProfile      string
 	SpoolWarnBytes  int64
 	BatchBytes      int
+	SamplingFile    string // JSON settings from flowlake.toml (collectors/sampling.py)
+	TapDir          string // the sampling tap's output (rates.jsonl, fp/)
 }
 
 // closed nfcapd files: nfcapd.YYYYMMDDhhmm[ss], and .recoveredPID for files of a killed
@@ -96,6 +98,8 @@ func parseShipFlags(args []string, serve bool) (*ShipOptions, []string, error) {
 	fset.IntVar(&o.Throttle, "throttle", 0, "testing: at most this many flows/s")
 	fset.BoolVar(&o.Events, "events", false, "print progress events as JSON lines on stdout")
 	fset.StringVar(&o.CPUProfile, "cpuprofile", "", "write a Go CPU profile here (benchmarks)")
+	fset.StringVar(&o.SamplingFile, "sampling-settings", "", "per-exporter sampling settings (JSON, written by flowlake from flowlake.toml)")
+	fset.StringVar(&o.TapDir, "tap-dir", "", "the sampling tap's directory: announced rates and per-record fingerprints")
 	if err := fset.Parse(args); err != nil {
 		return nil, nil, err
 	}
@@ -148,6 +152,8 @@ type Counters struct {
 	LastError         string `json:"last_error"`
 	LastErrorAt       string `json:"last_error_at"`
 	UpdatedAt         string `json:"updated_at"`
+	// per exporter: flows by how their sampling rate was decided, unknown rates, rates in use
+	Sampling map[string]*ExporterSamplingCounts `json:"sampling"`
 }
 
 // Shipper ships files, one Kafka transaction each.
@@ -159,6 +165,7 @@ type Shipper struct {
 	count   Counters
 	events  *json.Encoder
 	eventMu sync.Mutex
+	res     *Resolver
 }
 
 func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
@@ -281,6 +288,9 @@ func (s *Shipper) shipFile(ctx context.Context, path string) (*Stats, error) {
 		}
 	}
 	h := fnv.New64a()
+	s.res.reset()
+	s.res.Counts = map[string]*ExporterSamplingCounts{}
+	var packets, bytes uint64
 	stats, readErr := ReadFile(path, func(f *Flow) error {
 		select {
 		case <-failed:
@@ -289,6 +299,9 @@ func (s *Shipper) shipFile(ctx context.Context, path string) (*Stats, error) {
 			return ctx.Err()
 		default:
 		}
+		s.res.Resolve(f)
+		packets += f.Packets
+		bytes += f.Bytes
 		if len(recs) == 0 {
 			recs = make([]kgo.Record, recordChunk)
 		}
@@ -334,6 +347,8 @@ func (s *Shipper) shipFile(ctx context.Context, path string) (*Stats, error) {
 		abort()
 		return nil, readErr
 	}
+	// the lake's figures: packets and bytes after sampling resolution
+	stats.Packets, stats.Bytes = packets, bytes
 	entry := LedgerEntry{File: name, Flows: stats.Flows, Packets: stats.Packets, Bytes: stats.Bytes, ShippedAt: now()}
 	value, _ := json.Marshal(entry)
 	s.cl.Produce(ctx, &kgo.Record{Topic: s.o.LedgerTopic, Key: []byte(name), Value: value}, promise)
@@ -350,6 +365,16 @@ func (s *Shipper) shipFile(ctx context.Context, path string) (*Stats, error) {
 		return nil, errKafka{fmt.Errorf("commit: %v", err)}
 	}
 	s.ledger[name] = entry
+	if s.count.Sampling == nil {
+		s.count.Sampling = map[string]*ExporterSamplingCounts{}
+	}
+	MergeCounts(s.count.Sampling, s.res.Counts)
+	for _, k := range sortedKeys(s.res.Counts) {
+		if c := s.res.Counts[k]; c.Unknown > 0 {
+			log.Printf("WARNING %s: %d flows of exporter %s have an unknown sampling rate (sampling_rate 0, wire counts): "+
+				"set [exporters.\"%s\"] sampling = N in flowlake.toml if it announces none", name, c.Unknown, k, k)
+		}
+	}
 	s.count.FilesShipped++
 	s.count.FlowsShipped += stats.Flows
 	s.count.PacketsShipped += stats.Packets
@@ -499,7 +524,11 @@ func cmdShip(args []string, serve bool) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	s := &Shipper{o: o, enc: enc}
+	res, err := NewResolver(o.SamplingFile, o.TapDir)
+	if err != nil {
+		return err
+	}
+	s := &Shipper{o: o, enc: enc, res: res}
 	if o.Events {
 		s.events = json.NewEncoder(os.Stdout)
 	}

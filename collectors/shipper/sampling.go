@@ -1,0 +1,277 @@
+// Sampling resolution: every flow leaves the shipper with flowlake's `sampling_rate` and
+// packets/bytes scaled by it, whatever nfcapd did (never unscaled, never twice).
+//
+// Order (first that applies):
+//  1. force_sampling of the exporter in flowlake.toml ([exporters."ADDR"], "*" = all)
+//  2. the tap's fingerprint of this very record (tap.go): the rate its sampler had when
+//     the record arrived, resolved in datagram order, so mid-file changes are exact
+//  3. the tap's rate history (rates.jsonl) at the flow's receive time: the exporter-wide
+//     rate, or its only sampler (fingerprints pruned, or the tap missed the datagram)
+//  4. the rate nfcapd applied itself (files from an nfcapd run without -s -1: archives)
+//  5. sampling = N of the exporter in flowlake.toml (routers that announce nothing)
+//  6. unknown: the record names a sampler never announced, or several could apply:
+//     sampling_rate 0, wire counts, counted per exporter in status
+//  7. nothing announced, nothing configured: [sampling] unannounced (default 1; 0 = unknown)
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+)
+
+// SamplingSettings come from flowlake.toml (collectors/sampling.py writes them as JSON).
+type SamplingSettings struct {
+	Exporters   map[string]ExporterSampling `json:"exporters"`
+	Unannounced uint32                      `json:"unannounced"`
+}
+
+// ExporterSampling is one [exporters."ADDR"] table.
+type ExporterSampling struct {
+	Sampling uint32 `json:"sampling"`
+	Force    uint32 `json:"force_sampling"`
+}
+
+// ExporterSamplingCounts are per-exporter figures for `flowlake status`.
+type ExporterSamplingCounts struct {
+	Flows   uint64            `json:"flows"`
+	Unknown uint64            `json:"unknown"`
+	Sources map[string]uint64 `json:"sources"` // forced, announced, history, nfcapd, configured, unannounced, unknown
+	Rates   map[string]uint64 `json:"rates"`   // rate -> flows
+}
+
+type fpKey struct {
+	minute string
+	fp     uint64
+}
+
+// Resolver decides each flow's rate. Not safe for concurrent use.
+type Resolver struct {
+	dir      string
+	settings SamplingSettings
+	history  map[string][]RateChange // "addr/domain" -> changes in time order
+	histMod  time.Time
+	fps      map[fpKey][]uint32
+	loaded   map[string]bool
+	Counts   map[string]*ExporterSamplingCounts
+}
+
+// NewResolver reads the settings file (may be "") and the tap's directory (may be "").
+func NewResolver(settingsFile, tapDir string) (*Resolver, error) {
+	r := &Resolver{dir: tapDir, settings: SamplingSettings{Unannounced: 1}, Counts: map[string]*ExporterSamplingCounts{}}
+	if settingsFile != "" {
+		data, err := os.ReadFile(settingsFile)
+		if err != nil {
+			return nil, fmt.Errorf("sampling settings: %v", err)
+		}
+		if err := json.Unmarshal(data, &r.settings); err != nil {
+			return nil, fmt.Errorf("sampling settings %s: %v", settingsFile, err)
+		}
+	}
+	r.reset()
+	return r, nil
+}
+
+// reset drops fingerprints loaded for the previous file and rereads the rate history
+// when the tap appended to it.
+func (r *Resolver) reset() {
+	r.fps, r.loaded = map[fpKey][]uint32{}, map[string]bool{}
+	if r.dir == "" {
+		return
+	}
+	path := filepath.Join(r.dir, "rates.jsonl")
+	info, err := os.Stat(path)
+	if err != nil || (r.history != nil && !info.ModTime().After(r.histMod)) {
+		return
+	}
+	r.histMod = info.ModTime()
+	r.history = map[string][]RateChange{}
+	for _, c := range readRateChanges(path) {
+		k := fmt.Sprintf("%s/%d", c.Exporter, c.Domain)
+		r.history[k] = append(r.history[k], c)
+	}
+}
+
+func (r *Resolver) setting(addr string) ExporterSampling {
+	if s, ok := r.settings.Exporters[addr]; ok {
+		return s
+	}
+	return r.settings.Exporters["*"]
+}
+
+// loadMinute reads one minute of the tap's fingerprints (once per shipped file).
+func (r *Resolver) loadMinute(minute string) {
+	if r.loaded[minute] || r.dir == "" {
+		return
+	}
+	r.loaded[minute] = true
+	fh, err := os.Open(filepath.Join(r.dir, "fp", minute+".bin"))
+	if err != nil {
+		return
+	}
+	defer fh.Close()
+	br := bufio.NewReaderSize(fh, 1<<16)
+	var rec [12]byte
+	for {
+		if _, err := io.ReadFull(br, rec[:]); err != nil {
+			return
+		}
+		k := fpKey{minute, binary.LittleEndian.Uint64(rec[:])}
+		r.fps[k] = append(r.fps[k], binary.LittleEndian.Uint32(rec[8:]))
+	}
+}
+
+// fromTap pops the rate the tap recorded for this record: its minute, then the minutes
+// beside it (the tap and nfcapd read the same datagram at nearly the same instant).
+func (r *Resolver) fromTap(f *Flow, fp uint64) (uint32, bool) {
+	t := time.UnixMilli(f.Received).UTC()
+	for _, d := range []time.Duration{0, -time.Minute, time.Minute} {
+		m := t.Add(d).Format("200601021504")
+		r.loadMinute(m)
+		k := fpKey{m, fp}
+		if q := r.fps[k]; len(q) > 0 {
+			r.fps[k] = q[1:]
+			return q[0], true
+		}
+	}
+	return 0, false
+}
+
+// fromHistory: the rate in force at the flow's receive time, when it is unambiguous.
+func (r *Resolver) fromHistory(key string, at int64) (uint32, bool) {
+	changes := r.history[key]
+	if len(changes) == 0 {
+		return 0, false
+	}
+	cur := map[int64]uint32{}
+	for _, c := range changes {
+		if c.T > at {
+			break
+		}
+		cur[c.Sampler] = c.Rate
+	}
+	if rate, ok := cur[samplerExporterWide]; ok {
+		return rate, true
+	}
+	if len(cur) == 1 {
+		for _, rate := range cur {
+			return rate, true
+		}
+	}
+	return 0, len(cur) > 1 // several samplers: unknown without the record's own id
+}
+
+// Resolve sets f.SamplingRate and scales f.Packets/f.Bytes; f.SamplingRate holds the
+// rate nfcapd applied on entry (1 when it applied none).
+func (r *Resolver) Resolve(f *Flow) {
+	applied := f.SamplingRate
+	if applied == 0 {
+		applied = 1
+	}
+	wireP, wireB := f.Packets/uint64(applied), f.Bytes/uint64(applied)
+	addr := f.Exporter.Addr
+	key := fmt.Sprintf("%s/%d", addr, f.Exporter.Domain)
+	set := r.setting(addr)
+	rate, source := uint32(0), ""
+	unknown := false
+	if set.Force > 0 {
+		rate, source = set.Force, "forced"
+	}
+	if source == "" && r.dir != "" {
+		if ip, err := netip.ParseAddr(addr); err == nil {
+			fp := fingerprint(ip, f.Exporter.Domain, f.V6, flowAddr16(&f.SrcAddr, f.V6), flowAddr16(&f.DstAddr, f.V6),
+				f.SrcPort, f.DstPort, f.Proto, f.InputIf, f.OutputIf, wireP, wireB)
+			if got, ok := r.fromTap(f, fp); ok {
+				if got > 0 {
+					rate, source = got, "announced"
+				} else {
+					unknown = true
+				}
+			}
+		}
+		if source == "" && !unknown {
+			if got, ok := r.fromHistory(key, f.Received); ok {
+				if got > 0 {
+					rate, source = got, "history"
+				} else {
+					unknown = true
+				}
+			}
+		}
+	}
+	if source == "" && applied > 1 {
+		rate, source = applied, "nfcapd"
+	}
+	if source == "" && set.Sampling > 0 {
+		rate, source = set.Sampling, "configured"
+	}
+	if source == "" && !unknown && r.settings.Unannounced > 0 {
+		rate, source = r.settings.Unannounced, "unannounced"
+	}
+	if source == "" {
+		rate, source = 0, "unknown"
+	}
+	f.SamplingRate = rate
+	mult := uint64(rate)
+	if mult == 0 {
+		mult = 1 // unknown: the lake keeps the wire counts, sampling_rate 0 says so
+	}
+	f.Packets, f.Bytes = wireP*mult, wireB*mult
+	c := r.Counts[addr]
+	if c == nil {
+		c = &ExporterSamplingCounts{Sources: map[string]uint64{}, Rates: map[string]uint64{}}
+		r.Counts[addr] = c
+	}
+	c.Flows++
+	c.Sources[source]++
+	c.Rates[fmt.Sprint(rate)]++
+	if rate == 0 {
+		c.Unknown++
+	}
+}
+
+// flowAddr16 returns the address as the tap hashes it: IPv4 in the last 4 bytes.
+func flowAddr16(a *[16]byte, v6 bool) *[16]byte {
+	if v6 {
+		return a
+	}
+	var out [16]byte
+	copy(out[12:], a[:4])
+	return &out
+}
+
+// MergeCounts adds one file's counts into the running totals (kept across files).
+func MergeCounts(into map[string]*ExporterSamplingCounts, from map[string]*ExporterSamplingCounts) {
+	for k, c := range from {
+		t := into[k]
+		if t == nil {
+			t = &ExporterSamplingCounts{Sources: map[string]uint64{}, Rates: map[string]uint64{}}
+			into[k] = t
+		}
+		t.Flows += c.Flows
+		t.Unknown += c.Unknown
+		for s, n := range c.Sources {
+			t.Sources[s] += n
+		}
+		for s, n := range c.Rates {
+			t.Rates[s] += n
+		}
+	}
+}
+
+// sortedKeys is for stable output in logs.
+func sortedKeys(m map[string]*ExporterSamplingCounts) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,691 @@
+// The sampling tap: a copy of every NetFlow v5/v9/IPFIX datagram sent to the collector
+// port, read through a raw socket, so flowlake decides each flow's sampling rate itself.
+//
+// Why: nfcapd 1.7.1 records and applies only some sampling forms (measured, see
+// collectors/sampling.py), so nfcapd runs with `-s -1` (it scales nothing) and this tap
+// reads the announcements nfcapd drops. Why a raw socket and not nfcapd's `-R`
+// repeater: the repeater re-sends from nfcapd's own socket, so every copy comes from
+// 127.0.0.1 and the exporter's address (what tells routers apart) is lost.
+//
+// The tap follows each exporter (source address, observation domain / source id) in
+// datagram order: templates, sampler announcements (options data: 34, 48/302 + 34, 50,
+// 305/306, 309/310, 311; v5 header interval) and data records carrying a sampler id or
+// a rate field. It writes
+//
+//	DIR/rates.jsonl           one line per change of a sampler's rate, with the time
+//	DIR/fp/YYYYMMDDhhmm.bin   per data record of a sampled exporter: 8-byte fingerprint
+//	                          of what nfcapd stores of it + the rate resolved in stream
+//	                          order (0 = its sampler is unknown); one file per minute
+//	DIR/tap.json              counters and the samplers in use, for `flowlake status`
+//
+// The shipper (sampling.go) looks every flow of a sampled exporter up by the same
+// fingerprint, so a rate change takes effect exactly at the datagram that announced it.
+package main
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"log"
+	"math"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// IPFIX / v9 information elements the tap reads.
+const (
+	ieBytes, iePackets              = 1, 2
+	ieProto, ieSrcPort              = 4, 7
+	ieSrcV4, ieInIf                 = 8, 10
+	ieDstPort, ieDstV4              = 11, 12
+	ieOutIf                         = 14
+	ieSrcV6, ieDstV6                = 27, 28
+	ieSamplingInterval              = 34
+	ieSamplerID                     = 48
+	ieSamplerRandomInterval         = 50
+	ieBytesTotal, iePktsTotal       = 85, 86
+	ieSelectorID                    = 302
+	iePacketInterval, iePacketSpace = 305, 306
+	ieSamplingSize, iePopulation    = 309, 310
+	ieProbability                   = 311
+)
+
+// samplerExporterWide keys a rate announced for the whole exporter (no sampler id).
+const samplerExporterWide = -1
+
+type tfield struct {
+	id, length uint16
+	enterprise bool
+}
+
+type ttemplate struct {
+	fields  []tfield
+	scope   int // options templates: the first `scope` fields are scope fields
+	options bool
+	rates   bool // a data template with a sampler id or rate field per record
+}
+
+type texporter struct {
+	addr      netip.Addr
+	domain    uint32
+	templates map[uint16]*ttemplate
+	samplers  map[int64]uint32
+	forms     map[int64]string
+	sampled   bool // any sampling announced: fingerprint every data record
+	Records   uint64
+	Unknown   uint64
+}
+
+// RateChange is one line of rates.jsonl.
+type RateChange struct {
+	T        int64  `json:"t"`
+	Exporter string `json:"exporter"`
+	Domain   uint32 `json:"domain"`
+	Sampler  int64  `json:"sampler"`
+	Rate     uint32 `json:"rate"`
+	Form     string `json:"form"`
+}
+
+type tapOptions struct {
+	bind string
+	port int
+	dir  string
+	keep time.Duration
+}
+
+type tap struct {
+	o         tapOptions
+	exporters map[string]*texporter
+	rates     *os.File
+	fpMinute  string
+	fp        *bufio.Writer
+	fpFile    *os.File
+	state     TapState
+	lastSave  time.Time
+}
+
+// TapState is DIR/tap.json.
+type TapState struct {
+	PID       int                    `json:"pid"`
+	Port      int                    `json:"port"`
+	Datagrams uint64                 `json:"datagrams"`
+	Malformed uint64                 `json:"malformed"`
+	LastError string                 `json:"last_error"`
+	Exporters map[string]TapExporter `json:"exporters"`
+	UpdatedAt string                 `json:"updated_at"`
+}
+
+// TapExporter is one exporter's line of tap.json.
+type TapExporter struct {
+	Address  string            `json:"address"`
+	Domain   uint32            `json:"domain"`
+	Samplers map[string]uint32 `json:"samplers"` // sampler id ("-1" exporter-wide) -> rate
+	Forms    map[string]string `json:"forms"`
+	Records  uint64            `json:"sampled_records"`
+	Unknown  uint64            `json:"unknown_sampler_records"`
+}
+
+func cmdTap(args []string) error {
+	log.SetFlags(log.LstdFlags | log.Lmicroseconds | log.LUTC)
+	fs := flag.NewFlagSet("tap", flag.ContinueOnError)
+	var o tapOptions
+	fs.StringVar(&o.bind, "bind", "127.0.0.1", "the collector's listen address (nfcapd -b)")
+	fs.IntVar(&o.port, "port", 2055, "the collector's UDP port (nfcapd -p)")
+	fs.StringVar(&o.dir, "dir", "", "where rates.jsonl, fp/ and tap.json go")
+	fs.DurationVar(&o.keep, "keep", 6*time.Hour, "fingerprint files older than this are deleted")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.dir == "" {
+		return fmt.Errorf("tap: --dir is required")
+	}
+	if err := os.MkdirAll(filepath.Join(o.dir, "fp"), 0o755); err != nil {
+		return err
+	}
+	network, laddr := "ip4:udp", &net.IPAddr{}
+	if ip := net.ParseIP(o.bind); ip != nil && ip.To4() == nil {
+		network = "ip6:udp"
+	}
+	if ip := net.ParseIP(o.bind); ip != nil && !ip.IsUnspecified() {
+		laddr.IP = ip
+	}
+	conn, err := net.ListenIP(network, laddr)
+	if err != nil {
+		return fmt.Errorf("tap: raw socket for %s (needs root or CAP_NET_RAW): %v", network, err)
+	}
+	_ = conn.SetReadBuffer(8 << 20)
+	t := &tap{o: o, exporters: map[string]*texporter{}}
+	t.state = TapState{PID: os.Getpid(), Port: o.port, Exporters: map[string]TapExporter{}}
+	if t.rates, err = os.OpenFile(filepath.Join(o.dir, "rates.jsonl"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
+		return err
+	}
+	t.restore()
+	ctx := make(chan os.Signal, 1)
+	signal.Notify(ctx, syscall.SIGTERM, syscall.SIGINT)
+	go func() { <-ctx; conn.Close() }()
+	log.Printf("INFO sampling tap on %s port %d -> %s", network, o.port, o.dir)
+	t.save()
+	buf := make([]byte, 1<<16)
+	for {
+		_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+		n, src, err := conn.ReadFromIP(buf)
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.tick()
+				continue
+			}
+			break // closed by the signal
+		}
+		if n < 8 || int(binary.BigEndian.Uint16(buf[2:])) != o.port {
+			continue
+		}
+		ulen := int(binary.BigEndian.Uint16(buf[4:]))
+		if ulen < 8 || ulen > n {
+			ulen = n
+		}
+		addr, _ := netip.AddrFromSlice(src.IP)
+		t.datagram(addr.Unmap(), buf[8:ulen], time.Now())
+		t.tick()
+	}
+	t.flushFP()
+	t.save()
+	log.Printf("INFO sampling tap stopped")
+	return nil
+}
+
+// restore reloads the last known rate of every sampler, so a restarted tap keeps
+// resolving flows of exporters that announce rarely.
+func (t *tap) restore() {
+	for _, c := range readRateChanges(filepath.Join(t.o.dir, "rates.jsonl")) {
+		addr, err := netip.ParseAddr(c.Exporter)
+		if err != nil {
+			continue
+		}
+		e := t.exporter(addr, c.Domain)
+		e.samplers[c.Sampler] = c.Rate
+		e.forms[c.Sampler] = c.Form
+		e.sampled = true
+	}
+}
+
+func (t *tap) tick() {
+	if time.Since(t.lastSave) > time.Second {
+		t.flushFP()
+		t.save()
+	}
+}
+
+func (t *tap) save() {
+	t.lastSave = time.Now()
+	t.state.UpdatedAt = time.Now().UTC().Format(time.RFC3339Nano)
+	for k, e := range t.exporters {
+		te := TapExporter{Address: e.addr.String(), Domain: e.domain, Samplers: map[string]uint32{},
+			Forms: map[string]string{}, Records: e.Records, Unknown: e.Unknown}
+		for id, r := range e.samplers {
+			te.Samplers[fmt.Sprint(id)] = r
+			te.Forms[fmt.Sprint(id)] = e.forms[id]
+		}
+		t.state.Exporters[k] = te
+	}
+	data, _ := json.MarshalIndent(&t.state, "", "  ")
+	tmp := filepath.Join(t.o.dir, "tap.json.tmp")
+	if os.WriteFile(tmp, data, 0o644) == nil {
+		_ = os.Rename(tmp, filepath.Join(t.o.dir, "tap.json"))
+	}
+	t.prune()
+}
+
+// prune deletes fingerprint files older than --keep (the bound on the tap's disk use).
+func (t *tap) prune() {
+	cut := time.Now().Add(-t.o.keep).UTC().Format("200601021504")
+	files, _ := filepath.Glob(filepath.Join(t.o.dir, "fp", "*.bin"))
+	for _, f := range files {
+		if strings.TrimSuffix(filepath.Base(f), ".bin") < cut {
+			_ = os.Remove(f)
+		}
+	}
+}
+
+func (t *tap) exporter(addr netip.Addr, domain uint32) *texporter {
+	key := fmt.Sprintf("%s/%d", addr, domain)
+	e := t.exporters[key]
+	if e == nil {
+		e = &texporter{addr: addr, domain: domain, templates: map[uint16]*ttemplate{},
+			samplers: map[int64]uint32{}, forms: map[int64]string{}}
+		t.exporters[key] = e
+	}
+	return e
+}
+
+func (t *tap) malformed(addr netip.Addr, format string, args ...any) {
+	t.state.Malformed++
+	t.state.LastError = fmt.Sprintf("%s: %s", addr, fmt.Sprintf(format, args...))
+}
+
+func (t *tap) announce(e *texporter, sampler int64, rate uint32, form string, now time.Time) {
+	if rate == 0 {
+		return
+	}
+	e.sampled = true
+	if old, ok := e.samplers[sampler]; ok && old == rate {
+		return
+	}
+	e.samplers[sampler] = rate
+	e.forms[sampler] = form
+	line, _ := json.Marshal(RateChange{T: now.UnixMilli(), Exporter: e.addr.String(), Domain: e.domain,
+		Sampler: sampler, Rate: rate, Form: form})
+	_, _ = t.rates.Write(append(line, '\n'))
+	log.Printf("INFO %s domain %d sampler %d: 1:%d (%s)", e.addr, e.domain, sampler, rate, form)
+}
+
+func (t *tap) datagram(addr netip.Addr, p []byte, now time.Time) {
+	t.state.Datagrams++
+	if len(p) < 4 {
+		t.malformed(addr, "datagram of %d bytes", len(p))
+		return
+	}
+	switch binary.BigEndian.Uint16(p) {
+	case 5:
+		t.v5(addr, p, now)
+	case 9:
+		if len(p) < 20 {
+			t.malformed(addr, "v9 header of %d bytes", len(p))
+			return
+		}
+		t.sets(t.exporter(addr, binary.BigEndian.Uint32(p[16:])), p[20:], false, now)
+	case 10:
+		if len(p) < 16 {
+			t.malformed(addr, "IPFIX header of %d bytes", len(p))
+			return
+		}
+		if l := int(binary.BigEndian.Uint16(p[2:])); l >= 16 && l < len(p) {
+			p = p[:l]
+		}
+		t.sets(t.exporter(addr, binary.BigEndian.Uint32(p[12:])), p[16:], true, now)
+	}
+}
+
+// v5: the header's sampling_interval (2 bits mode, 14 bits interval) covers every record.
+func (t *tap) v5(addr netip.Addr, p []byte, now time.Time) {
+	if len(p) < 24 {
+		t.malformed(addr, "v5 header of %d bytes", len(p))
+		return
+	}
+	e := t.exporter(addr, uint32(p[20])<<8|uint32(p[21]))
+	si := binary.BigEndian.Uint16(p[22:])
+	rate := uint32(si & 0x3FFF)
+	if rate == 0 {
+		rate = 1
+	}
+	if rate > 1 || e.sampled {
+		t.announce(e, samplerExporterWide, rate, "v5 header sampling_interval", now)
+	}
+	if !e.sampled {
+		return
+	}
+	count := int(binary.BigEndian.Uint16(p[2:]))
+	for i := 0; i < count && 24+48*(i+1) <= len(p); i++ {
+		r := p[24+48*i:]
+		var src, dst [16]byte
+		copy(src[12:], r[0:4])
+		copy(dst[12:], r[4:8])
+		fp := fingerprint(e.addr, e.domain, false, &src, &dst, binary.BigEndian.Uint16(r[32:]), binary.BigEndian.Uint16(r[34:]),
+			r[38], uint32(binary.BigEndian.Uint16(r[12:])), uint32(binary.BigEndian.Uint16(r[14:])),
+			uint64(binary.BigEndian.Uint32(r[16:])), uint64(binary.BigEndian.Uint32(r[20:])))
+		t.record(e, fp, rate, now)
+	}
+}
+
+func (t *tap) sets(e *texporter, p []byte, ipfix bool, now time.Time) {
+	for len(p) >= 4 {
+		id := binary.BigEndian.Uint16(p)
+		l := int(binary.BigEndian.Uint16(p[2:]))
+		if l < 4 || l > len(p) {
+			t.malformed(e.addr, "set %d of length %d, %d bytes left", id, l, len(p))
+			return
+		}
+		body := p[4:l]
+		switch {
+		case (!ipfix && id == 0) || (ipfix && id == 2):
+			t.templates(e, body, ipfix, false)
+		case (!ipfix && id == 1) || (ipfix && id == 3):
+			t.templates(e, body, ipfix, true)
+		case id >= 256:
+			if tm := e.templates[id]; tm != nil && (tm.options || tm.rates || e.sampled) {
+				t.data(e, tm, body, now)
+			}
+		}
+		p = p[l:]
+	}
+}
+
+func (t *tap) templates(e *texporter, b []byte, ipfix, options bool) {
+	for len(b) >= 4 {
+		tid := binary.BigEndian.Uint16(b)
+		tm := &ttemplate{options: options}
+		var nfields int
+		switch {
+		case !options:
+			nfields = int(binary.BigEndian.Uint16(b[2:]))
+			b = b[4:]
+		case ipfix:
+			if len(b) < 6 {
+				return
+			}
+			nfields = int(binary.BigEndian.Uint16(b[2:]))
+			tm.scope = int(binary.BigEndian.Uint16(b[4:]))
+			b = b[6:]
+		default: // v9 options: scope and option lengths in bytes, 4 bytes per field
+			if len(b) < 6 {
+				return
+			}
+			tm.scope = int(binary.BigEndian.Uint16(b[2:])) / 4
+			nfields = tm.scope + int(binary.BigEndian.Uint16(b[4:]))/4
+			b = b[6:]
+		}
+		if nfields == 0 { // withdrawal (IPFIX) or padding
+			delete(e.templates, tid)
+			continue
+		}
+		for i := 0; i < nfields; i++ {
+			if len(b) < 4 {
+				return
+			}
+			f := tfield{id: binary.BigEndian.Uint16(b), length: binary.BigEndian.Uint16(b[2:])}
+			b = b[4:]
+			if ipfix && f.id&0x8000 != 0 {
+				f.id &= 0x7FFF
+				f.enterprise = true
+				if len(b) < 4 {
+					return
+				}
+				b = b[4:]
+			}
+			if options && !ipfix && i < tm.scope {
+				f.id |= 0x4000 // v9 scope types (1 system, 2 interface, ...) are not IEs
+			}
+			if !f.enterprise && !options {
+				switch f.id {
+				case ieSamplerID, ieSelectorID, ieSamplingInterval, ieSamplerRandomInterval, iePacketInterval,
+					iePacketSpace, ieSamplingSize, iePopulation, ieProbability:
+					tm.rates = true
+				}
+			}
+			tm.fields = append(tm.fields, f)
+		}
+		if tid >= 256 {
+			e.templates[tid] = tm
+		}
+	}
+}
+
+// values of one record: the fields the tap uses, as numbers, plus addresses.
+type recvals struct {
+	num        map[uint16]uint64
+	prob       float64
+	src, dst   [16]byte
+	v6         bool
+	hasSampler bool
+}
+
+func (t *tap) data(e *texporter, tm *ttemplate, b []byte, now time.Time) {
+	for {
+		var v recvals
+		v.num = map[uint16]uint64{}
+		n, ok := decodeRecord(tm, b, &v)
+		if !ok {
+			return // what is left is padding
+		}
+		b = b[n:]
+		if tm.options {
+			t.optionRecord(e, &v, now)
+		} else {
+			t.flowRecord(e, &v, now)
+		}
+	}
+}
+
+func decodeRecord(tm *ttemplate, b []byte, v *recvals) (int, bool) {
+	pos := 0
+	for _, f := range tm.fields {
+		l := int(f.length)
+		if l == 0xFFFF { // IPFIX variable length
+			if pos >= len(b) {
+				return 0, false
+			}
+			l = int(b[pos])
+			pos++
+			if l == 255 {
+				if pos+2 > len(b) {
+					return 0, false
+				}
+				l = int(binary.BigEndian.Uint16(b[pos:]))
+				pos += 2
+			}
+		}
+		if pos+l > len(b) {
+			return 0, false
+		}
+		val := b[pos : pos+l]
+		pos += l
+		if f.enterprise {
+			continue
+		}
+		switch f.id {
+		case ieSrcV4:
+			if l == 4 {
+				copy(v.src[12:], val)
+			}
+		case ieDstV4:
+			if l == 4 {
+				copy(v.dst[12:], val)
+			}
+		case ieSrcV6:
+			if l == 16 {
+				copy(v.src[:], val)
+				v.v6 = true
+			}
+		case ieDstV6:
+			if l == 16 {
+				copy(v.dst[:], val)
+				v.v6 = true
+			}
+		case ieProbability:
+			switch l {
+			case 8:
+				v.prob = math.Float64frombits(binary.BigEndian.Uint64(val))
+			case 4:
+				v.prob = float64(math.Float32frombits(binary.BigEndian.Uint32(val)))
+			}
+		default:
+			if l <= 8 {
+				var x uint64
+				for _, c := range val {
+					x = x<<8 | uint64(c)
+				}
+				v.num[f.id] = x
+				if f.id == ieSamplerID || f.id == ieSelectorID {
+					v.hasSampler = true
+				}
+			}
+		}
+	}
+	return pos, pos > 0 && pos <= len(b)
+}
+
+// rateOf reads a rate from a record's sampling fields, most specific first; "" when none.
+func rateOf(v *recvals) (uint32, string) {
+	n := v.num
+	if space, ok := n[iePacketSpace]; ok && n[iePacketInterval] > 0 {
+		return clampRate((n[iePacketInterval] + space) / n[iePacketInterval]), "samplingPacketInterval 305 + samplingPacketSpace 306"
+	}
+	if pop, ok := n[iePopulation]; ok && n[ieSamplingSize] > 0 {
+		return clampRate(pop / n[ieSamplingSize]), "samplingSize 309 / samplingPopulation 310"
+	}
+	if v.prob > 0 && v.prob <= 1 {
+		return clampRate(uint64(math.Round(1 / v.prob))), "samplingProbability 311"
+	}
+	if r, ok := n[ieSamplingInterval]; ok && r > 0 {
+		return clampRate(r), "samplingInterval 34"
+	}
+	if r, ok := n[ieSamplerRandomInterval]; ok && r > 0 {
+		return clampRate(r), "samplerRandomInterval 50"
+	}
+	if r, ok := n[iePacketInterval]; ok && r > 0 { // alone: vendors put N of 1:N here
+		return clampRate(r), "samplingPacketInterval 305"
+	}
+	return 0, ""
+}
+
+func clampRate(r uint64) uint32 {
+	if r == 0 {
+		return 0
+	}
+	if r > math.MaxUint32 {
+		return math.MaxUint32
+	}
+	return uint32(r)
+}
+
+func samplerOf(v *recvals) int64 {
+	if id, ok := v.num[ieSelectorID]; ok {
+		return int64(id)
+	}
+	if id, ok := v.num[ieSamplerID]; ok {
+		return int64(id)
+	}
+	return samplerExporterWide
+}
+
+func (t *tap) optionRecord(e *texporter, v *recvals, now time.Time) {
+	rate, form := rateOf(v)
+	if rate == 0 {
+		return
+	}
+	t.announce(e, samplerOf(v), rate, "options "+form, now)
+}
+
+func (t *tap) flowRecord(e *texporter, v *recvals, now time.Time) {
+	rate, form := rateOf(v)
+	if rate > 0 { // the rate travels in the data record itself
+		t.announce(e, samplerOf(v), rate, "data record "+form, now)
+	} else {
+		rate = e.rateFor(v)
+	}
+	if !e.sampled {
+		return
+	}
+	n := v.num
+	fp := fingerprint(e.addr, e.domain, v.v6, &v.src, &v.dst, uint16(n[ieSrcPort]), uint16(n[ieDstPort]), uint8(n[ieProto]),
+		uint32(n[ieInIf]), uint32(n[ieOutIf]), firstOf(n, iePackets, iePktsTotal), firstOf(n, ieBytes, ieBytesTotal))
+	if rate == 0 {
+		e.Unknown++
+	}
+	t.record(e, fp, rate, now)
+}
+
+func firstOf(n map[uint16]uint64, a, b uint16) uint64 {
+	if x, ok := n[a]; ok {
+		return x
+	}
+	return n[b]
+}
+
+// rateFor: the record's sampler if it names one, else the exporter-wide rate, else the
+// exporter's only sampler; 0 = unknown (a sampler never announced, or several to choose from).
+func (e *texporter) rateFor(v *recvals) uint32 {
+	if v.hasSampler {
+		return e.samplers[samplerOf(v)]
+	}
+	if r, ok := e.samplers[samplerExporterWide]; ok {
+		return r
+	}
+	if len(e.samplers) == 1 {
+		for _, r := range e.samplers {
+			return r
+		}
+	}
+	return 0
+}
+
+func (t *tap) record(e *texporter, fp uint64, rate uint32, now time.Time) {
+	e.Records++
+	minute := now.UTC().Format("200601021504")
+	if minute != t.fpMinute || t.fp == nil {
+		t.flushFP()
+		if t.fpFile != nil {
+			t.fpFile.Close()
+		}
+		f, err := os.OpenFile(filepath.Join(t.o.dir, "fp", minute+".bin"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			t.state.LastError = err.Error()
+			return
+		}
+		t.fpFile, t.fp, t.fpMinute = f, bufio.NewWriterSize(f, 1<<16), minute
+	}
+	var rec [12]byte
+	binary.LittleEndian.PutUint64(rec[:], fp)
+	binary.LittleEndian.PutUint32(rec[8:], rate)
+	_, _ = t.fp.Write(rec[:])
+}
+
+func (t *tap) flushFP() {
+	if t.fp != nil {
+		_ = t.fp.Flush()
+	}
+}
+
+// fingerprint of a flow record from what both the tap (wire record) and the shipper
+// (nfcapd's V3 record) know. ICMP ports are left out: nfcapd moves type/code into them.
+func fingerprint(exporter netip.Addr, domain uint32, v6 bool, src, dst *[16]byte, sport, dport uint16, proto uint8,
+	inIf, outIf uint32, packets, bytes uint64) uint64 {
+	h := fnv.New64a()
+	a := exporter.As16()
+	var b [8 + 16 + 16 + 4 + 1 + 8 + 16]byte
+	binary.BigEndian.PutUint32(b[0:], domain)
+	if v6 {
+		b[4] = 6
+	}
+	copy(b[8:], src[:])
+	copy(b[24:], dst[:])
+	if proto != 1 && proto != 58 {
+		binary.BigEndian.PutUint16(b[40:], sport)
+		binary.BigEndian.PutUint16(b[42:], dport)
+	}
+	b[44] = proto
+	binary.BigEndian.PutUint32(b[45:], inIf)
+	binary.BigEndian.PutUint32(b[49:], outIf)
+	binary.BigEndian.PutUint64(b[53:], packets)
+	binary.BigEndian.PutUint64(b[61:], bytes)
+	h.Write(a[:])
+	h.Write(b[:])
+	return h.Sum64()
+}
+
+func readRateChanges(path string) []RateChange {
+	fh, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer fh.Close()
+	var out []RateChange
+	sc := bufio.NewScanner(fh)
+	for sc.Scan() {
+		var c RateChange
+		if json.Unmarshal(sc.Bytes(), &c) == nil {
+			out = append(out, c)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].T < out[j].T })
+	return out
+}
