@@ -36,7 +36,9 @@ def argv(cfg=None) -> list[str]:
         raise RuntimeError("nfcapd is not installed (Debian package nfdump): run `make setup`")
     c = cfg.collector
     return [exe, "-b", c.bind, "-p", str(c.port), "-w", str(spool_dir(cfg)),
-            "-t", str(c.rotate_seconds), "-B", str(c.socket_buffer), "-s", str(c.sampling), "-I", "flowlake"]
+            "-t", str(c.rotate_seconds), "-B", str(c.socket_buffer), "-I", "flowlake"]
+    # no -s: nfcapd's default 1 leaves unannounced exporters alone; flowlake decides every
+    # rate (collectors/sampling.py; -s -1 would multiply IPFIX counts by 2^32-1 in 1.7.1)
 
 
 def start(cfg=None, timeout: float = 20.0) -> int:

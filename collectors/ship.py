@@ -18,6 +18,7 @@ import click
 
 from flowlake import config as _config
 from flowlake.gobuild import SHIPPER, go_binary  # noqa: F401 - go_binary used by tests
+from flowlake.collectors import sampling
 from flowlake.services import kafka
 
 SHIPPER_DIR = SHIPPER.source
@@ -69,6 +70,7 @@ def common_args(cfg) -> list[str]:
         "--txn-timeout", f"{int(s.txn_timeout_seconds)}s",
         "--spool-warn-bytes", str(int(cfg.collector.spool_warn_bytes)),
         *schema_args(cfg),
+        *sampling.shipper_args(cfg),
     ]
     if k.security_protocol != "PLAINTEXT":
         args += ["--security-protocol", k.security_protocol]

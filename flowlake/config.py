@@ -20,6 +20,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULTS_FILE = REPO_ROOT / "flowlake.toml"
 
 
+# Tables whose keys are the user's (exporter addresses): checked by their owners
+# (collectors/sampling.py), not against the defaults.
+FREE_TABLES = ("exporters",)
+
+
 class ConfigError(ValueError):
     """A configuration file or variable is malformed; the message names it."""
 
@@ -59,6 +64,9 @@ def _coerce(name: str, raw: str, default: Any) -> Any:
 def _merge(base: dict, over: dict, where: str) -> dict:
     out = dict(base)
     for key, value in over.items():
+        if key in FREE_TABLES and isinstance(value, dict) and isinstance(base.get(key), dict):
+            out[key] = {**base[key], **value}
+            continue
         if key not in base:
             raise ConfigError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(base))})")
         if isinstance(base[key], dict):
@@ -80,6 +88,8 @@ def _merge(base: dict, over: dict, where: str) -> dict:
 def _apply_env(data: dict, env: dict[str, str]) -> dict:
     out = dict(data)
     for key, value in data.items():
+        if key in FREE_TABLES:
+            continue
         if isinstance(value, dict):
             sub = dict(value)
             for skey, sval in value.items():

@@ -18,7 +18,7 @@ from . import config as _config
 from .services.process import Managed, port_open, wait_until
 
 log = logging.getLogger("flowlake.stack")
-ORDER = ["kafka", "ingest", "shipper", "nfcapd", "superset"]
+ORDER = ["kafka", "ingest", "shipper", "sampling-tap", "nfcapd", "superset"]
 
 
 def _python_argv(*args: str) -> list[str]:
@@ -71,7 +71,10 @@ def up_stack(cfg=None, with_superset: bool = True) -> dict:
 
     cfg = cfg or _config.get()
     started = {}
-    steps = [("kafka", kafka.start), ("ingest", start_ingest), ("shipper", start_shipper), ("nfcapd", nfcapd.start)]
+    from .collectors import sampling
+
+    steps = [("kafka", kafka.start), ("ingest", start_ingest), ("shipper", start_shipper),
+             ("sampling-tap", sampling.start), ("nfcapd", nfcapd.start)]
     sup = _superset()
     if with_superset and sup is not None and sup.provisioned(cfg):
         steps.append(("superset", sup.start))
@@ -94,6 +97,9 @@ def down_stack(cfg=None) -> None:
     if sup is not None:
         sup.stop(cfg)
     nfcapd.stop(cfg)
+    from .collectors import sampling
+
+    sampling.stop(cfg)
     time.sleep(0.5)
     shipper_managed(cfg).stop(timeout=60)
     ingest_managed(cfg).stop(timeout=90)
@@ -108,6 +114,7 @@ def component_state(cfg, name: str) -> dict:
         "kafka": kafka.managed(cfg), "nfcapd": nfcapd.managed(cfg),
         "shipper": shipper_managed(cfg), "ingest": ingest_managed(cfg),
         "superset": Managed("superset", cfg.path("run"), cfg.path("log")),
+        "sampling-tap": Managed("sampling-tap", cfg.path("run"), cfg.path("log")),
     }[name]
     pid = managed.pid()
     port = {"kafka": cfg.kafka.port, "nfcapd": cfg.collector.port, "superset": cfg.superset.port}.get(name)
@@ -177,7 +184,9 @@ def kafka_offsets(cfg) -> dict:
 def status_dict(cfg=None) -> dict:
     cfg = cfg or _config.get()
     comps = {name: component_state(cfg, name) for name in ORDER}
-    return {"home": str(cfg.home_dir), "components": comps, "counts": counts(cfg)}
+    from .collectors import sampling
+
+    return {"home": str(cfg.home_dir), "components": comps, "counts": counts(cfg), "sampling": sampling.status(cfg)}
 
 
 @click.command()
@@ -254,5 +263,8 @@ def status(as_json: bool) -> None:
     q = c["quarantined"]
     ct.add_row("quarantined", f"{q['kafka_messages']:,} msgs", f"{q['nfcapd_files']} nfcapd files")
     console.print(ct)
+    from .collectors import sampling
+
+    sampling.print_status(console, st["sampling"])
     if c["spool"].get("warning"):
         console.print(f"[bold red]WARNING: {c['spool']['warning']}[/]")

@@ -45,3 +45,48 @@ def capture(spool: Path, feed: Callable[[int], None], extra: tuple | list = (), 
         if len(files) == 0:
             raise AssertionError(f"nfcapd wrote no file in {d}: {out}")
     raise AssertionError(f"nfcapd split every capture across its rotation: {closed_files(d)}")
+
+
+def capture_tapped(spool: Path, tap_dir: Path, feed: Callable[[int], None], extra: tuple | list = ()) -> tuple[Path, str]:
+    """capture() with flowlake's sampling tap reading the same port (as `flowlake up` runs
+    it), so the shipper can resolve every flow's sampling rate from tap_dir."""
+    from flowlake.gobuild import SHIPPER
+
+    binary = str(SHIPPER.build())
+
+    def tapped(port: int) -> None:
+        tap_dir.mkdir(parents=True, exist_ok=True)
+        state = tap_dir / "tap.json"
+        state.unlink(missing_ok=True)
+        log = open(tap_dir.with_suffix(".log"), "ab")
+        tap = subprocess.Popen([binary, "tap", "--port", str(port), "--dir", str(tap_dir)], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            for _ in range(200):
+                if state.exists() or tap.poll() is not None:
+                    break
+                time.sleep(0.05)
+            if tap.poll() is not None:
+                raise AssertionError(f"sampling tap exited: {tap_dir.with_suffix('.log').read_text()}")
+            feed(port)
+            time.sleep(0.3)  # the tap reads its copy as nfcapd reads the original
+        finally:
+            tap.send_signal(signal.SIGTERM)
+            tap.wait(timeout=20)
+            log.close()
+
+    return capture(spool, tapped, extra)
+
+
+def dump_resolved(path: Path, tap_dir: Path | None = None, settings: Path | None = None) -> list[dict]:
+    """The shipper's flows of one nfcapd file with sampling resolved as it ships them."""
+    import json
+
+    from flowlake.gobuild import SHIPPER
+
+    argv = [str(SHIPPER.build()), "dump"]
+    if tap_dir is not None:
+        argv += ["--tap-dir", str(tap_dir)]
+    if settings is not None:
+        argv += ["--sampling-settings", str(settings)]
+    out = subprocess.run([*argv, str(path)], capture_output=True, text=True, check=True).stdout
+    return [json.loads(line) for line in out.splitlines()]

@@ -68,3 +68,29 @@ def write_pcap(path, flows: int, seed: int = 1, start: float = 1_763_600_000.0, 
             written += 1
     out.close()
     return written
+
+
+def udp_payloads(path) -> list[bytes]:
+    """The UDP payloads of a pcap file (Ethernet or Linux cooked capture, IPv4/IPv6,
+    VLAN tags), in capture order: what a router sent, to replay to a collector."""
+    data = open(path, "rb").read()
+    magic = struct.unpack("<I", data[:4])[0]
+    end = "<" if magic in (0xA1B2C3D4, 0xA1B23C4D) else ">"
+    link = struct.unpack(end + "I", data[20:24])[0]
+    if link not in (1, 113):
+        raise ValueError(f"{path}: link type {link} is not Ethernet (1) or Linux cooked (113)")
+    out, pos = [], 24
+    while pos + 16 <= len(data):
+        incl = struct.unpack(end + "I", data[pos + 8:pos + 12])[0]
+        pkt, pos = data[pos + 16:pos + 16 + incl], pos + 16 + incl
+        eth, p = (struct.unpack("!H", pkt[12:14])[0], pkt[14:]) if link == 1 else (struct.unpack("!H", pkt[14:16])[0], pkt[16:])
+        while eth == 0x8100:
+            eth, p = struct.unpack("!H", p[2:4])[0], p[4:]
+        if eth == 0x0800 and p[9] == 17:
+            l4 = p[(p[0] & 15) * 4:]
+        elif eth == 0x86DD and p[6] == 17:
+            l4 = p[40:]
+        else:
+            continue
+        out.append(l4[8:struct.unpack("!H", l4[4:6])[0]])
+    return out

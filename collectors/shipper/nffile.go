@@ -47,6 +47,8 @@ const (
 
 	v3FlagSampled = 2
 
+	samplerNfcapdDefault = -2 // nfdump's SAMPLER_DEFAULT (-s N); -3 is SAMPLER_OVERWRITE (-s -N)
+
 	exGenericFlow = 1
 	exIPv4Flow    = 2
 	exIPv6Flow    = 3
@@ -94,6 +96,7 @@ type Flow struct {
 	SamplingRate       uint32 // as read: the rate nfcapd applied; after resolve: flowlake's
 	SrcAS, DstAS       uint32
 	Received           int64 // ms since epoch: when nfcapd received the datagram
+	NfcapdSetting      bool  // SamplingRate came from nfcapd's -s, not from the router
 	Seq                int64 // position of the flow in its file, from 0
 }
 
@@ -505,24 +508,26 @@ func (r *reader) addSampler(sys uint16, s sampler) {
 
 // samplingRate picks the sampler that applies to a sampled flow: the one the flow
 // names, else the exporter's default (negative id), else the exporter's only one.
-func (r *reader) samplingRate(sysid uint16, selector int64, hasSelector bool) uint32 {
+// The id says why nfcapd applied it: >= 0 or -1 (generic, v5) announced by the router,
+// -2/-3 nfcapd's own -s default/overwrite.
+func (r *reader) samplingRate(sysid uint16, selector int64, hasSelector bool) (uint32, int64) {
 	list := r.samplers[sysid]
 	if len(list) == 0 {
-		return 1
+		return 1, 0
 	}
 	if hasSelector {
 		for _, s := range list {
 			if s.id == selector {
-				return s.interval
+				return s.interval, s.id
 			}
 		}
 	}
 	for _, s := range list {
 		if s.id < 0 {
-			return s.interval
+			return s.interval, s.id
 		}
 	}
-	return list[0].interval
+	return list[0].interval, list[0].id
 }
 
 // exporterFor returns the exporter info for a sysid; one without an info record has
@@ -625,7 +630,9 @@ func (r *reader) v3(rec []byte, f *Flow, blockOff int64, blockNo uint32) error {
 	}
 	f.SamplingRate = 1
 	if flags&v3FlagSampled != 0 {
-		f.SamplingRate = r.samplingRate(sysid, selector, hasSelector)
+		var id int64
+		f.SamplingRate, id = r.samplingRate(sysid, selector, hasSelector)
+		f.NfcapdSetting = id <= samplerNfcapdDefault
 	}
 	return nil
 }

@@ -206,7 +206,7 @@ func (r *Resolver) Resolve(f *Flow) {
 			}
 		}
 	}
-	if source == "" && applied > 1 {
+	if source == "" && applied > 1 && !f.NfcapdSetting {
 		rate, source = applied, "nfcapd"
 	}
 	if source == "" && set.Sampling > 0 {
