@@ -68,13 +68,16 @@ def capture_tapped(spool: Path, tap_dir: Path, feed: Callable[[int], None], extr
             if tap.poll() is not None:
                 raise AssertionError(f"sampling tap exited: {tap_dir.with_suffix('.log').read_text()}")
             feed(port)
-            time.sleep(0.3)  # the tap reads its copy as nfcapd reads the original
+            from flowlake.collectors.traffic.exporter import wait_drained
+
+            wait_drained(port)  # nfcapd has read every datagram before it is stopped
+            time.sleep(0.3)  # and the tap its copies
         finally:
             tap.send_signal(signal.SIGTERM)
             tap.wait(timeout=20)
             log.close()
 
-    return capture(spool, tapped, extra)
+    return capture(spool, tapped, ["-B", str(8 << 20), *extra])
 
 
 def dump_resolved(path: Path, tap_dir: Path | None = None, settings: Path | None = None) -> list[dict]:

@@ -43,3 +43,64 @@ def test_cisco_ipfix_sampler_option_matches_pmacct_renormalised(tmp_path, nfdump
     assert sum(r["packets"] for r in raw) * 256 == sum(r["packets"] for r in flows)
     rates = [json.loads(x) for x in (tmp_path / "tap" / "rates.jsonl").read_text().splitlines()]
     assert [(r["exporter"], r["sampler"], r["rate"]) for r in rates] == [("127.0.0.61", 1, 256)]
+
+
+# Every form on its own router; two samplers with different rates wherever the form
+# names samplers; one sampler's rate changes half way through each run.
+RUNS = {
+    "v5": ["v5-header"],
+    "v9": ["v9-34", "v9-48-49-50", "v9-48-34", "v9-data-34"],
+    "ipfix": ["ipfix-149-305", "ipfix-302-305-306", "ipfix-302-309-310", "ipfix-302-311", "ipfix-48-34",
+              "ipfix-48-50", "ipfix-data-34", "ipfix-data-305-306", "ipfix-data-309-310", "ipfix-data-311",
+              "ipfix-data-50"],
+}
+
+
+def model_params(protocol: str, start_ms: int, duration_ms: int):
+    from flowlake.collectors.traffic import api, model
+    from flowlake.collectors.traffic.sampling import SINGLE_SAMPLER, Sampler, SamplingPlan
+
+    p = api.params_for(protocol)
+    p.routers = []
+    for i, form in enumerate(RUNS[protocol]):
+        samplers = [Sampler(1, 100 + i)] if form in SINGLE_SAMPLER else [Sampler(1, 4000), Sampler(2, 2000 + i)]
+        plan = SamplingPlan(form, samplers, change_at_ms=start_ms + duration_ms // 2,
+                            change_sampler=len(samplers) - 1, change_rate=50 + i)
+        p.routers.append(model.Router(form, f"127.0.0.{70 + i}", 1.0, sampling_rate=samplers[0].rate, sampling=plan,
+                                      lan_ifs=(10, 11, 12, 13)))
+    p.bulk, p.scanners, p.fanin = [], [], []
+    return p
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("protocol", list(RUNS))
+def test_every_sampling_form_lands_scaled_exactly_per_sampler(protocol, tmp_path, nfdump_bin):
+    """The traffic model exports every form (several samplers, a rate change mid-run) to
+    a real nfcapd with the tap beside it; the shipper's flows equal the model's truth per
+    exporter and per rate: wire counts x the rate in force when each was exported."""
+    from datetime import datetime, timezone
+
+    from flowlake.collectors.traffic import api
+
+    start = datetime(2026, 11, 20, tzinfo=timezone.utc)
+    duration_ms = 600_000
+    params = model_params(protocol, int(start.timestamp() * 1000), duration_ms)
+    docs = []
+
+    def feed(port):
+        docs.append(api.generate_day(("127.0.0.1", port), start, duration_ms / 1000, 400 * len(params.routers),
+                                     protocol, params=params, seed=7, max_rate=50_000))
+    f, log = capture_tapped(tmp_path / "spool", tmp_path / "tap", feed)
+    flows = dump_resolved(f, tmp_path / "tap")
+    doc = docs[-1]
+    got: dict = {}
+    for r in flows:
+        g = got.setdefault(r["exporter"], {}).setdefault(str(r["sampling_rate"]), [0, 0, 0])
+        g[0] += 1
+        g[1] += r["packets"]
+        g[2] += r["bytes"]
+    for e in doc["exporters"]:
+        want = {rate: [v["flows"], v["lake_packets"], v["lake_bytes"]] for rate, v in e["by_rate"].items()}
+        assert len(want) >= 2, e["name"]  # the change (and a second sampler) really happened
+        assert got.get(e["address"]) == want, (e["name"], e["sampling_form"])
+    assert sum(len(v) for v in got.values()) == sum(len(e["by_rate"]) for e in doc["exporters"])

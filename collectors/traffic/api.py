@@ -59,13 +59,14 @@ def generate_day(target: tuple[str, int] | str, start: datetime | int, duration_
     streams, exp_rows = [], []
     for i, r in enumerate(p.routers):
         sub = f[f["router"] == i]
-        ex = netflow.Exporter(version, i + 1, boot_ms, r.sampling_rate, r.address)
+        ex = netflow.Exporter(version, i + 1, boot_ms, r.sampling_rate, r.address, plan=r.sampling)
         dgs = ex.datagrams(sub)
         streams.append((exporter.open_socket(r.address, target[0]), dgs))
         c = truth_mod.counts(sub)
         scale = r.sampling_rate if (COLLECTOR_SCALES_SAMPLED[protocol] and r.sampling_rate > 1) else 1
         exp_rows.append({"name": r.name, "address": r.address, "domain_id": i + 1, "version": version,
                          "sampling_rate": r.sampling_rate, **c,
+                         **truth_mod.sampled_counts(sub, ex.plan, ex.flow_sampler, ex.flow_rates),
                          "flows_ipv6": int(sub["ipv6"].sum()), "datagrams": len(dgs),
                          "template_datagrams": sum(1 for d in dgs if d.flows == 0),
                          "collected_packets": c["packets"] * scale, "collected_bytes": c["bytes"] * scale,

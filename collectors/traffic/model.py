@@ -94,6 +94,7 @@ class Router:
     address: str              # export source address (127.0.0.x: all of 127/8 is loopback)
     weight: float             # share of background flows
     sampling_rate: int = 1    # 1:N packet sampling, announced by option template
+    sampling: object = None   # a traffic.sampling.SamplingPlan: form, samplers, rate change
     uplink_if: int = 1
     uplink_bps: float = 10e9
     lan_ifs: tuple = (10, 11, 12, 13)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .sampling import SamplingPlan, plan_from_rate
+
 V9_TEMPLATE_V4, V9_TEMPLATE_V6, V9_OPTIONS = 256, 257, 258
 
 # (information element id, length) in record order; same ids for v9 and IPFIX except times
@@ -85,6 +87,16 @@ def pack_records(f: np.ndarray, version: int, v6: bool, boot_ms: int) -> np.ndar
     return rec
 
 
+def _append_fields(rec: np.ndarray, extra: np.ndarray) -> np.ndarray:
+    """Records with extra trailing fields (a sampler id, a rate), still packed."""
+    out = np.zeros(len(rec), np.dtype(rec.dtype.descr + extra.dtype.descr))
+    for name in rec.dtype.names:
+        out[name] = rec[name]
+    for name in extra.dtype.names:
+        out[name] = extra[name]
+    return out
+
+
 def _chunks(n: int, per: int) -> list[tuple[int, int]]:
     return [(i, min(i + per, n)) for i in range(0, n, per)]
 
@@ -98,33 +110,36 @@ class Exporter:
     """One router's export process: its boot time, sequence counters, templates."""
 
     def __init__(self, version: int, domain_id: int, boot_ms: int, sampling_rate: int = 1,
-                 address: str = "127.0.0.1", max_payload: int = 1464, template_every_s: int = 60):
+                 address: str = "127.0.0.1", max_payload: int = 1464, template_every_s: int = 60,
+                 plan: SamplingPlan | None = None):
         if version not in (5, 9, 10):
             raise ValueError(f"unsupported NetFlow version {version}")
         self.version, self.domain_id, self.boot_ms = version, domain_id, boot_ms
         self.sampling_rate, self.address = sampling_rate, address
         self.max_payload, self.template_every_ms = max_payload, template_every_s * 1000
         self.sequence = 0
+        self.plan = plan if plan is not None else plan_from_rate(version, sampling_rate)
+        if self.plan is not None and self.plan.version != version:
+            raise ValueError(f"sampling form {self.plan.form} cannot be exported as NetFlow v{version}")
+        # after datagrams(): per flow (input order) its sampler index and the rate in force
+        # when it was exported (1 when unsampled): the truth a collector must reproduce
+        self.flow_sampler = np.zeros(0, np.int64)
+        self.flow_rates = np.zeros(0, np.int64)
 
     # --- templates and sampling announcement ---------------------------------------
     def _templates(self) -> bytes:
         body = b""
+        extra = self.plan.data_fields() if self.plan else []
         for tid, v6 in ((V9_TEMPLATE_V4, False), (V9_TEMPLATE_V6, True)):
-            fields = template_fields(9 if self.version == 9 else 10, v6)
+            fields = template_fields(9 if self.version == 9 else 10, v6) + extra
             body += struct.pack(">HH", tid, len(fields)) + b"".join(struct.pack(">HH", *f) for f in fields)
         return _set(0 if self.version == 9 else 2, body)
 
-    def _options(self) -> bytes:
-        """Option template + data announcing 1:N packet sampling (nfdump 'std sampling':
-        v9 SAMPLING_INTERVAL 34 + SAMPLING_ALGORITHM 35; IPFIX samplingPacketInterval 305
-        + selectorAlgorithm 304, 1 = systematic count-based)."""
-        if self.version == 9:
-            tmpl = struct.pack(">HHH", V9_OPTIONS, 4, 8) + struct.pack(">HHHHHH", 1, 4, 34, 4, 35, 1)
-            data = struct.pack(">IIB", self.domain_id, self.sampling_rate, 1)
-            return _set(1, tmpl) + _set(V9_OPTIONS, data)
-        tmpl = struct.pack(">HHH", V9_OPTIONS, 3, 1) + struct.pack(">HHHHHH", 149, 4, 305, 4, 304, 1)
-        data = struct.pack(">IIB", self.domain_id, self.sampling_rate, 1)
-        return _set(3, tmpl) + _set(V9_OPTIONS, data)
+    def _options(self, export_ms: int) -> tuple[bytes, int]:
+        """Options template + data announcing the sampling in force (sampling.py's forms)."""
+        if self.plan is None:
+            return b"", 0
+        return self.plan.options(self.domain_id, export_ms, 1 if self.version == 9 else 3)
 
     def _header(self, export_ms: int, count: int, length: int) -> bytes:
         secs = -(-export_ms // 1000)  # whole seconds, rounded up: never before the flow ended
@@ -137,12 +152,15 @@ class Exporter:
     def template_datagram(self, export_ms: int) -> Datagram:
         body = self._templates()
         count = 2
-        if self.sampling_rate > 1:
-            body += self._options()
-            count += 2
+        opts, n = self._options(export_ms)
+        body += opts
+        count += n
         # nfcapd 1.7.1 counts only flow data records in the IPFIX sequence (not the
         # options data record, unlike RFC 7011 reads); we follow it for 0 failures.
         return Datagram(export_ms, 0, self._header(export_ms, count, len(body)) + body)
+
+    def _extra_size(self) -> int:
+        return sum(n for _, n in self.plan.data_fields()) if self.plan else 0
 
     # --- data ----------------------------------------------------------------------
     def datagrams(self, f: np.ndarray) -> list[Datagram]:
@@ -152,22 +170,33 @@ class Exporter:
             return self._v5(f)
         groups = []  # (export_ms, fam, a, b) over per-family record arrays
         packed = {}
+        self.flow_sampler = self.plan.assign(f) if self.plan else np.zeros(len(f), np.int64)
+        self.flow_rates = np.ones(len(f), np.int64)
         for v6 in (False, True):
-            sel = f[f["ipv6"] == v6]
+            which = np.flatnonzero(f["ipv6"] == v6)
+            sel = f[which]
             if not len(sel):
                 continue
             rec = pack_records(sel, 9 if self.version == 9 else 10, v6, self.boot_ms)
-            per = max(1, (self.max_payload - 20 - 4) // rec.dtype.itemsize)
-            packed[v6] = (rec.tobytes(), rec.dtype.itemsize)
+            per = max(1, (self.max_payload - 20 - 4) // (rec.dtype.itemsize + self._extra_size()))
             ends = sel["t_end"]
+            if self.plan is not None:  # a record's rate is the one in force when its datagram leaves
+                last = np.minimum((np.arange(len(sel)) // per + 1) * per, len(sel)) - 1
+                rates = self.plan.flow_rates(self.flow_sampler[which], ends[last])
+                self.flow_rates[which] = rates
+                rec = _append_fields(rec, self.plan.data_values(self.flow_sampler[which], rates))
+            packed[v6] = (rec.tobytes(), rec.dtype.itemsize)
             groups += [(int(ends[b - 1]), v6, a, b) for a, b in _chunks(len(sel), per)]
         groups.sort(key=lambda g: g[0])
         out: list[Datagram] = []
         next_template = None
+        change = self.plan.change_at_ms if self.plan is not None else None
         for export_ms, v6, a, b in groups:
-            if next_template is None or export_ms >= next_template:
-                out.append(self.template_datagram(export_ms))
+            if next_template is None or export_ms >= next_template or (change is not None and export_ms >= change):
+                out.append(self.template_datagram(export_ms))  # with the options in force now
                 next_template = export_ms + self.template_every_ms
+                if change is not None and export_ms >= change:
+                    change = None
             raw, size = packed[v6]
             body = _set(V9_TEMPLATE_V6 if v6 else V9_TEMPLATE_V4, raw[a * size:b * size])
             hdr = self._header(export_ms, b - a, len(body))
@@ -189,10 +218,14 @@ class Exporter:
         for name in ("src_port", "dst_port", "tcp_flags", "proto", "tos", "src_as", "dst_as"):
             rec[name] = f[name]
         raw = rec.tobytes()
-        sampling = (0x4000 | self.sampling_rate) if self.sampling_rate > 1 else 0  # mode 01: 1 in N
         out = []
+        self.flow_sampler = np.zeros(len(f), np.int64)
+        self.flow_rates = np.ones(len(f), np.int64)
         for a, b in _chunks(len(f), V5_MAX_RECORDS):
             export_ms = int(f["t_end"][b - 1])
+            rate = self.plan.rates_at(export_ms)[0] if self.plan else 1
+            self.flow_rates[a:b] = rate
+            sampling = (0x4000 | rate) if rate > 1 else 0  # mode 01: 1 in N
             secs = -(-export_ms // 1000)
             hdr = struct.pack(">HHIIIIBBH", 5, b - a, secs * 1000 - self.boot_ms, secs, 0,
                               self.sequence, 0, self.domain_id & 0xFF, sampling)

@@ -15,6 +15,24 @@ def counts(f: np.ndarray) -> dict:
     return {"flows": int(len(f)), "packets": int(f["packets"].sum()), "bytes": int(f["bytes"].sum())}
 
 
+def sampled_counts(f: np.ndarray, plan, sampler: np.ndarray, rates: np.ndarray) -> dict:
+    """What flowlake must land for one exporter: wire counts x the rate in force when each
+    record was exported, in total and per sampler (form, id, rates announced)."""
+    pk, by = f["packets"].astype(np.int64) * rates, f["bytes"].astype(np.int64) * rates
+    out = {"lake_packets": int(pk.sum()), "lake_bytes": int(by.sum()), "sampling_form": plan.form if plan else None,
+           "samplers": [], "by_rate": {}}
+    for r in np.unique(rates):
+        sel = rates == r
+        out["by_rate"][str(int(r))] = {"flows": int(sel.sum()), "lake_packets": int(pk[sel].sum()),
+                                       "lake_bytes": int(by[sel].sum())}
+    for k, s in enumerate(plan.samplers if plan else []):
+        sel = sampler == k
+        out["samplers"].append({"id": s.id, "rates": sorted({int(r) for r in rates[sel]}), "flows": int(sel.sum()),
+                                "packets": int(f["packets"][sel].sum()), "bytes": int(f["bytes"][sel].sum()),
+                                "lake_packets": int(pk[sel].sum()), "lake_bytes": int(by[sel].sum())})
+    return out
+
+
 def summarize(flows: np.ndarray, params, exporters: list[dict]) -> dict:
     per_class = {c: counts(flows[flows["klass"] == i]) for i, c in enumerate(CLASSES)}
     per_app = {a.name: counts(flows[(flows["app"] == i) & (flows["event"] == 0)])
