@@ -161,6 +161,5 @@ func appendFlowJSON(b []byte, f *Flow, file string) []byte {
 	num("dst_as", int64(f.DstAS))
 	str("source_file", []byte(file))
 	num("file_seq", f.Seq)
-	num("received_ms", f.Received)
 	return append(b, '}', '\n')
 }

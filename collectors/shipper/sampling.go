@@ -8,7 +8,8 @@
 //  3. the tap's rate history (rates.jsonl) at the flow's receive time: the exporter-wide
 //     rate, or its only sampler (fingerprints pruned, or the tap missed the datagram)
 //  4. the rate nfcapd applied itself (files from an nfcapd run without -s -1: archives)
-//  5. sampling = N of the exporter in flowlake.toml (routers that announce nothing)
+//  5. sampling = N of the exporter in flowlake.toml (routers that announce nothing),
+//     else nfcapd's own -s N if the file was written with one
 //  6. unknown: the record names a sampler never announced, or several could apply:
 //     sampling_rate 0, wire counts, counted per exporter in status
 //  7. nothing announced, nothing configured: [sampling] unannounced (default 1; 0 = unknown)
@@ -211,6 +212,14 @@ func (r *Resolver) Resolve(f *Flow) {
 	}
 	if source == "" && set.Sampling > 0 {
 		rate, source = set.Sampling, "configured"
+	}
+	if source == "" && f.NfcapdSetting && f.SamplingRate > 1 {
+		// nfcapd's own -s N (archives, old spools): the operator's default then. -s -1
+		// on IPFIX wrote 2^32-1 (nfcapd 1.7.1's arithmetic on -1): it meant 1:1.
+		rate, source = f.SamplingRate, "nfcapd -s"
+		if rate >= 1<<31 {
+			rate = 1
+		}
 	}
 	if source == "" && !unknown && r.settings.Unannounced > 0 {
 		rate, source = r.settings.Unannounced, "unannounced"

@@ -140,17 +140,18 @@ func TestResolverUndoesWhatNfcapdAppliedAndHonoursSettings(t *testing.T) {
 		{"192.0.2.1", 50, 250, 250, 50},             // nfcapd applied the v5 header's 50: kept, not doubled
 		{"192.0.2.2", 50, 250, 50, 10},              // forced: nfcapd's 50 divided out, 10 applied
 		{"192.0.2.3", 1, 7, 7, 0},                   // nothing known, unannounced = 0: unknown
-		{"192.0.2.3", 4294967295, 4294967295, 1, 0}, // nfcapd -s -1 on IPFIX (x 2^32-1): undone
+		{"192.0.2.3", 4294967295, 4294967295, 1, 1}, // nfcapd -s -1 on IPFIX (x 2^32-1): undone, 1:1
+		{"192.0.2.3", 10, 70, 70, 10},               // nfcapd -s 10 (an archive's setting): kept
 	}
 	for _, c := range cases {
 		f := &Flow{Exporter: &Exporter{Addr: c.addr}, Packets: c.packets, Bytes: c.packets * 100, SamplingRate: c.applied,
-			NfcapdSetting: c.applied == 4294967295}
+			NfcapdSetting: c.addr == "192.0.2.3" && c.applied > 1}
 		r.Resolve(f)
 		if f.SamplingRate != c.wantRate || f.Packets != c.wantPackets || f.Bytes != c.wantPackets*100 {
 			t.Errorf("%+v: got rate %d packets %d bytes %d", c, f.SamplingRate, f.Packets, f.Bytes)
 		}
 	}
-	if r.Counts["192.0.2.3"].Unknown != 2 {
+	if r.Counts["192.0.2.3"].Unknown != 1 {
 		t.Errorf("unknown not counted: %+v", r.Counts["192.0.2.3"])
 	}
 }
