@@ -221,3 +221,54 @@ def test_bad_input_is_quarantined_and_the_rest_flows(stack, tmp_path):
         time.sleep(2)
     assert st["counts"]["quarantined"]["kafka_messages"] == 1
     assert st["counts"]["quarantined"]["nfcapd_files"] == 2
+
+
+def test_sampled_routers_land_scaled_per_sampler_and_unknown_rates_show(stack):
+    """Sampled routers through `flowlake up`'s stack (nfcapd + sampling tap + shipper +
+    Kafka + ingest): lake totals per exporter and rate equal the model's truth (wire
+    counts x the rate in force at export, two samplers each, one rate changed mid-run);
+    a router naming a sampler it never announced lands with sampling_rate 0 and is
+    counted in `flowlake status --json`."""
+    from flowlake.collectors.traffic import api, model
+    from flowlake.collectors.traffic.sampling import Sampler, SamplingPlan
+
+    start = dt.datetime(2026, 11, 21, 6, tzinfo=dt.timezone.utc)
+    t0 = int(start.timestamp() * 1000)
+    forms = [("ipfix-302-309-310", True), ("ipfix-data-311", True), ("ipfix-48-34", False)]
+    p = api.params_for("ipfix")
+    p.bulk, p.scanners, p.fanin = [], [], []
+    p.routers = [model.Router(form, f"127.0.0.{90 + i}", 1.0, sampling=SamplingPlan(
+        form, [Sampler(1, 1000), Sampler(2, 250)], change_at_ms=t0 + 300_000, change_sampler=1, change_rate=500,
+        announce=announce)) for i, (form, announce) in enumerate(forms)]
+    doc = api.generate_day(("127.0.0.1", stack["port"]), start, 600, 1500, "ipfix", params=p, seed=11, max_rate=50_000)
+    want = {}
+    for e in doc["exporters"]:
+        for rate, v in e["by_rate"].items():
+            want[(e["address"], int(rate))] = (v["flows"], v["lake_packets"], v["lake_bytes"])
+    addrs = ", ".join(f"'{e['address']}'" for e in doc["exporters"])
+    deadline = time.monotonic() + 240
+    got = {}
+    while time.monotonic() < deadline:
+        rows = lake(stack, f"select exporter, sampling_rate, count(*), sum(packets), sum(bytes) from flows "
+                           f"where exporter in ({addrs}) group by all") or []
+        got = {(r[0], r[1]): (r[2], int(r[3]), int(r[4])) for r in rows}
+        if got == want:
+            break
+        time.sleep(2)
+    assert got == want
+    assert {r for _, r in want} >= {1000, 250, 500, 0}
+    no_duplicates(stack)
+    unknown = next(e for e in doc["exporters"] if e["sampling_form"] == "ipfix-48-34")
+    for _ in range(30):
+        st = status(stack)["sampling"]
+        if st["exporters"].get(unknown["address"], {}).get("unknown_rate_flows") == unknown["flows"]:
+            break
+        time.sleep(1)
+    assert st["exporters"][unknown["address"]]["unknown_rate_flows"] == unknown["flows"]
+    known = doc["exporters"][0]
+    assert st["exporters"][known["address"]]["unknown_rate_flows"] == 0
+    assert st["exporters"][known["address"]]["samplers"] == {
+        "domain 1 sampler 1": {"rate": 1000, "form": "options samplingSize 309 / samplingPopulation 310"},
+        "domain 1 sampler 2": {"rate": 500, "form": "options samplingSize 309 / samplingPopulation 310"}}
+    res = subprocess.run([*FLOWLAKE, "status"], env=stack["env"], capture_output=True, text=True, timeout=60)
+    assert "sampling per exporter" in res.stdout and "unknown sampling rate" in res.stdout

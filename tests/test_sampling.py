@@ -104,3 +104,77 @@ def test_every_sampling_form_lands_scaled_exactly_per_sampler(protocol, tmp_path
         assert len(want) >= 2, e["name"]  # the change (and a second sampler) really happened
         assert got.get(e["address"]) == want, (e["name"], e["sampling_form"])
     assert sum(len(v) for v in got.values()) == sum(len(e["by_rate"]) for e in doc["exporters"])
+
+
+def _cfg(tmp_path, text: str):
+    from flowlake import config
+
+    f = tmp_path / "flowlake.toml"
+    f.write_text(text)
+    return config.load(f, env={})
+
+
+def test_per_exporter_settings_and_the_legacy_collector_sampling(tmp_path):
+    from flowlake.collectors import sampling
+
+    cfg = _cfg(tmp_path, '[exporters."192.0.2.1"]\nsampling = 1000\n'
+                         '[exporters."192.0.2.2"]\nforce_sampling = 64\nname = "border-b"\n'
+                         '[sampling]\nunannounced = 0\n')
+    s = sampling.settings(cfg)
+    assert s == {"exporters": {"192.0.2.1": {"sampling": 1000, "force_sampling": 0},
+                               "192.0.2.2": {"sampling": 0, "force_sampling": 64}}, "unannounced": 0}
+    assert sampling.legacy_warning(cfg) is None
+    assert json.loads(sampling.write_settings(cfg).read_text()) == s
+    # collector.sampling (was nfcapd -s) keeps working, read as every exporter's setting
+    legacy = _cfg(tmp_path, "[collector]\nsampling = 100\n")
+    assert sampling.settings(legacy)["exporters"]["*"] == {"sampling": 100, "force_sampling": 0}
+    assert '[exporters."*"] sampling = 100' in sampling.legacy_warning(legacy)
+    forced = _cfg(tmp_path, "[collector]\nsampling = -10\n")
+    assert sampling.settings(forced)["exporters"]["*"] == {"sampling": 0, "force_sampling": 10}
+    assert "-s" not in " ".join(__import__("flowlake.collectors.nfcapd", fromlist=["argv"]).argv(forced))
+
+
+@pytest.mark.parametrize("text, needle", [
+    ('[exporters."192.0.2.1"]\nsampling = -5\n', '[exporters."192.0.2.1"] sampling = -5: expected a whole number'),
+    ('[exporters."192.0.2.1"]\nforce_sampling = "x"\n', "force_sampling = 'x'"),
+    ("[exporters]\nrouter = 5\n", '[exporters] router = 5: expected a table'),
+    ("[sampling]\nunannounced = -1\n", "unannounced = -1"),
+])
+def test_bad_exporter_settings_name_the_key(tmp_path, text, needle):
+    from flowlake import config
+    from flowlake.collectors import sampling
+
+    with pytest.raises(config.ConfigError) as exc:
+        sampling.settings(_cfg(tmp_path, text))
+    assert needle in str(exc.value)
+
+
+@pytest.mark.integration
+def test_configured_and_forced_rates_and_unknown_samplers(tmp_path, nfdump_bin):
+    """A router that announces nothing gets its configured rate; a forced rate wins over
+    an announced one; a record naming a sampler never announced is unknown (rate 0,
+    wire counts), never 1:1."""
+    from datetime import datetime, timezone
+
+    from flowlake.collectors import sampling
+    from flowlake.collectors.traffic import api, model
+    from flowlake.collectors.traffic.sampling import Sampler, SamplingPlan
+
+    start = datetime(2026, 11, 20, tzinfo=timezone.utc)
+    p = api.params_for("v9")
+    p.bulk, p.scanners, p.fanin = [], [], []
+    p.routers = [model.Router("silent", "127.0.0.81", 1.0),
+                 model.Router("forced", "127.0.0.82", 1.0, sampling=SamplingPlan("v9-48-34", [Sampler(1, 300)])),
+                 model.Router("lost-options", "127.0.0.83", 1.0,
+                              sampling=SamplingPlan("v9-48-34", [Sampler(3, 300)], announce=False))]
+    docs = []
+    f, _ = capture_tapped(tmp_path / "spool", tmp_path / "tap", lambda port: docs.append(api.generate_day(
+        ("127.0.0.1", port), start, 300, 900, "v9", params=p, seed=3, max_rate=50_000)))
+    cfg = _cfg(tmp_path, '[exporters."127.0.0.81"]\nsampling = 100\n[exporters."127.0.0.82"]\nforce_sampling = 7\n')
+    flows = dump_resolved(f, tmp_path / "tap", sampling.write_settings(cfg))
+    by = {e["address"]: e for e in docs[-1]["exporters"]}
+    for addr, rate in (("127.0.0.81", 100), ("127.0.0.82", 7), ("127.0.0.83", 0)):
+        mine = [r for r in flows if r["exporter"] == addr]
+        assert len(mine) == by[addr]["flows"] and {r["sampling_rate"] for r in mine} == {rate}
+        assert sum(r["packets"] for r in mine) == by[addr]["packets"] * max(rate, 1)
+        assert sum(r["bytes"] for r in mine) == by[addr]["bytes"] * max(rate, 1)

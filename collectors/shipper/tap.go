@@ -581,6 +581,9 @@ func (t *tap) flowRecord(e *texporter, v *recvals, now time.Time) {
 		t.announce(e, samplerOf(v), rate, "data record "+form, now)
 	} else {
 		rate = e.rateFor(v)
+		if rate == 0 && v.hasSampler && samplerOf(v) != 0 {
+			e.sampled = true // it names a sampler (0 = none) never announced: unknown
+		}
 	}
 	if !e.sampled {
 		return

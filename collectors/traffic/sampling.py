@@ -49,6 +49,7 @@ class SamplingPlan:
     change_at_ms: int | None = None   # model time of a rate change (None: no change)
     change_sampler: int = 0           # index into samplers
     change_rate: int = 0
+    announce: bool = True             # False: options never sent (records name unknown samplers)
 
     def __post_init__(self):
         if self.form not in FORMS:
@@ -109,7 +110,7 @@ class SamplingPlan:
     def options(self, domain_id: int, export_ms: int, set_id: int) -> tuple[bytes, int]:
         """(options template set + options data set, number of records) announcing the
         rates in force at export_ms; b"" for v5 and data-record forms."""
-        if self.version == 5 or self.in_data:
+        if self.version == 5 or self.in_data or not self.announce:
             return b"", 0
         rates = self.rates_at(export_ms)
         f = self.form

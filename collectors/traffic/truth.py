@@ -18,7 +18,9 @@ def counts(f: np.ndarray) -> dict:
 def sampled_counts(f: np.ndarray, plan, sampler: np.ndarray, rates: np.ndarray) -> dict:
     """What flowlake must land for one exporter: wire counts x the rate in force when each
     record was exported, in total and per sampler (form, id, rates announced)."""
-    pk, by = f["packets"].astype(np.int64) * rates, f["bytes"].astype(np.int64) * rates
+    if plan is not None and not plan.announce:
+        rates = np.zeros(len(f), np.int64)  # never announced: the collector cannot know
+    pk, by = f["packets"].astype(np.int64) * np.maximum(rates, 1), f["bytes"].astype(np.int64) * np.maximum(rates, 1)
     out = {"lake_packets": int(pk.sum()), "lake_bytes": int(by.sum()), "sampling_form": plan.form if plan else None,
            "samplers": [], "by_rate": {}}
     for r in np.unique(rates):
