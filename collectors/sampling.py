@@ -158,7 +158,21 @@ def status(cfg=None) -> dict:
         for sid, rate in (e.get("samplers") or {}).items():
             row["samplers"][f"domain {e['domain']} sampler {sid}"] = {"rate": rate, "form": e["forms"].get(sid, "")}
     out["unknown_rate_flows"] = sum(e["unknown_rate_flows"] for e in out["exporters"].values())
+    out["times"] = times_status(cfg)
     return out
+
+
+def times_status(cfg) -> dict:
+    """Per exporter: flows whose times were corrected or quarantined, by reason (the
+    shipper's counters), and the quarantined flows on disk (lake/quarantine/flows/)."""
+    try:
+        per = json.loads(cfg.path("state", "shipper.json").read_text()).get("times") or {}
+    except (OSError, ValueError):
+        per = {}
+    qdir = cfg.lake / "quarantine" / "flows"
+    on_disk = sum(sum(1 for _ in p.open()) for p in qdir.glob("*.jsonl")) if qdir.exists() else 0
+    return {"exporters": per, "quarantined_flows": on_disk,
+            "corrected_flows": sum(sum(c.get("corrected", {}).values()) for c in per.values())}
 
 
 def print_status(console, st: dict) -> None:
@@ -179,6 +193,16 @@ def print_status(console, st: dict) -> None:
                       "(sampling_rate 0 in the lake, wire counts): set [exporters.\"ADDR\"] sampling = N[/]")
     if st.get("warning"):
         console.print(f"[yellow]{st['warning']}[/]")
+    times = st.get("times") or {}
+    if times.get("exporters"):
+        tt = Table(title="flow times per exporter (corrected / quarantined to lake/quarantine/flows/)")
+        for col in ("exporter", "what", "reason", "flows"):
+            tt.add_column(col)
+        for addr, c in sorted(times["exporters"].items()):
+            for what, key in (("corrected", "corrected"), ("[red]quarantined[/]", "quarantined")):
+                for reason, n in sorted((c.get(key) or {}).items()):
+                    tt.add_row(addr, what, reason, f"{n:,}")
+        console.print(tt)
 
 
 def main() -> None:  # pragma: no cover - debugging aid: python -m flowlake.collectors.sampling

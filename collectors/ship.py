@@ -71,6 +71,8 @@ def common_args(cfg) -> list[str]:
         "--spool-warn-bytes", str(int(cfg.collector.spool_warn_bytes)),
         *schema_args(cfg),
         *sampling.shipper_args(cfg),
+        "--max-future", f"{int(cfg.collector.max_future_seconds)}s",
+        "--max-age", f"{int(cfg.collector.max_age_hours)}h",
     ]
     if k.security_protocol != "PLAINTEXT":
         args += ["--security-protocol", k.security_protocol]

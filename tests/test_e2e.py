@@ -272,3 +272,28 @@ def test_sampled_routers_land_scaled_per_sampler_and_unknown_rates_show(stack):
         "domain 1 sampler 2": {"rate": 500, "form": "options samplingSize 309 / samplingPopulation 310"}}
     res = subprocess.run([*FLOWLAKE, "status"], env=stack["env"], capture_output=True, text=True, timeout=60)
     assert "sampling per exporter" in res.stdout and "unknown sampling rate" in res.stdout
+
+    # a broken v9 router (First after Last in every 4th record): those flows are quarantined
+    # with the reason, counted per exporter; the others land
+    p.routers = [model.Router("broken", "127.0.0.95", 1.0, swap_times_every=4)]
+    doc = api.generate_day(("127.0.0.1", stack["port"]), start, 600, 400, "v9", params=p, seed=12, max_rate=50_000)
+    bad = doc["exporters"][0]["swapped_times"]
+    assert bad > 0
+    qdir = stack["home"] / "lake" / "quarantine" / "flows"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        landed = lake(stack, "select count(*) from flows where exporter = '127.0.0.95'")[0][0]
+        if landed == doc["totals"]["flows"] - bad:
+            break
+        time.sleep(2)
+    assert landed == doc["totals"]["flows"] - bad
+    rows = [json.loads(x) for q in qdir.glob("*.jsonl") for x in q.read_text().splitlines()]
+    assert len([r for r in rows if r["exporter"] == "127.0.0.95"]) == bad
+    assert all("First is after its Last" in r["reason"] for r in rows)
+    for _ in range(30):
+        times = status(stack)["sampling"]["times"]
+        if sum(times["exporters"].get("127.0.0.95", {}).get("quarantined", {}).values()) == bad:
+            break
+        time.sleep(1)
+    assert sum(times["exporters"]["127.0.0.95"]["quarantined"].values()) == bad
+    assert times["quarantined_flows"] == bad

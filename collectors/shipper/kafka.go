@@ -71,6 +71,8 @@ type LedgerEntry struct {
 	Packets   uint64 `json:"packets"`
 	Bytes     uint64 `json:"bytes"`
 	ShippedAt string `json:"shipped_at"`
+	// flows of the file not shipped: impossible times (lake/quarantine/flows/)
+	Quarantined uint64 `json:"quarantined,omitempty"`
 }
 
 // barrierPrefix marks the ledger records a shipper writes at start-up to know when it

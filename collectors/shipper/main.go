@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 )
 
 const usage = `usage: flowlake-shipper COMMAND [flags] [FILE...]
@@ -91,6 +92,10 @@ func cmdDump(args []string) error {
 	fs := flag.NewFlagSet("dump", flag.ContinueOnError)
 	settings := fs.String("sampling-settings", "", "resolve sampling with these settings (JSON)")
 	tapDir := fs.String("tap-dir", "", "resolve sampling with the tap's records in this directory")
+	checkTimes := fs.Bool("check-times", false, "check times against arrival as shipping does: corrected and quarantined flows say why")
+	var rules TimeRules
+	fs.DurationVar(&rules.MaxFuture, "max-future", time.Hour, "with --check-times: a flow ending this long after it arrived is quarantined")
+	fs.DurationVar(&rules.MaxAge, "max-age", 0, "with --check-times: a flow starting this long before it arrived is quarantined (0: no bound)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -117,6 +122,14 @@ func cmdDump(args []string) error {
 				res.Resolve(f)
 			}
 			buf = appendFlowJSON(buf[:0], f, file)
+			if *checkTimes {
+				corrected, reject := rules.checkTimes(f)
+				buf = appendFlowJSON(buf[:0], f, file)
+				buf = buf[:len(buf)-2]
+				buf = strconv.AppendQuote(append(buf, `,"time_corrected":`...), corrected)
+				buf = strconv.AppendQuote(append(buf, `,"quarantine_reason":`...), reject)
+				buf = append(buf, '}', '\n')
+			}
 			_, err := w.Write(buf)
 			return err
 		})

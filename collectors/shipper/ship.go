@@ -55,6 +55,8 @@ type ShipOptions struct {
 	SpoolWarnBytes  int64
 	BatchBytes      int
 	SamplingFile    string // JSON settings from flowlake.toml (collectors/sampling.py)
+	Times           TimeRules
+	FlowQuarantine  string // flows with impossible times go here, one JSON lines file per nfcapd file
 	TapDir          string // the sampling tap's output (rates.jsonl, fp/)
 }
 
@@ -100,6 +102,9 @@ func parseShipFlags(args []string, serve bool) (*ShipOptions, []string, error) {
 	fset.StringVar(&o.CPUProfile, "cpuprofile", "", "write a Go CPU profile here (benchmarks)")
 	fset.StringVar(&o.SamplingFile, "sampling-settings", "", "per-exporter sampling settings (JSON, written by flowlake from flowlake.toml)")
 	fset.StringVar(&o.TapDir, "tap-dir", "", "the sampling tap's directory: announced rates and per-record fingerprints")
+	fset.DurationVar(&o.Times.MaxFuture, "max-future", time.Hour, "a flow ending this long after it arrived is quarantined")
+	fset.DurationVar(&o.Times.MaxAge, "max-age", 0, "a flow starting this long before it arrived is quarantined (0: no bound)")
+	fset.StringVar(&o.FlowQuarantine, "flow-quarantine", "", "where flows with impossible times go (default: beside --quarantine, in flows/)")
 	if err := fset.Parse(args); err != nil {
 		return nil, nil, err
 	}
@@ -119,6 +124,9 @@ func parseShipFlags(args []string, serve bool) (*ShipOptions, []string, error) {
 	if o.TxnID == "" {
 		sum := sha1.Sum([]byte(abs))
 		o.TxnID = "flowlake-shipper-" + hex.EncodeToString(sum[:6])
+	}
+	if o.FlowQuarantine == "" && o.QuarantineDir != "" {
+		o.FlowQuarantine = filepath.Join(filepath.Dir(o.QuarantineDir), "flows")
 	}
 	if o.LockFile == "" {
 		dir := filepath.Dir(o.StateFile)
@@ -154,6 +162,27 @@ type Counters struct {
 	UpdatedAt         string `json:"updated_at"`
 	// per exporter: flows by how their sampling rate was decided, unknown rates, rates in use
 	Sampling map[string]*ExporterSamplingCounts `json:"sampling"`
+	// per exporter: flows whose times were corrected / quarantined, by reason
+	Times map[string]*ExporterTimeCounts `json:"times"`
+}
+
+// ExporterTimeCounts are one exporter's corrected and quarantined flows by reason.
+type ExporterTimeCounts struct {
+	Corrected   map[string]uint64 `json:"corrected"`
+	Quarantined map[string]uint64 `json:"quarantined"`
+}
+
+func countTime(m map[string]*ExporterTimeCounts, exporter, reason string, quarantined bool, n uint64) {
+	c := m[exporter]
+	if c == nil {
+		c = &ExporterTimeCounts{Corrected: map[string]uint64{}, Quarantined: map[string]uint64{}}
+		m[exporter] = c
+	}
+	if quarantined {
+		c.Quarantined[reason] += n
+	} else {
+		c.Corrected[reason] += n
+	}
 }
 
 // Shipper ships files, one Kafka transaction each.
@@ -290,7 +319,9 @@ func (s *Shipper) shipFile(ctx context.Context, path string) (*Stats, error) {
 	h := fnv.New64a()
 	s.res.reset()
 	s.res.Counts = map[string]*ExporterSamplingCounts{}
-	var packets, bytes uint64
+	var packets, bytes, shipped uint64
+	times := map[string]*ExporterTimeCounts{}
+	var rejected []byte // JSON lines of quarantined flows, written once the file committed
 	stats, readErr := ReadFile(path, func(f *Flow) error {
 		select {
 		case <-failed:
@@ -300,6 +331,17 @@ func (s *Shipper) shipFile(ctx context.Context, path string) (*Stats, error) {
 		default:
 		}
 		s.res.Resolve(f)
+		corrected, reject := s.o.Times.checkTimes(f)
+		if corrected != "" {
+			countTime(times, f.Exporter.Addr, corrected, false, 1)
+		}
+		if reject != "" {
+			countTime(times, f.Exporter.Addr, reject, true, 1)
+			line := appendFlowJSON(nil, f, name)
+			rejected = append(append(append(rejected, line[:len(line)-2]...), `,"reason":`...), fmt.Sprintf("%q}\n", reject)...)
+			return nil
+		}
+		shipped++
 		packets += f.Packets
 		bytes += f.Bytes
 		if len(recs) == 0 {
@@ -348,8 +390,10 @@ func (s *Shipper) shipFile(ctx context.Context, path string) (*Stats, error) {
 		return nil, readErr
 	}
 	// the lake's figures: packets and bytes after sampling resolution
-	stats.Packets, stats.Bytes = packets, bytes
-	entry := LedgerEntry{File: name, Flows: stats.Flows, Packets: stats.Packets, Bytes: stats.Bytes, ShippedAt: now()}
+	quarantined := stats.Flows - shipped
+	stats.Flows, stats.Packets, stats.Bytes = shipped, packets, bytes
+	entry := LedgerEntry{File: name, Flows: stats.Flows, Packets: stats.Packets, Bytes: stats.Bytes, ShippedAt: now(),
+		Quarantined: quarantined}
 	value, _ := json.Marshal(entry)
 	s.cl.Produce(ctx, &kgo.Record{Topic: s.o.LedgerTopic, Key: []byte(name), Value: value}, promise)
 	if err := s.cl.Flush(ctx); err != nil {
@@ -369,6 +413,26 @@ func (s *Shipper) shipFile(ctx context.Context, path string) (*Stats, error) {
 		s.count.Sampling = map[string]*ExporterSamplingCounts{}
 	}
 	MergeCounts(s.count.Sampling, s.res.Counts)
+	if s.count.Times == nil {
+		s.count.Times = map[string]*ExporterTimeCounts{}
+	}
+	for addr, c := range times {
+		for reason, n := range c.Corrected {
+			countTime(s.count.Times, addr, reason, false, n)
+		}
+		for reason, n := range c.Quarantined {
+			countTime(s.count.Times, addr, reason, true, n)
+		}
+	}
+	if len(rejected) > 0 && s.o.FlowQuarantine != "" {
+		// one file per nfcapd file, replaced whole: a re-ship after a crash writes it again, never twice
+		_ = os.MkdirAll(s.o.FlowQuarantine, 0o755)
+		dst := filepath.Join(s.o.FlowQuarantine, strings.ReplaceAll(name, "/", "_")+".jsonl")
+		if err := os.WriteFile(dst+".tmp", rejected, 0o644); err == nil {
+			_ = os.Rename(dst+".tmp", dst)
+		}
+		log.Printf("WARNING %s: %d flows with impossible times quarantined to %s", name, quarantined, dst)
+	}
 	for _, k := range sortedKeys(s.res.Counts) {
 		if c := s.res.Counts[k]; c.Unknown > 0 {
 			log.Printf("WARNING %s: %d flows of exporter %s have an unknown sampling rate (sampling_rate 0, wire counts): "+

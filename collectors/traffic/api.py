@@ -56,17 +56,20 @@ def generate_day(target: tuple[str, int] | str, start: datetime | int, duration_
     gen_s = time.perf_counter() - t0
 
     boot_ms = start_ms - ROUTER_UPTIME_MS
-    streams, exp_rows = [], []
+    streams, exp_rows, meta = [], [], []
     for i, r in enumerate(p.routers):
         sub = f[f["router"] == i]
-        ex = netflow.Exporter(version, i + 1, boot_ms, r.sampling_rate, r.address, plan=r.sampling)
+        ex = netflow.Exporter(version, i + 1, boot_ms if r.boot_ms is None else r.boot_ms, r.sampling_rate, r.address,
+                              plan=r.sampling, reboot_at_ms=r.reboot_at_ms, swap_every=r.swap_times_every)
         dgs = ex.datagrams(sub)
         streams.append((exporter.open_socket(r.address, target[0]), dgs))
+        meta.append((sub, ex.flow_boot, ex.flow_swapped))
         c = truth_mod.counts(sub)
         scale = r.sampling_rate if (COLLECTOR_SCALES_SAMPLED[protocol] and r.sampling_rate > 1) else 1
         exp_rows.append({"name": r.name, "address": r.address, "domain_id": i + 1, "version": version,
                          "sampling_rate": r.sampling_rate, **c,
                          **truth_mod.sampled_counts(sub, ex.plan, ex.flow_sampler, ex.flow_rates),
+                         "swapped_times": int(ex.flow_swapped.sum()), "reboot_at_ms": r.reboot_at_ms,
                          "flows_ipv6": int(sub["ipv6"].sum()), "datagrams": len(dgs),
                          "template_datagrams": sum(1 for d in dgs if d.flows == 0),
                          "collected_packets": c["packets"] * scale, "collected_bytes": c["bytes"] * scale,
@@ -112,4 +115,5 @@ def generate_day(target: tuple[str, int] | str, start: datetime | int, duration_
     if truth_path is not None:
         truth_mod.write(doc, truth_path)
     doc["_flows"] = f  # in-process callers (tests, demo) may compare records; never serialised
+    doc["_exported"] = meta  # per router: its flows, the boot each was timed from, First/Last swapped
     return doc

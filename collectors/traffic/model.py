@@ -95,6 +95,9 @@ class Router:
     weight: float             # share of background flows
     sampling_rate: int = 1    # 1:N packet sampling, announced by option template
     sampling: object = None   # a traffic.sampling.SamplingPlan: form, samplers, rate change
+    boot_ms: int | None = None        # the router's boot (default: an hour before the run)
+    reboot_at_ms: int | None = None   # v9/v5 uptime restarts here
+    swap_times_every: int = 0         # v9: every k-th record has First and Last swapped (a broken router)
     uplink_if: int = 1
     uplink_bps: float = 10e9
     lan_ifs: tuple = (10, 11, 12, 13)

@@ -71,12 +71,19 @@ def _fill_tail(rec, f):
     rec["icmp"] = np.where((f["proto"] == 1) | (f["proto"] == 58), f["dst_port"], 0)
 
 
-def pack_records(f: np.ndarray, version: int, v6: bool, boot_ms: int) -> np.ndarray:
+def uptime(t_ms, boot_ms):
+    """Router uptime (ms) at model time t: 32 bits, wrapping every ~49.7 days; a flow
+    that began before the router (re)booted is reported from its first millisecond up
+    (uptime 0 in First and Last means "no time" to nfcapd 1.7.1)."""
+    return np.maximum(np.asarray(t_ms, np.int64) - boot_ms, 1) % (1 << 32)
+
+
+def pack_records(f: np.ndarray, version: int, v6: bool, boot_ms) -> np.ndarray:
     """Flow rows -> big-endian wire records (v9 or IPFIX, one address family)."""
     rec = np.zeros(len(f), _record_dtype("uptime" if version == 9 else "epoch", v6))
     rec["bytes"], rec["packets"] = f["bytes"], f["packets"]
     if version == 9:
-        rec["first"], rec["last"] = f["t_start"] - boot_ms, f["t_end"] - boot_ms
+        rec["first"], rec["last"] = uptime(f["t_start"], boot_ms), uptime(f["t_end"], boot_ms)
     else:
         rec["first"], rec["last"] = f["t_start"], f["t_end"]
     if v6:
@@ -111,7 +118,7 @@ class Exporter:
 
     def __init__(self, version: int, domain_id: int, boot_ms: int, sampling_rate: int = 1,
                  address: str = "127.0.0.1", max_payload: int = 1464, template_every_s: int = 60,
-                 plan: SamplingPlan | None = None):
+                 plan: SamplingPlan | None = None, reboot_at_ms: int | None = None, swap_every: int = 0):
         if version not in (5, 9, 10):
             raise ValueError(f"unsupported NetFlow version {version}")
         self.version, self.domain_id, self.boot_ms = version, domain_id, boot_ms
@@ -119,6 +126,11 @@ class Exporter:
         self.max_payload, self.template_every_ms = max_payload, template_every_s * 1000
         self.sequence = 0
         self.plan = plan if plan is not None else plan_from_rate(version, sampling_rate)
+        # v9 timestamp faults: a reboot (uptime restarts at reboot_at_ms) and a broken
+        # router that swaps First and Last in every swap_every-th record
+        self.reboot_at_ms, self.swap_every = reboot_at_ms, swap_every
+        self.flow_boot = np.zeros(0, np.int64)      # per flow: the boot its uptimes count from
+        self.flow_swapped = np.zeros(0, bool)       # per flow: First/Last swapped on the wire
         if self.plan is not None and self.plan.version != version:
             raise ValueError(f"sampling form {self.plan.form} cannot be exported as NetFlow v{version}")
         # after datagrams(): per flow (input order) its sampler index and the rate in force
@@ -144,7 +156,8 @@ class Exporter:
     def _header(self, export_ms: int, count: int, length: int) -> bytes:
         secs = -(-export_ms // 1000)  # whole seconds, rounded up: never before the flow ended
         if self.version == 9:
-            h = struct.pack(">HHIIII", 9, count, secs * 1000 - self.boot_ms, secs, self.sequence, self.domain_id)
+            up = int(uptime(secs * 1000, self.boot_at(export_ms)))
+            h = struct.pack(">HHIIII", 9, count, up, secs, self.sequence, self.domain_id)
             self.sequence = (self.sequence + 1) & 0xFFFFFFFF
             return h
         return struct.pack(">HHIII", 10, 16 + length, secs, self.sequence, self.domain_id)
@@ -159,6 +172,12 @@ class Exporter:
         # options data record, unlike RFC 7011 reads); we follow it for 0 failures.
         return Datagram(export_ms, 0, self._header(export_ms, count, len(body)) + body)
 
+    def boot_at(self, export_ms):
+        """The boot time in force when a datagram leaves (scalar or array)."""
+        if self.reboot_at_ms is None:
+            return self.boot_ms if np.isscalar(export_ms) else np.full(len(export_ms), self.boot_ms, np.int64)
+        return np.where(np.asarray(export_ms) >= self.reboot_at_ms, self.reboot_at_ms, self.boot_ms)
+
     def _extra_size(self) -> int:
         return sum(n for _, n in self.plan.data_fields()) if self.plan else 0
 
@@ -172,16 +191,25 @@ class Exporter:
         packed = {}
         self.flow_sampler = self.plan.assign(f) if self.plan else np.zeros(len(f), np.int64)
         self.flow_rates = np.ones(len(f), np.int64)
+        self.flow_boot = np.full(len(f), self.boot_ms, np.int64)
+        self.flow_swapped = np.zeros(len(f), bool)
         for v6 in (False, True):
             which = np.flatnonzero(f["ipv6"] == v6)
             sel = f[which]
             if not len(sel):
                 continue
-            rec = pack_records(sel, 9 if self.version == 9 else 10, v6, self.boot_ms)
-            per = max(1, (self.max_payload - 20 - 4) // (rec.dtype.itemsize + self._extra_size()))
             ends = sel["t_end"]
+            per = max(1, (self.max_payload - 20 - 4) // (_record_dtype("uptime" if self.version == 9 else "epoch", v6).itemsize
+                                                         + self._extra_size()))
+            last = np.minimum((np.arange(len(sel)) // per + 1) * per, len(sel)) - 1  # each record's datagram
+            boot = self.boot_at(ends[last])
+            self.flow_boot[which] = boot
+            rec = pack_records(sel, 9 if self.version == 9 else 10, v6, boot)
+            if self.swap_every and self.version == 9:
+                swap = np.arange(len(sel)) % self.swap_every == self.swap_every - 1
+                rec["first"][swap], rec["last"][swap] = rec["last"][swap], rec["first"][swap].copy()
+                self.flow_swapped[which] = swap & (sel["t_end"] > sel["t_start"])
             if self.plan is not None:  # a record's rate is the one in force when its datagram leaves
-                last = np.minimum((np.arange(len(sel)) // per + 1) * per, len(sel)) - 1
                 rates = self.plan.flow_rates(self.flow_sampler[which], ends[last])
                 self.flow_rates[which] = rates
                 rec = _append_fields(rec, self.plan.data_values(self.flow_sampler[which], rates))
@@ -214,7 +242,7 @@ class Exporter:
         if (f["bytes"] > 0xFFFFFFFF).any() or (f["packets"] > 0xFFFFFFFF).any():
             raise ValueError("NetFlow v5 counters are 32-bit: a flow exceeds 4 GiB")
         rec["packets"], rec["bytes"] = f["packets"], f["bytes"]
-        rec["first"], rec["last"] = f["t_start"] - self.boot_ms, f["t_end"] - self.boot_ms
+        rec["first"], rec["last"] = uptime(f["t_start"], self.boot_ms), uptime(f["t_end"], self.boot_ms)
         for name in ("src_port", "dst_port", "tcp_flags", "proto", "tos", "src_as", "dst_as"):
             rec[name] = f[name]
         raw = rec.tobytes()
@@ -227,7 +255,7 @@ class Exporter:
             self.flow_rates[a:b] = rate
             sampling = (0x4000 | rate) if rate > 1 else 0  # mode 01: 1 in N
             secs = -(-export_ms // 1000)
-            hdr = struct.pack(">HHIIIIBBH", 5, b - a, secs * 1000 - self.boot_ms, secs, 0,
+            hdr = struct.pack(">HHIIIIBBH", 5, b - a, int(uptime(secs * 1000, self.boot_ms)), secs, 0,
                               self.sequence, 0, self.domain_id & 0xFF, sampling)
             self.sequence = (self.sequence + (b - a)) & 0xFFFFFFFF
             out.append(Datagram(export_ms, b - a, hdr + raw[a * 48:b * 48]))
