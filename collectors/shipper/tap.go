@@ -164,6 +164,9 @@ func cmdTap(args []string) error {
 		return fmt.Errorf("tap: raw socket for %s (needs root or CAP_NET_RAW): %v", network, err)
 	}
 	_ = conn.SetReadBuffer(8 << 20)
+	if err := attachPortFilter(conn, network == "ip6:udp", o.port); err != nil {
+		log.Printf("WARNING no socket filter (every UDP datagram of this host is read and dropped here): %v", err)
+	}
 	t := &tap{o: o, exporters: map[string]*texporter{}}
 	t.state = TapState{PID: os.Getpid(), Port: o.port, Exporters: map[string]TapExporter{}}
 	if t.rates, err = os.OpenFile(filepath.Join(o.dir, "rates.jsonl"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
@@ -321,6 +324,11 @@ func (t *tap) v5(addr netip.Addr, p []byte, now time.Time) {
 		t.malformed(addr, "v5 header of %d bytes", len(p))
 		return
 	}
+	count := int(binary.BigEndian.Uint16(p[2:]))
+	if count == 0 || count > 30 || len(p) < 24+48*count {
+		t.malformed(addr, "v5 datagram of %d bytes for %d records", len(p), count)
+		return
+	}
 	e := t.exporter(addr, uint32(p[20])<<8|uint32(p[21]))
 	si := binary.BigEndian.Uint16(p[22:])
 	rate := uint32(si & 0x3FFF)
@@ -333,8 +341,7 @@ func (t *tap) v5(addr netip.Addr, p []byte, now time.Time) {
 	if !e.sampled {
 		return
 	}
-	count := int(binary.BigEndian.Uint16(p[2:]))
-	for i := 0; i < count && 24+48*(i+1) <= len(p); i++ {
+	for i := 0; i < count; i++ {
 		r := p[24+48*i:]
 		var src, dst [16]byte
 		copy(src[12:], r[0:4])
@@ -673,6 +680,31 @@ func fingerprint(exporter netip.Addr, domain uint32, v6 bool, src, dst *[16]byte
 	h.Write(a[:])
 	h.Write(b[:])
 	return h.Sum64()
+}
+
+// attachPortFilter has the kernel hand the tap only datagrams to the collector port (a
+// raw UDP socket otherwise gets a copy of every UDP datagram this host receives).
+// IPv4 raw sockets see the IP header first, IPv6 ones the UDP header.
+func attachPortFilter(conn *net.IPConn, v6 bool, port int) error {
+	prog := []syscall.SockFilter{
+		{Code: 0xb1, K: 0},                          // ldxb 4*([0]&0xf): IPv4 header length
+		{Code: 0x48, K: 2},                          // ldh [x+2]: UDP destination port
+		{Code: 0x15, Jt: 0, Jf: 1, K: uint32(port)}, // jeq #port
+		{Code: 0x06, K: 0xFFFF},                     // ret: keep
+		{Code: 0x06, K: 0},                          // ret: drop
+	}
+	if v6 {
+		prog = append([]syscall.SockFilter{{Code: 0x01, K: 0}}, prog[1:]...) // ldx #0: no IP header
+	}
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) { serr = syscall.AttachLsf(int(fd), prog) }); err != nil {
+		return err
+	}
+	return serr
 }
 
 func readRateChanges(path string) []RateChange {
