@@ -46,11 +46,22 @@ type ExporterSamplingCounts struct {
 	Unknown uint64            `json:"unknown"`
 	Sources map[string]uint64 `json:"sources"` // forced, announced, history, nfcapd, configured, unannounced, unknown
 	Rates   map[string]uint64 `json:"rates"`   // rate -> flows
+	rates   map[uint32]uint64 // while resolving (folded into Rates by MergeCounts)
 }
 
 type fpKey struct {
-	minute string
+	minute int64 // ms since epoch / 60000
 	fp     uint64
+}
+
+// exporterInfo is what Resolve needs of an exporter, computed once per file.
+type exporterInfo struct {
+	ip     netip.Addr
+	ipOK   bool
+	key    string
+	set    ExporterSampling
+	counts *ExporterSamplingCounts
+	tapped bool // the tap saw this exporter sample: look its records up
 }
 
 // Resolver decides each flow's rate. Not safe for concurrent use.
@@ -59,8 +70,10 @@ type Resolver struct {
 	settings SamplingSettings
 	history  map[string][]RateChange // "addr/domain" -> changes in time order
 	histMod  time.Time
-	fps      map[fpKey][]uint32
-	loaded   map[string]bool
+	fps      map[fpKey]uint64   // rate | count<<32: one rate for every record with this fingerprint
+	fpMixed  map[fpKey][]uint32 // the rare fingerprint seen with different rates, in order
+	loaded   map[int64]bool
+	info     map[*Exporter]*exporterInfo
 	Counts   map[string]*ExporterSamplingCounts
 }
 
@@ -83,7 +96,8 @@ func NewResolver(settingsFile, tapDir string) (*Resolver, error) {
 // reset drops fingerprints loaded for the previous file and rereads the rate history
 // when the tap appended to it.
 func (r *Resolver) reset() {
-	r.fps, r.loaded = map[fpKey][]uint32{}, map[string]bool{}
+	r.fps, r.fpMixed = map[fpKey]uint64{}, map[fpKey][]uint32{}
+	r.loaded, r.info = map[int64]bool{}, map[*Exporter]*exporterInfo{}
 	if r.dir == "" {
 		return
 	}
@@ -108,12 +122,13 @@ func (r *Resolver) setting(addr string) ExporterSampling {
 }
 
 // loadMinute reads one minute of the tap's fingerprints (once per shipped file).
-func (r *Resolver) loadMinute(minute string) {
+func (r *Resolver) loadMinute(minute int64) {
 	if r.loaded[minute] || r.dir == "" {
 		return
 	}
 	r.loaded[minute] = true
-	fh, err := os.Open(filepath.Join(r.dir, "fp", minute+".bin"))
+	name := time.UnixMilli(minute * 60_000).UTC().Format("200601021504")
+	fh, err := os.Open(filepath.Join(r.dir, "fp", name+".bin"))
 	if err != nil {
 		return
 	}
@@ -125,20 +140,41 @@ func (r *Resolver) loadMinute(minute string) {
 			return
 		}
 		k := fpKey{minute, binary.LittleEndian.Uint64(rec[:])}
-		r.fps[k] = append(r.fps[k], binary.LittleEndian.Uint32(rec[8:]))
+		rate := binary.LittleEndian.Uint32(rec[8:])
+		if mixed, ok := r.fpMixed[k]; ok {
+			r.fpMixed[k] = append(mixed, rate)
+		} else if v, ok := r.fps[k]; !ok {
+			r.fps[k] = uint64(rate) | 1<<32
+		} else if uint32(v) == rate {
+			r.fps[k] = v + 1<<32
+		} else {
+			list := make([]uint32, 0, v>>32+1)
+			for i := uint64(0); i < v>>32; i++ {
+				list = append(list, uint32(v))
+			}
+			r.fpMixed[k] = append(list, rate)
+			delete(r.fps, k)
+		}
 	}
 }
 
 // fromTap pops the rate the tap recorded for this record: its minute, then the minutes
 // beside it (the tap and nfcapd read the same datagram at nearly the same instant).
 func (r *Resolver) fromTap(f *Flow, fp uint64) (uint32, bool) {
-	t := time.UnixMilli(f.Received).UTC()
-	for _, d := range []time.Duration{0, -time.Minute, time.Minute} {
-		m := t.Add(d).Format("200601021504")
+	for _, d := range [3]int64{0, -1, 1} {
+		m := f.Received/60_000 + d
 		r.loadMinute(m)
 		k := fpKey{m, fp}
-		if q := r.fps[k]; len(q) > 0 {
-			r.fps[k] = q[1:]
+		if v, ok := r.fps[k]; ok {
+			if v>>32 <= 1 {
+				delete(r.fps, k)
+			} else {
+				r.fps[k] = v - 1<<32
+			}
+			return uint32(v), true
+		}
+		if q := r.fpMixed[k]; len(q) > 0 {
+			r.fpMixed[k] = q[1:]
 			return q[0], true
 		}
 	}
@@ -151,7 +187,7 @@ func (r *Resolver) fromHistory(key string, at int64) (uint32, bool) {
 	if len(changes) == 0 {
 		return 0, false
 	}
-	cur := map[int64]uint32{}
+	cur := make(map[int64]uint32, 4)
 	for _, c := range changes {
 		if c.T > at {
 			break
@@ -177,17 +213,16 @@ func (r *Resolver) Resolve(f *Flow) {
 		applied = 1
 	}
 	wireP, wireB := f.Packets/uint64(applied), f.Bytes/uint64(applied)
-	addr := f.Exporter.Addr
-	key := fmt.Sprintf("%s/%d", addr, f.Exporter.Domain)
-	set := r.setting(addr)
+	ex := r.exporterInfo(f.Exporter)
+	set := ex.set
 	rate, source := uint32(0), ""
 	unknown := false
 	if set.Force > 0 {
 		rate, source = set.Force, "forced"
 	}
-	if source == "" && r.dir != "" {
-		if ip, err := netip.ParseAddr(addr); err == nil {
-			fp := fingerprint(ip, f.Exporter.Domain, f.V6, flowAddr16(&f.SrcAddr, f.V6), flowAddr16(&f.DstAddr, f.V6),
+	if source == "" && ex.tapped {
+		if ex.ipOK {
+			fp := fingerprint(ex.ip, f.Exporter.Domain, f.V6, flowAddr16(&f.SrcAddr, f.V6), flowAddr16(&f.DstAddr, f.V6),
 				f.SrcPort, f.DstPort, f.Proto, f.InputIf, f.OutputIf, wireP, wireB)
 			if got, ok := r.fromTap(f, fp); ok {
 				if got > 0 {
@@ -198,7 +233,7 @@ func (r *Resolver) Resolve(f *Flow) {
 			}
 		}
 		if source == "" && !unknown {
-			if got, ok := r.fromHistory(key, f.Received); ok {
+			if got, ok := r.fromHistory(ex.key, f.Received); ok {
 				if got > 0 {
 					rate, source = got, "history"
 				} else {
@@ -233,17 +268,32 @@ func (r *Resolver) Resolve(f *Flow) {
 		mult = 1 // unknown: the lake keeps the wire counts, sampling_rate 0 says so
 	}
 	f.Packets, f.Bytes = wireP*mult, wireB*mult
-	c := r.Counts[addr]
-	if c == nil {
-		c = &ExporterSamplingCounts{Sources: map[string]uint64{}, Rates: map[string]uint64{}}
-		r.Counts[addr] = c
-	}
+	c := ex.counts
 	c.Flows++
 	c.Sources[source]++
-	c.Rates[fmt.Sprint(rate)]++
+	c.rates[rate]++
 	if rate == 0 {
 		c.Unknown++
 	}
+}
+
+func (r *Resolver) exporterInfo(e *Exporter) *exporterInfo {
+	if x := r.info[e]; x != nil {
+		return x
+	}
+	x := &exporterInfo{key: fmt.Sprintf("%s/%d", e.Addr, e.Domain), set: r.setting(e.Addr)}
+	x.tapped = len(r.history[x.key]) > 0
+	if ip, err := netip.ParseAddr(e.Addr); err == nil {
+		x.ip, x.ipOK = ip, true
+	}
+	c := r.Counts[e.Addr]
+	if c == nil {
+		c = &ExporterSamplingCounts{Sources: map[string]uint64{}, Rates: map[string]uint64{}, rates: map[uint32]uint64{}}
+		r.Counts[e.Addr] = c
+	}
+	x.counts = c
+	r.info[e] = x
+	return x
 }
 
 // flowAddr16 returns the address as the tap hashes it: IPv4 in the last 4 bytes.
@@ -271,6 +321,9 @@ func MergeCounts(into map[string]*ExporterSamplingCounts, from map[string]*Expor
 		}
 		for s, n := range c.Rates {
 			t.Rates[s] += n
+		}
+		for rate, n := range c.rates {
+			t.Rates[fmt.Sprint(rate)] += n
 		}
 	}
 }

@@ -317,8 +317,8 @@ func (s *Shipper) shipFile(ctx context.Context, path string) (*Stats, error) {
 		}
 	}
 	h := fnv.New64a()
-	s.res.reset()
 	s.res.Counts = map[string]*ExporterSamplingCounts{}
+	s.res.reset()
 	var packets, bytes, shipped uint64
 	times := map[string]*ExporterTimeCounts{}
 	var rejected []byte // JSON lines of quarantined flows, written once the file committed

@@ -28,7 +28,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"hash/fnv"
 	"log"
 	"math"
 	"net"
@@ -66,6 +65,37 @@ const samplerExporterWide = -1
 type tfield struct {
 	id, length uint16
 	enterprise bool
+	slot       int8 // where decodeRecord keeps its value (-1: not used)
+}
+
+// value slots of a record: the information elements the tap reads, as numbers
+const (
+	sBytes = iota
+	sPackets
+	sProto
+	sSrcPort
+	sDstPort
+	sInIf
+	sOutIf
+	sInterval34
+	sSamplerID48
+	sRandom50
+	sBytesTotal
+	sPktsTotal
+	sSelector302
+	sPacketInterval305
+	sPacketSpace306
+	sSize309
+	sPopulation310
+	nSlots
+)
+
+var slotOf = map[uint16]int8{
+	ieBytes: sBytes, iePackets: sPackets, ieProto: sProto, ieSrcPort: sSrcPort, ieDstPort: sDstPort,
+	ieInIf: sInIf, ieOutIf: sOutIf, ieSamplingInterval: sInterval34, ieSamplerID: sSamplerID48,
+	ieSamplerRandomInterval: sRandom50, ieBytesTotal: sBytesTotal, iePktsTotal: sPktsTotal,
+	ieSelectorID: sSelector302, iePacketInterval: sPacketInterval305, iePacketSpace: sPacketSpace306,
+	ieSamplingSize: sSize309, iePopulation: sPopulation310,
 }
 
 type ttemplate struct {
@@ -428,6 +458,10 @@ func (t *tap) templates(e *texporter, b []byte, ipfix, options bool) {
 					tm.rates = true
 				}
 			}
+			f.slot = -1
+			if sl, ok := slotOf[f.id]; ok && !f.enterprise {
+				f.slot = sl
+			}
 			tm.fields = append(tm.fields, f)
 		}
 		if tid >= 256 {
@@ -438,17 +472,22 @@ func (t *tap) templates(e *texporter, b []byte, ipfix, options bool) {
 
 // values of one record: the fields the tap uses, as numbers, plus addresses.
 type recvals struct {
-	num        map[uint16]uint64
-	prob       float64
-	src, dst   [16]byte
-	v6         bool
-	hasSampler bool
+	val      [nSlots]uint64
+	has      uint32 // bit per slot
+	prob     float64
+	src, dst [16]byte
+	v6       bool
 }
+
+func (v *recvals) set(slot int8, x uint64) { v.val[slot], v.has = x, v.has|1<<uint(slot) }
+
+func (v *recvals) get(slot int) (uint64, bool) { return v.val[slot], v.has&(1<<uint(slot)) != 0 }
+
+func (v *recvals) hasSampler() bool { return v.has&(1<<sSamplerID48|1<<sSelector302) != 0 }
 
 func (t *tap) data(e *texporter, tm *ttemplate, b []byte, now time.Time) {
 	for {
 		var v recvals
-		v.num = map[uint16]uint64{}
 		n, ok := decodeRecord(tm, b, &v)
 		if !ok {
 			return // what is left is padding
@@ -515,15 +554,12 @@ func decodeRecord(tm *ttemplate, b []byte, v *recvals) (int, bool) {
 				v.prob = float64(math.Float32frombits(binary.BigEndian.Uint32(val)))
 			}
 		default:
-			if l <= 8 {
+			if f.slot >= 0 && l <= 8 {
 				var x uint64
 				for _, c := range val {
 					x = x<<8 | uint64(c)
 				}
-				v.num[f.id] = x
-				if f.id == ieSamplerID || f.id == ieSelectorID {
-					v.hasSampler = true
-				}
+				v.set(f.slot, x)
 			}
 		}
 	}
@@ -532,24 +568,24 @@ func decodeRecord(tm *ttemplate, b []byte, v *recvals) (int, bool) {
 
 // rateOf reads a rate from a record's sampling fields, most specific first; "" when none.
 func rateOf(v *recvals) (uint32, string) {
-	n := v.num
-	if space, ok := n[iePacketSpace]; ok && n[iePacketInterval] > 0 {
-		return clampRate((n[iePacketInterval] + space) / n[iePacketInterval]), "samplingPacketInterval 305 + samplingPacketSpace 306"
+	pi, hasPI := v.get(sPacketInterval305)
+	if space, ok := v.get(sPacketSpace306); ok && pi > 0 {
+		return clampRate((pi + space) / pi), "samplingPacketInterval 305 + samplingPacketSpace 306"
 	}
-	if pop, ok := n[iePopulation]; ok && n[ieSamplingSize] > 0 {
-		return clampRate(pop / n[ieSamplingSize]), "samplingSize 309 / samplingPopulation 310"
+	if pop, ok := v.get(sPopulation310); ok && v.val[sSize309] > 0 {
+		return clampRate(pop / v.val[sSize309]), "samplingSize 309 / samplingPopulation 310"
 	}
 	if v.prob > 0 && v.prob <= 1 {
 		return clampRate(uint64(math.Round(1 / v.prob))), "samplingProbability 311"
 	}
-	if r, ok := n[ieSamplingInterval]; ok && r > 0 {
+	if r, ok := v.get(sInterval34); ok && r > 0 {
 		return clampRate(r), "samplingInterval 34"
 	}
-	if r, ok := n[ieSamplerRandomInterval]; ok && r > 0 {
+	if r, ok := v.get(sRandom50); ok && r > 0 {
 		return clampRate(r), "samplerRandomInterval 50"
 	}
-	if r, ok := n[iePacketInterval]; ok && r > 0 { // alone: vendors put N of 1:N here
-		return clampRate(r), "samplingPacketInterval 305"
+	if hasPI && pi > 0 { // alone: vendors put N of 1:N here
+		return clampRate(pi), "samplingPacketInterval 305"
 	}
 	return 0, ""
 }
@@ -565,10 +601,10 @@ func clampRate(r uint64) uint32 {
 }
 
 func samplerOf(v *recvals) int64 {
-	if id, ok := v.num[ieSelectorID]; ok {
+	if id, ok := v.get(sSelector302); ok {
 		return int64(id)
 	}
-	if id, ok := v.num[ieSamplerID]; ok {
+	if id, ok := v.get(sSamplerID48); ok {
 		return int64(id)
 	}
 	return samplerExporterWide
@@ -588,33 +624,40 @@ func (t *tap) flowRecord(e *texporter, v *recvals, now time.Time) {
 		t.announce(e, samplerOf(v), rate, "data record "+form, now)
 	} else {
 		rate = e.rateFor(v)
-		if rate == 0 && v.hasSampler && samplerOf(v) != 0 {
-			e.sampled = true // it names a sampler (0 = none) never announced: unknown
+		if rate == 0 && v.hasSampler() && samplerOf(v) != 0 {
+			// it names a sampler (0 = none) never announced: unknown, said once in rates.jsonl
+			if _, said := e.forms[samplerOf(v)]; !said {
+				e.forms[samplerOf(v)] = "named in data records, never announced"
+				line, _ := json.Marshal(RateChange{T: now.UnixMilli(), Exporter: e.addr.String(), Domain: e.domain,
+					Sampler: samplerOf(v), Rate: 0, Form: e.forms[samplerOf(v)]})
+				_, _ = t.rates.Write(append(line, '\n'))
+			}
+			e.sampled = true
 		}
 	}
 	if !e.sampled {
 		return
 	}
-	n := v.num
-	fp := fingerprint(e.addr, e.domain, v.v6, &v.src, &v.dst, uint16(n[ieSrcPort]), uint16(n[ieDstPort]), uint8(n[ieProto]),
-		uint32(n[ieInIf]), uint32(n[ieOutIf]), firstOf(n, iePackets, iePktsTotal), firstOf(n, ieBytes, ieBytesTotal))
+	n := &v.val
+	fp := fingerprint(e.addr, e.domain, v.v6, &v.src, &v.dst, uint16(n[sSrcPort]), uint16(n[sDstPort]), uint8(n[sProto]),
+		uint32(n[sInIf]), uint32(n[sOutIf]), firstOf(v, sPackets, sPktsTotal), firstOf(v, sBytes, sBytesTotal))
 	if rate == 0 {
 		e.Unknown++
 	}
 	t.record(e, fp, rate, now)
 }
 
-func firstOf(n map[uint16]uint64, a, b uint16) uint64 {
-	if x, ok := n[a]; ok {
+func firstOf(v *recvals, a, b int) uint64 {
+	if x, ok := v.get(a); ok {
 		return x
 	}
-	return n[b]
+	return v.val[b]
 }
 
 // rateFor: the record's sampler if it names one, else the exporter-wide rate, else the
 // exporter's only sampler; 0 = unknown (a sampler never announced, or several to choose from).
 func (e *texporter) rateFor(v *recvals) uint32 {
-	if v.hasSampler {
+	if v.hasSampler() {
 		return e.samplers[samplerOf(v)]
 	}
 	if r, ok := e.samplers[samplerExporterWide]; ok {
@@ -659,27 +702,32 @@ func (t *tap) flushFP() {
 // (nfcapd's V3 record) know. ICMP ports are left out: nfcapd moves type/code into them.
 func fingerprint(exporter netip.Addr, domain uint32, v6 bool, src, dst *[16]byte, sport, dport uint16, proto uint8,
 	inIf, outIf uint32, packets, bytes uint64) uint64 {
-	h := fnv.New64a()
 	a := exporter.As16()
-	var b [8 + 16 + 16 + 4 + 1 + 8 + 16]byte
-	binary.BigEndian.PutUint32(b[0:], domain)
+	var b [16 + 8 + 16 + 16 + 4 + 1 + 8 + 16]byte
+	copy(b[:], a[:])
+	h := b[16:]
+	binary.BigEndian.PutUint32(h[0:], domain)
 	if v6 {
-		b[4] = 6
+		h[4] = 6
 	}
-	copy(b[8:], src[:])
-	copy(b[24:], dst[:])
+	copy(h[8:], src[:])
+	copy(h[24:], dst[:])
 	if proto != 1 && proto != 58 {
-		binary.BigEndian.PutUint16(b[40:], sport)
-		binary.BigEndian.PutUint16(b[42:], dport)
+		binary.BigEndian.PutUint16(h[40:], sport)
+		binary.BigEndian.PutUint16(h[42:], dport)
 	}
-	b[44] = proto
-	binary.BigEndian.PutUint32(b[45:], inIf)
-	binary.BigEndian.PutUint32(b[49:], outIf)
-	binary.BigEndian.PutUint64(b[53:], packets)
-	binary.BigEndian.PutUint64(b[61:], bytes)
-	h.Write(a[:])
-	h.Write(b[:])
-	return h.Sum64()
+	h[44] = proto
+	binary.BigEndian.PutUint32(h[45:], inIf)
+	binary.BigEndian.PutUint32(h[49:], outIf)
+	binary.BigEndian.PutUint64(h[53:], packets)
+	binary.BigEndian.PutUint64(h[61:], bytes)
+	// FNV-1a 64 over exporter (16 bytes) + the record's fields, without allocating
+	x := uint64(14695981039346656037)
+	for _, c := range b[:16+69] {
+		x ^= uint64(c)
+		x *= 1099511628211
+	}
+	return x
 }
 
 // attachPortFilter has the kernel hand the tap only datagrams to the collector port (a

@@ -12,21 +12,28 @@ import (
 
 func TestRateOfEveryForm(t *testing.T) {
 	f64 := func(p float64) *recvals {
-		return &recvals{num: map[uint16]uint64{}, prob: p}
+		return &recvals{prob: p}
+	}
+	vals := func(m map[uint16]uint64) *recvals {
+		v := &recvals{}
+		for id, x := range m {
+			v.set(slotOf[id], x)
+		}
+		return v
 	}
 	cases := []struct {
 		name string
 		v    *recvals
 		want uint32
 	}{
-		{"305+306", &recvals{num: map[uint16]uint64{iePacketInterval: 1, iePacketSpace: 999}}, 1000},
-		{"305+306 n>1", &recvals{num: map[uint16]uint64{iePacketInterval: 2, iePacketSpace: 98}}, 50},
-		{"309/310 (cisco)", &recvals{num: map[uint16]uint64{iePacketInterval: 1, ieSamplingSize: 1, iePopulation: 256}}, 256},
+		{"305+306", vals(map[uint16]uint64{iePacketInterval: 1, iePacketSpace: 999}), 1000},
+		{"305+306 n>1", vals(map[uint16]uint64{iePacketInterval: 2, iePacketSpace: 98}), 50},
+		{"309/310 (cisco)", vals(map[uint16]uint64{iePacketInterval: 1, ieSamplingSize: 1, iePopulation: 256}), 256},
 		{"311", f64(0.001), 1000},
-		{"34", &recvals{num: map[uint16]uint64{ieSamplingInterval: 4000}}, 4000},
-		{"50", &recvals{num: map[uint16]uint64{ieSamplerRandomInterval: 2000}}, 2000},
-		{"305 alone", &recvals{num: map[uint16]uint64{iePacketInterval: 64}}, 64},
-		{"none", &recvals{num: map[uint16]uint64{ieSamplerID: 3}}, 0},
+		{"34", vals(map[uint16]uint64{ieSamplingInterval: 4000}), 4000},
+		{"50", vals(map[uint16]uint64{ieSamplerRandomInterval: 2000}), 2000},
+		{"305 alone", vals(map[uint16]uint64{iePacketInterval: 64}), 64},
+		{"none", vals(map[uint16]uint64{ieSamplerID: 3}), 0},
 	}
 	for _, c := range cases {
 		if got, _ := rateOf(c.v); got != c.want {
