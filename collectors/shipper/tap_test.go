@@ -86,17 +86,24 @@ func ipfixTwoSamplers(rates [2]uint32) []byte {
 	return append(hdr, m...)
 }
 
-func TestTapResolvesEachRecordsSamplerAndRateChanges(t *testing.T) {
-	dir := t.TempDir()
+// tapDatagrams runs a tap (no socket) over datagrams from 192.0.2.9 into a fresh directory.
+func tapDatagrams(tb testing.TB, now time.Time, datagrams ...[]byte) string {
+	dir := tb.TempDir()
 	os.MkdirAll(filepath.Join(dir, "fp"), 0o755)
 	rates, _ := os.Create(filepath.Join(dir, "rates.jsonl"))
 	tp := &tap{o: tapOptions{dir: dir, keep: time.Hour}, exporters: map[string]*texporter{}, rates: rates}
-	addr := netip.MustParseAddr("192.0.2.9")
-	now := time.Now()
-	tp.datagram(addr, ipfixTwoSamplers([2]uint32{4000, 2000}), now)
-	tp.datagram(addr, ipfixTwoSamplers([2]uint32{4000, 500}), now) // sampler 2 changes
+	for _, d := range datagrams {
+		tp.datagram(netip.MustParseAddr("192.0.2.9"), d, now)
+	}
 	tp.flushFP()
 	rates.Close()
+	return dir
+}
+
+func TestTapResolvesEachRecordsSamplerAndRateChanges(t *testing.T) {
+	now := time.Now()
+	dir := tapDatagrams(t, now, ipfixTwoSamplers([2]uint32{4000, 2000}),
+		ipfixTwoSamplers([2]uint32{4000, 500})) // sampler 2 changes
 	changes := readRateChanges(filepath.Join(dir, "rates.jsonl"))
 	if len(changes) != 3 || changes[2].Sampler != 2 || changes[2].Rate != 500 {
 		t.Fatalf("rate changes: %+v", changes)
