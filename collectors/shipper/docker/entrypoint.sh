@@ -25,6 +25,13 @@ set -eu
 spool="$FLOWLAKE_HOME/nfcapd"
 mkdir -p "$spool" "$FLOWLAKE_HOME/state" "$FLOWLAKE_HOME/run" "$FLOWLAKE_HOME/lake/quarantine/nfcapd"
 
+# The sampling tap first (raw socket: the image gives the binary cap_net_raw), so no
+# router's sampling announcement is missed; without it rates come from the files alone.
+mkdir -p "$FLOWLAKE_HOME/state/sampling"
+flowlake-shipper tap --bind "$FLOWLAKE_COLLECTOR_BIND" --port "$FLOWLAKE_COLLECTOR_PORT" \
+    --dir "$FLOWLAKE_HOME/state/sampling" &
+tap_pid=$!
+
 nfcapd -b "$FLOWLAKE_COLLECTOR_BIND" -p "$FLOWLAKE_COLLECTOR_PORT" -w "$spool" \
     -t "$FLOWLAKE_COLLECTOR_ROTATE_SECONDS" -B "$FLOWLAKE_COLLECTOR_SOCKET_BUFFER" -I flowlake &
 nfcapd_pid=$!
@@ -40,13 +47,14 @@ set -- serve \
     --linger "${FLOWLAKE_SHIPPER_LINGER_MS}ms" --max-buffered "$FLOWLAKE_SHIPPER_BATCH_RECORDS" \
     --batch-bytes "$FLOWLAKE_SHIPPER_BATCH_BYTES" \
     --compression "$FLOWLAKE_SHIPPER_COMPRESSION" --txn-timeout "${FLOWLAKE_SHIPPER_TXN_TIMEOUT_SECONDS}s" \
-    --schema /etc/flowlake/flow.avsc --fingerprint "$(cat /etc/flowlake/flow.fingerprint)"
+    --schema /etc/flowlake/flow.avsc --fingerprint "$(cat /etc/flowlake/flow.fingerprint)" \
+    --tap-dir "$FLOWLAKE_HOME/state/sampling"
 case "$FLOWLAKE_SHIPPER_DELETE_AFTER_SHIP" in 1|true|yes|on) set -- "$@" --delete-after-ship ;; esac
 flowlake-shipper "$@" &
 shipper_pid=$!
 
 # SIGTERM: nfcapd closes its current file, then the shipper finishes or aborts cleanly.
-trap 'kill -TERM "$nfcapd_pid" 2>/dev/null; wait "$nfcapd_pid" 2>/dev/null; kill -TERM "$shipper_pid" 2>/dev/null; wait "$shipper_pid"; exit 0' TERM INT
+trap 'kill -TERM "$nfcapd_pid" 2>/dev/null; wait "$nfcapd_pid" 2>/dev/null; kill -TERM "$tap_pid" 2>/dev/null; kill -TERM "$shipper_pid" 2>/dev/null; wait "$shipper_pid"; exit 0' TERM INT
 # If either process dies the container exits, so the orchestrator restarts both.
 while kill -0 "$nfcapd_pid" 2>/dev/null && kill -0 "$shipper_pid" 2>/dev/null; do sleep 2; done
 echo "flowlake collector: nfcapd or the shipper exited; stopping" >&2
