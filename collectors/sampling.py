@@ -25,6 +25,7 @@ sampler records, its own uint32 arithmetic) and multiplies by flowlake's rate, o
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -33,6 +34,7 @@ from flowlake.gobuild import SHIPPER
 from flowlake.services.process import Managed
 
 KEYS = ("sampling", "force_sampling")
+log = logging.getLogger("flowlake.sampling")
 
 
 def tap_dir(cfg) -> Path:
@@ -118,6 +120,9 @@ def start(cfg=None, timeout: float = 20.0) -> int | None:
     from flowlake.services.process import wait_until
 
     cfg = cfg or _config.get()
+    warning = legacy_warning(cfg)
+    if warning:
+        log.warning(warning)
     if not cfg.sampling.tap:
         return None
     proc = managed(cfg)
@@ -145,6 +150,9 @@ def status(cfg=None) -> dict:
         out["tap"] = json.loads((tap_dir(cfg) / "tap.json").read_text())
     except (OSError, ValueError):
         pass
+    fp = list((tap_dir(cfg) / "fp").glob("*.bin"))
+    out["tap_disk"] = {"fingerprint_files": len(fp), "bytes": sum(p.stat().st_size for p in fp),
+                       "keep_minutes": int(cfg.sampling.keep_minutes)}
     try:
         shipped = json.loads(cfg.path("state", "shipper.json").read_text()).get("sampling") or {}
     except (OSError, ValueError):
@@ -193,6 +201,10 @@ def print_status(console, st: dict) -> None:
                       "(sampling_rate 0 in the lake, wire counts): set [exporters.\"ADDR\"] sampling = N[/]")
     if st.get("warning"):
         console.print(f"[yellow]{st['warning']}[/]")
+    tap, disk = st.get("tap") or {}, st.get("tap_disk") or {}
+    if tap:
+        console.print(f"sampling tap: {tap.get('datagrams', 0):,} datagrams read, {tap.get('malformed', 0):,} malformed; "
+                      f"{disk.get('bytes', 0):,} bytes of record fingerprints (kept {disk.get('keep_minutes')} min)")
     times = st.get("times") or {}
     if times.get("exporters"):
         tt = Table(title="flow times per exporter (corrected / quarantined to lake/quarantine/flows/)")

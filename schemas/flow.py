@@ -20,7 +20,7 @@ FLOW = Record(
         Field("tos", "int", "source type of service byte"),
         Field("packets", "long", "packets, multiplied by the sampling rate", "packets"),
         Field("bytes", "long", "bytes at layer 3, multiplied by the sampling rate", "bytes"),
-        Field("sampling_rate", "int", "1:N packet sampling announced by the exporter (1 = unsampled)"),
+        Field("sampling_rate", "int", "1:N packet sampling flowlake applied (1 = unsampled, 0 = unknown: wire counts)"),
         Field("src_as", "long", "source autonomous system number"),
         Field("dst_as", "long", "destination autonomous system number"),
         Field("source_file", "string", "nfcapd file the flow was read from (path below the spool)"),
