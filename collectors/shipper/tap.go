@@ -87,8 +87,12 @@ const (
 	sPacketSpace306
 	sSize309
 	sPopulation310
+	sScopeInterface // v9 options scope Interface (type 2): a rate per input interface
 	nSlots
 )
+
+// samplerInterface keys a rate announced for one input interface (no sampler id).
+const samplerInterface = int64(1) << 40
 
 var slotOf = map[uint16]int8{
 	ieBytes: sBytes, iePackets: sPackets, ieProto: sProto, ieSrcPort: sSrcPort, ieDstPort: sDstPort,
@@ -462,6 +466,9 @@ func (t *tap) templates(e *texporter, b []byte, ipfix, options bool) {
 			if sl, ok := slotOf[f.id]; ok && !f.enterprise {
 				f.slot = sl
 			}
+			if f.id == 0x4002 || (options && ipfix && i < tm.scope && f.id == ieInIf) {
+				f.slot = sScopeInterface // v9 scope Interface, IPFIX scope ingressInterface
+			}
 			tm.fields = append(tm.fields, f)
 		}
 		if tid >= 256 {
@@ -615,7 +622,11 @@ func (t *tap) optionRecord(e *texporter, v *recvals, now time.Time) {
 	if rate == 0 {
 		return
 	}
-	t.announce(e, samplerOf(v), rate, "options "+form, now)
+	sampler := samplerOf(v)
+	if ifindex, ok := v.get(sScopeInterface); ok && sampler == samplerExporterWide {
+		sampler, form = samplerInterface|int64(ifindex), form+" (per input interface)"
+	}
+	t.announce(e, sampler, rate, "options "+form, now)
 }
 
 func (t *tap) flowRecord(e *texporter, v *recvals, now time.Time) {
@@ -659,6 +670,9 @@ func firstOf(v *recvals, a, b int) uint64 {
 func (e *texporter) rateFor(v *recvals) uint32 {
 	if v.hasSampler() {
 		return e.samplers[samplerOf(v)]
+	}
+	if r, ok := e.samplers[samplerInterface|int64(v.val[sInIf])]; ok {
+		return r
 	}
 	if r, ok := e.samplers[samplerExporterWide]; ok {
 		return r

@@ -169,3 +169,43 @@ func TestResolverUndoesWhatNfcapdAppliedAndHonoursSettings(t *testing.T) {
 		t.Errorf("unknown not counted: %+v", r.Counts["192.0.2.3"])
 	}
 }
+
+// v9: options scoped by interface (type 2) with SAMPLING_INTERVAL, a rate per input
+// interface; data records without a sampler id take their input interface's rate.
+func TestTapRatePerInterfaceScope(t *testing.T) {
+	be := binary.BigEndian
+	var m []byte
+	set := func(id uint16, body []byte) {
+		m = be.AppendUint16(be.AppendUint16(m, id), uint16(4+len(body)))
+		m = append(m, body...)
+	}
+	u16 := func(v ...uint16) (b []byte) {
+		for _, x := range v {
+			b = be.AppendUint16(b, x)
+		}
+		return b
+	}
+	set(1, u16(300, 4, 4, 2, 4, ieSamplingInterval, 4)) // scope Interface (4 bytes), 34
+	set(300, be.AppendUint32(be.AppendUint32(be.AppendUint32(be.AppendUint32(nil, 3), 100), 5), 1000))
+	set(0, u16(256, 4, ieSrcV4, 4, iePackets, 4, ieBytes, 4, ieInIf, 2))
+	var d []byte
+	for _, inIf := range []uint16{3, 5} {
+		d = be.AppendUint16(be.AppendUint32(be.AppendUint32(be.AppendUint32(d, 0x0A000001), 2), 200), inIf)
+	}
+	set(256, d)
+	hdr := be.AppendUint32(be.AppendUint32(be.AppendUint32(be.AppendUint32(u16(9, 4), 0), 0), 0), 1)
+	now := time.Now()
+	r, _ := NewResolver("", tapDatagrams(t, now, append(hdr, m...)))
+	for _, c := range []struct {
+		inIf uint32
+		rate uint32
+	}{{3, 100}, {5, 1000}} {
+		f := &Flow{Exporter: &Exporter{Addr: "192.0.2.9", Domain: 1}, Packets: 2, Bytes: 200, SamplingRate: 1,
+			Received: now.UnixMilli(), InputIf: c.inIf}
+		copy(f.SrcAddr[:], []byte{10, 0, 0, 1})
+		r.Resolve(f)
+		if f.SamplingRate != c.rate || f.Packets != 2*uint64(c.rate) {
+			t.Errorf("input interface %d: rate %d packets %d, want rate %d", c.inIf, f.SamplingRate, f.Packets, c.rate)
+		}
+	}
+}
