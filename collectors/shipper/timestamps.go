@@ -20,6 +20,9 @@ import (
 
 const uptimeWrapMs = int64(1) << 32
 
+// wrapSlack: how long before its arrival a flow moved back by an uptime wrap may end.
+const wrapSlack = 24 * time.Hour
+
 // TimeRules bound how far a flow's times may lie from its arrival.
 type TimeRules struct {
 	MaxFuture time.Duration // end after arrival by more than this: impossible
@@ -40,14 +43,16 @@ func (t TimeRules) checkTimes(f *Flow) (corrected, reject string) {
 		f.TimeStart, f.TimeEnd = r, r
 		return "no time in the record (uptime-relative without the router's boot time): set to its arrival", ""
 	}
-	fix := func(v int64) int64 {
-		if v > r+future && v-uptimeWrapMs <= r+future && (age == 0 || v-uptimeWrapMs >= r-age) {
-			corrected = "router uptime wrapped (2^32 ms) between the flow and its export: 2^32 ms earlier"
-			return v - uptimeWrapMs
+	// the wrap's signature: 2^32 ms earlier, the flow ended just before it arrived (a
+	// router exports a record within its active timeout). Anything else ahead is not
+	// explained (a capture replayed with uptimes beyond 32 bits, a clock): quarantined.
+	if end := f.TimeEnd - uptimeWrapMs; f.TimeEnd > r+future && end <= r+future && end >= r-wrapSlack.Milliseconds() {
+		corrected = "router uptime wrapped (2^32 ms) between the flow and its export: 2^32 ms earlier"
+		f.TimeEnd = end
+		if f.TimeStart > r+future {
+			f.TimeStart -= uptimeWrapMs
 		}
-		return v
 	}
-	f.TimeStart, f.TimeEnd = fix(f.TimeStart), fix(f.TimeEnd)
 	switch d := f.TimeEnd - f.TimeStart; {
 	case d < 0:
 		return corrected, fmt.Sprintf("ends before it starts (by %.3f s)", float64(-d)/1000)

@@ -22,6 +22,8 @@ func TestCheckTimesCorrectsKnownCausesAndRejectsTheRest(t *testing.T) {
 		{"First after Last (nfcapd: -2^32 start)", r - 400 - uptimeWrapMs + 300, r - 400, 0, 0, "", "First is after its Last"},
 		{"ends before it starts", r - 1000, r - 5000, 0, 0, "", "ends before it starts"},
 		{"a day in the future", r + 86_400_000, r + 86_400_000, 0, 0, "", "in the future"},
+		{"a month ahead, 2^32 ms back would be weeks ago: no wrap", r + uptimeWrapMs - 21*86_400_000,
+			r + uptimeWrapMs - 21*86_400_000, 0, 0, "", "in the future"},
 		{"a year in the past", r - 365*86_400_000, r - 365*86_400_000 + 1, 0, 0, "", "in the past"},
 	}
 	for _, c := range cases {
