@@ -43,10 +43,16 @@ def packet(src: str, dst: str, proto: int, sport: int, dport: int, size: int, fl
     return b"\x00" * 6 + b"\x02" * 6 + ETH_V4 + ip + l4
 
 
-def write_pcap(path, flows: int, seed: int = 1, start: float = 1_763_600_000.0, ipv6_share: float = 0.2,
+def write_pcap(path, flows: int, seed: int = 1, start: float | None = None, ipv6_share: float = 0.2,
                packets_per_flow: int = 1) -> int:
     """`flows` distinct 5-tuples (TCP, UDP, ICMP; IPv4 and IPv6), `packets_per_flow` each.
-    Returns the number of packets written."""
+    Returns the number of packets written. Packets start an hour ago unless `start` (epoch s)
+    says otherwise: softflowd -r exports a year-old capture with wrapped uptimes, which
+    nfcapd lands weeks in the future and the shipper quarantines as impossible."""
+    if start is None:
+        import time
+
+        start = float(int(time.time()) - 3600)
     rng = random.Random(seed)
     out = open(path, "wb")
     out.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))

@@ -7,6 +7,7 @@
 //     and Last are from before the wrap lands 2^32 ms in the future: corrected here;
 //   - a record whose First is after its Last lands ~49.7 days long (nfcapd reads it
 //     as a wrap): the router's data is wrong, the flow is quarantined with the reason;
+//   - softflowd's IPFIX records end up to 1 ms before they start (rounding): start := end;
 //   - an IPFIX record timed by uptime (21/22) without systemInitTimeMilliseconds has no
 //     time at all (0, 1970): set to its arrival, counted as corrected.
 //
@@ -19,6 +20,9 @@ import (
 )
 
 const uptimeWrapMs = int64(1) << 32
+
+// roundingSlack: an end this much before the start is the exporter's rounding.
+const roundingSlack = time.Second
 
 // wrapSlack: how long before its arrival a flow moved back by an uptime wrap may end.
 const wrapSlack = 24 * time.Hour
@@ -52,6 +56,12 @@ func (t TimeRules) checkTimes(f *Flow) (corrected, reject string) {
 		if f.TimeStart > r+future {
 			f.TimeStart -= uptimeWrapMs
 		}
+	}
+	if d := f.TimeEnd - f.TimeStart; d < 0 && d >= -roundingSlack.Milliseconds() {
+		// an exporter keeping start and end at different precision (softflowd's IPFIX
+		// rounds one up, the other down): a flow of no measurable length
+		f.TimeStart = f.TimeEnd
+		corrected = "ends up to 1 s before it starts (the exporter's rounding): start set to its end"
 	}
 	switch d := f.TimeEnd - f.TimeStart; {
 	case d < 0:

@@ -21,6 +21,7 @@ func TestCheckTimesCorrectsKnownCausesAndRejectsTheRest(t *testing.T) {
 		{"no time (IPFIX uptime without init time)", 0, 0, r, r, "no time in the record", ""},
 		{"First after Last (nfcapd: -2^32 start)", r - 400 - uptimeWrapMs + 300, r - 400, 0, 0, "", "First is after its Last"},
 		{"ends before it starts", r - 1000, r - 5000, 0, 0, "", "ends before it starts"},
+		{"ends 1 ms before it starts (rounding)", r - 1000, r - 1001, r - 1001, r - 1001, "rounding", ""},
 		{"a day in the future", r + 86_400_000, r + 86_400_000, 0, 0, "", "in the future"},
 		{"a month ahead, 2^32 ms back would be weeks ago: no wrap", r + uptimeWrapMs - 21*86_400_000,
 			r + uptimeWrapMs - 21*86_400_000, 0, 0, "", "in the future"},
