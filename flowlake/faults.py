@@ -41,12 +41,15 @@ def file_totals_nfdump(path: Path) -> tuple[int, int, int] | None:
 
 
 def lake_per_file(lake: Path) -> dict[str, tuple[int, int, int]]:
+    """(flows, packets, bytes) per nfcapd file in the lake, packets and bytes as the
+    routers sent them (divided by sampling_rate: nfcapd writes v9 wire counts)."""
     import duckdb
 
     if not list((lake / "flows").rglob("*.parquet")):
         return {}
     rows = duckdb.connect().execute(
-        f"select source_file, count(*), sum(packets), sum(bytes) from read_parquet('{lake}/flows/**/*.parquet') "
+        f"select source_file, count(*), sum(packets // greatest(sampling_rate, 1)), "
+        f"sum(bytes // greatest(sampling_rate, 1)) from read_parquet('{lake}/flows/**/*.parquet') "
         "group by all").fetchall()
     return {r[0]: (r[1], int(r[2]), int(r[3])) for r in rows}
 
