@@ -80,8 +80,6 @@ def common_args(cfg) -> list[str]:
             args += ["--sasl-mechanism", k.sasl_mechanism, "--sasl-username", k.sasl_username]
         if k.ssl_cafile:
             args += ["--ssl-cafile", k.ssl_cafile]
-    if s.delete_after_ship:
-        args.append("--delete-after-ship")
     return args
 
 

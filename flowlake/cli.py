@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "query": ("flowlake.query.cli:query", "Search the lake with nfdump filter syntax."),
     "host": ("flowlake.query.cli:host", "Profile one host: peers, ports, volumes, first/last seen."),
     "schema": ("flowlake.schema_cli:schema", "Print generated views (Avro, Spark, Markdown) of a record."),
+    "retention": ("flowlake.retention.cli:retention", "Expire old data per tier ([retention]); --dry-run shows what goes."),
     "config": ("flowlake.schema_cli:config_cmd", "Print the effective configuration."),
 }
 

@@ -61,12 +61,21 @@ def _coerce(name: str, raw: str, default: Any) -> Any:
         ) from None
 
 
+# Keys that existed once: a config still setting them gets told what replaced them.
+REMOVED = {
+    "delete_after_ship": "removed: nfcapd files are deleted by retention once their flows are in the "
+                         "lake ([retention] spool_grace_hours; 0 deletes them as soon as the lake has them)",
+}
+
+
 def _merge(base: dict, over: dict, where: str) -> dict:
     out = dict(base)
     for key, value in over.items():
         if key in FREE_TABLES and isinstance(value, dict) and isinstance(base.get(key), dict):
             out[key] = {**base[key], **value}
             continue
+        if key in REMOVED and key not in base:
+            raise ConfigError(f"{where}: {key} was {REMOVED[key]}")
         if key not in base:
             raise ConfigError(f"{where}: unknown key {key!r} (known: {', '.join(sorted(base))})")
         if isinstance(base[key], dict):

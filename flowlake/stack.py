@@ -18,7 +18,7 @@ from . import config as _config
 from .services.process import Managed, port_open, wait_until
 
 log = logging.getLogger("flowlake.stack")
-ORDER = ["kafka", "ingest", "shipper", "sampling-tap", "nfcapd", "superset"]
+ORDER = ["kafka", "ingest", "shipper", "sampling-tap", "nfcapd", "retention", "superset"]
 
 
 def _python_argv(*args: str) -> list[str]:
@@ -57,6 +57,23 @@ def start_shipper(cfg) -> int:
     return pid
 
 
+def retention_managed(cfg) -> Managed:
+    return Managed("retention", cfg.path("run"), cfg.path("log"))
+
+
+def start_retention(cfg) -> int:
+    """The retention service: scheduled passes and the disk guard (flowlake/retention)."""
+    from .retention import daemon
+
+    proc = retention_managed(cfg)
+    if proc.running():
+        return proc.pid()
+    daemon.heartbeat_file(cfg).unlink(missing_ok=True)
+    pid = proc.start(_python_argv("retention", "--serve"))
+    wait_until(daemon.heartbeat_file(cfg).exists, 60, "the retention service to start", interval=0.5, proc=proc)
+    return pid
+
+
 def _superset():
     try:
         from . import superset_cli
@@ -72,9 +89,14 @@ def up_stack(cfg=None, with_superset: bool = True) -> dict:
     cfg = cfg or _config.get()
     started = {}
     from .collectors import sampling
+    from .retention import disk
 
     steps = [("kafka", kafka.start), ("ingest", start_ingest), ("shipper", start_shipper),
-             ("sampling-tap", sampling.start), ("nfcapd", nfcapd.start)]
+             ("sampling-tap", sampling.start), ("nfcapd", nfcapd.start), ("retention", start_retention)]
+    paused = (disk.paused(cfg) or {}).get("components", [])
+    if paused:  # the disk guard stopped them; its service starts them when space returns
+        click.echo(f"  {', '.join(paused)} paused by the disk guard (disk below retention.disk_floor_pct)", err=True)
+        steps = [step for step in steps if step[0] not in paused]
     sup = _superset()
     if with_superset and sup is not None and sup.provisioned(cfg):
         steps.append(("superset", sup.start))
@@ -93,6 +115,7 @@ def down_stack(cfg=None) -> None:
 
     cfg = cfg or _config.get()
     # Reverse order: nfcapd flushes its current file, the shipper finishes, the ingest drains.
+    retention_managed(cfg).stop(timeout=30)  # first: it must not restart what we stop
     sup = _superset()
     if sup is not None:
         sup.stop(cfg)
@@ -115,6 +138,7 @@ def component_state(cfg, name: str) -> dict:
         "shipper": shipper_managed(cfg), "ingest": ingest_managed(cfg),
         "superset": Managed("superset", cfg.path("run"), cfg.path("log")),
         "sampling-tap": Managed("sampling-tap", cfg.path("run"), cfg.path("log")),
+        "retention": retention_managed(cfg),
     }[name]
     pid = managed.pid()
     port = {"kafka": cfg.kafka.port, "nfcapd": cfg.collector.port, "superset": cfg.superset.port}.get(name)
@@ -124,6 +148,8 @@ def component_state(cfg, name: str) -> dict:
         state = "starting"
     else:
         state = "running"
+    if state != "running" and name in retention_paused(cfg):
+        state = "paused"
     return {"pid": pid, "state": state, "port": port, "log": str(managed.logfile)}
 
 
@@ -181,12 +207,25 @@ def kafka_offsets(cfg) -> dict:
     return out
 
 
+def retention_paused(cfg) -> list[str]:
+    from .retention import disk
+
+    return (disk.paused(cfg) or {}).get("components", [])
+
+
+def retention_status(cfg) -> dict:
+    from .retention import report
+
+    return report.status_summary(cfg)
+
+
 def status_dict(cfg=None) -> dict:
     cfg = cfg or _config.get()
     comps = {name: component_state(cfg, name) for name in ORDER}
     from .collectors import sampling
 
-    return {"home": str(cfg.home_dir), "components": comps, "counts": counts(cfg), "sampling": sampling.status(cfg)}
+    return {"home": str(cfg.home_dir), "components": comps, "counts": counts(cfg), "sampling": sampling.status(cfg),
+            "retention": retention_status(cfg)}
 
 
 @click.command()
@@ -243,7 +282,7 @@ def status(as_json: bool) -> None:
     for col in ("component", "state", "pid", "port"):
         t.add_column(col)
     for name, c in st["components"].items():
-        colour = {"running": "green", "dead": "red"}.get(c["state"], "yellow")
+        colour = {"running": "green", "dead": "red", "paused": "bold red"}.get(c["state"], "yellow")
         t.add_row(name, f"[{colour}]{c['state']}[/]", str(c["pid"] or "-"), str(c["port"] or "-"))
     console.print(t)
     c = st["counts"]
@@ -268,3 +307,6 @@ def status(as_json: bool) -> None:
     sampling.print_status(console, st["sampling"])
     if c["spool"].get("warning"):
         console.print(f"[bold red]WARNING: {c['spool']['warning']}[/]")
+    from .retention import report
+
+    report.render_status(console, st["retention"])

@@ -223,8 +223,11 @@ def run_cmd(date: dt.date, names: tuple[str, ...], master: str | None, warm: boo
     from flowlake import config
     from flowlake import spark as spark_factory
 
+    from flowlake.retention import disk
+
     console = Console(stderr=True)
     cfg = config.get()
+    disk.refuse_below_floor(cfg, "jobs")  # the disk guard's pause: a full disk must not half-write reports
     found = discover()
     unknown = [n for n in names if n not in found]
     if unknown:

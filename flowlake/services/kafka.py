@@ -190,10 +190,13 @@ def ensure_topics(cfg=None, timeout: float = 60.0) -> None:
     cfg = cfg or _config.get()
     k = cfg.kafka
     admin = AdminClient(cfg.kafka_client_conf())
+    from flowlake.retention import topics as retention
+
+    bounded = {t: retention.topic_configs(cfg, n) for t, n in retention.data_topics(cfg).items()}
     wanted = {
-        k.flows_topic: (k.partitions, {"compression.type": "producer"}),
-        k.active_topic: (1, {}),
-        k.dlq_topic: (1, {}),
+        k.flows_topic: (k.partitions, {"compression.type": "producer", **bounded[k.flows_topic]}),
+        k.active_topic: (1, bounded[k.active_topic]),
+        k.dlq_topic: (1, bounded[k.dlq_topic]),
         # The ledger says which nfcapd files were shipped; compacted, keyed by file.
         k.ledger_topic: (1, {"cleanup.policy": "compact"}),
     }
@@ -215,6 +218,7 @@ def ensure_topics(cfg=None, timeout: float = 60.0) -> None:
             except Exception as exc:  # TOPIC_ALREADY_EXISTS after a race is fine
                 if "already exists" not in str(exc).lower():
                     raise
+    retention.apply(cfg, admin)  # topics made before [retention] changed get the new bounds
 
 
 def end_offsets(cfg, consumer, topic: str, isolation: str, settle: float = 5.0,
