@@ -1,14 +1,16 @@
 """Which nfcapd spool files are safe to delete: the ledger and the ingest decide.
 
 A file is in the lake when
-  1. the ledger topic has it (its flows and its ledger record were one Kafka transaction,
-     so once the ledger record is readable read_committed, all its flows are in flows.v1
-     below the topic's end offsets of that moment), and
+  1. the ledger topic has it: its flows and its ledger record were one Kafka transaction,
+     so once the ledger record is readable read_committed, all its flows are in flows.v1;
   2. the ingest has committed a micro-batch (its done-marker in state/ingest/flows) whose
-     Spark checkpoint offsets reach those end offsets on every partition.
-The end offsets are noted the first time retention sees the file in the ledger
-(state/retention/spool.json): later than the shipment, so never too early. A file not in
-the ledger, or whose offsets the lake has not reached, is never deleted.
+     Spark checkpoint offsets reach, on every partition, the end of the file's records.
+The end of a file's records: the shipper stamps each record when it produces it and
+writes the ledger entry's `shipped_at` after the last one, so every record of the file lies
+below the first offset stamped after shipped_at (Kafka's offsets-for-times); where no
+record is that new yet, below the partition's end. Noted once per file in
+state/retention/spool.json. A file not in the ledger, or whose records the lake has not
+reached, is never deleted.
 """
 from __future__ import annotations
 
@@ -83,15 +85,22 @@ def lake_committed_offsets(cfg) -> dict[int, int] | None:
     return None
 
 
-def topic_end_offsets(cfg) -> dict[int, int]:
-    """High watermarks of flows.v1 now (every committed transaction lies below them)."""
+def records_end(cfg, shipped: dict[str, float]) -> dict[str, dict[int, int]]:
+    """{file: {partition: offset}} below which all of each file's flows.v1 records lie,
+    from the time its ledger entry was written (epoch seconds)."""
     from confluent_kafka import Consumer, TopicPartition
 
     topic = cfg.kafka.flows_topic
     consumer = Consumer({**cfg.kafka_client_conf(), "group.id": "flowlake-retention", "enable.auto.commit": False})
     try:
-        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+        parts = sorted(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
+        high = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+        out = {}
+        for name, at in shipped.items():
+            cut = int(at * 1000) + 1  # the first millisecond after the ledger entry
+            found = consumer.offsets_for_times([TopicPartition(topic, p, cut) for p in parts], timeout=10)
+            out[name] = {tp.partition: tp.offset if tp.offset >= 0 else high[tp.partition] for tp in found}
+        return out
     finally:
         consumer.close()
 
@@ -134,15 +143,14 @@ def spool_tier(cfg, now: float | None = None, ledger: dict | None = None) -> Tie
             raise RuntimeError(f"Kafka at {cfg.kafka_bootstrap} does not answer")
         if ledger is None:
             ledger = ship.read_ledger(cfg, timeout=10)
-        high = topic_end_offsets(cfg)
+        state = {k: v for k, v in load_state(cfg).items() if k in files}  # forget deleted files
+        new = {name: shipped_at(ledger[name]) or now for name in files if name in ledger and name not in state}
+        for name, ends in records_end(cfg, new).items():
+            state[name] = {"offsets": {str(p): o for p, o in ends.items()}, "seen": now}
     except Exception as exc:  # no broker: nothing can be proven shipped, so nothing goes
         tier.note = "ledger unreadable: every file kept"
         log.warning("spool: ledger unreadable, every file kept: %s", exc)
         return tier
-    state = {k: v for k, v in load_state(cfg).items() if k in files}  # forget deleted files
-    for name in files:
-        if name in ledger and name not in state:
-            state[name] = {"offsets": {str(p): o for p, o in high.items()}, "seen": now}
     save_state(cfg, state)
     committed = lake_committed_offsets(cfg)
     kept = {"not shipped": 0, "shipped, not yet in the lake": 0, "in the lake, within grace": 0}
