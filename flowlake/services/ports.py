@@ -24,4 +24,7 @@ def private_env(home: Path | str) -> dict[str, str]:
         "FLOWLAKE_SPARK_TRIGGER_SECONDS": "2",
         "FLOWLAKE_KAFKA_HEAP": "512m",
         "FLOWLAKE_SPARK_DRIVER_MEMORY": "1g",
+        # test traffic carries fixed past dates (pcapgen: 2025-11-20): keep it whatever its age
+        "FLOWLAKE_RETENTION_FLOWS_DAYS": "0",
+        "FLOWLAKE_RETENTION_QUARANTINE_DAYS": "0",
     }
