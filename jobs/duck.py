@@ -12,8 +12,6 @@ import ipaddress
 import os
 from pathlib import Path
 
-from . import common
-
 ENGINES = ("auto", "spark", "local")
 
 
@@ -81,6 +79,8 @@ def _local_udf(prefixes):
     """Vectorised DuckDB UDF: non-IPv4 address text -> in a local prefix (ipaddress rules)."""
     import pyarrow as pa
 
+    from . import common  # here, not at the top: `flowlake query` imports this module without Spark
+
     nets = common.parse_prefixes(prefixes)
 
     def is_local(arr):
@@ -101,6 +101,8 @@ def _local_udf(prefixes):
 
 def _v4_local_sql(prefixes) -> str:
     """SQL over `o` (the four octets as BIGINT, NULL when not a number): in a local IPv4 prefix."""
+    from . import common
+
     nets = [n for n in common.parse_prefixes(prefixes) if n.version == 4]
     ip = "(o[1] * 16777216 + o[2] * 65536 + o[3] * 256 + o[4])"
     ranges = " OR ".join(f"{ip} BETWEEN {int(n.network_address)} AND {int(n.broadcast_address)}" for n in nets)

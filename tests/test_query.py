@@ -2,8 +2,10 @@
 
 Real data path: a pcap written here -> softflowd (IPFIX) -> a real nfcapd -> one nfcapd
 file. nfdump reads that file; the same flows, decoded by `nfdump -o json`, become a
-lake partition in the FLOWS_TABLE shape. Every filter must select the same records in
-Spark as nfdump selects from the file, and `--stats` must equal `nfdump -s`.
+lake partition in the FLOWS_TABLE shape (written by Spark, as the ingest writes). Every
+filter must select the same records on both engines (Spark, and DuckDB over the lake's
+files) as nfdump selects from the file, `--stats` must equal `nfdump -s`, and the two
+engines must give the same rows, row for row.
 """
 from __future__ import annotations
 
@@ -212,6 +214,31 @@ def lake(cfg, flows):
     return base
 
 
+ENGINE_NAMES = ["spark", "local"]
+
+
+@pytest.fixture(scope="module")
+def engines(cfg, lake):
+    """Both query engines over the same lake partition."""
+    from flowlake.query.duck import DuckEngine
+    from flowlake.query.spark_engine import SparkEngine
+
+    out = {"spark": SparkEngine(cfg), "local": DuckEngine(cfg)}
+    yield out
+    out["local"].close()
+
+
+def duck_eval(rows: list[tuple], schema: str, exprs: list[str]) -> list[tuple]:
+    """Evaluate SQL expressions over hand-made rows in DuckDB (the local engine's compiler)."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute(f"CREATE TABLE t ({schema})")
+    if rows:
+        con.executemany(f"INSERT INTO t VALUES ({', '.join('?' * len(rows[0]))})", rows)
+    return con.execute(f"SELECT {', '.join(exprs)} FROM t").fetchall()
+
+
 # ---- the parser ---------------------------------------------------------------------------
 @pytest.mark.parametrize("text,bad", [
     ("dst port foo", "foo"),
@@ -317,28 +344,59 @@ FILTERS = [
 ]
 
 
-@pytest.mark.integration
-def test_filters_match_nfdump(flows, nf_file):
-    from flowlake.query import to_column
+KEYS = ["src_addr", "dst_addr", "src_port", "dst_port", "proto", "packets", "bytes"]
 
+
+def filter_matrix(engine: str, flows, cfg) -> list[dict]:
+    """Every flow of the lake with one boolean per FILTERS entry (f0, f1, ...), evaluated in
+    one pass by the engine's compiler: Spark columns, or DuckDB SQL over the lake's files."""
+    if engine == "spark":
+        from flowlake.query import to_column
+
+        cols = [to_column(parse(f)).alias(f"f{i}") for i, f in enumerate(FILTERS)]
+        return [r.asDict() for r in flows.select("source_file", "file_seq", *KEYS, *cols).collect()]
+    import duckdb
+
+    from flowlake.jobs.duck import sql_list
+    from flowlake.query import sql
+    from flowlake.query.duck import DuckEngine
+
+    files = DuckEngine(cfg)._files()
+    cols = ", ".join(f"{sql.to_sql(parse(f))} AS f{i}" for i, f in enumerate(FILTERS))
+    cur = duckdb.connect().execute(f"SELECT source_file, file_seq, {', '.join(KEYS)}, {cols} "
+                                   f"FROM read_parquet({sql_list(files)})")
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, r)) for r in cur.fetchall()]
+
+
+def _key(r) -> tuple:
+    return (r["src_addr"], r["dst_addr"], r["src_port"], r["dst_port"], PROTO_NAMES.get(r["proto"], str(r["proto"])),
+            r["packets"], r["bytes"])
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+def test_filters_match_nfdump(engine, flows, lake, cfg, nf_file):
     assert len(FILTERS) >= 25
     total = nfdump_records(nf_file)
-    # one Spark pass evaluates every filter as a boolean column
-    keys = ["src_addr", "dst_addr", "src_port", "dst_port", "proto", "packets", "bytes"]
-    rows = flows.select(*keys, *[to_column(parse(f)).alias(f"f{i}") for i, f in enumerate(FILTERS)]).collect()
-
-    def key(r):
-        return (r.src_addr, r.dst_addr, r.src_port, r.dst_port, PROTO_NAMES.get(r.proto, str(r.proto)), r.packets, r.bytes)
-
-    assert Counter(key(r) for r in rows) == total
+    rows = filter_matrix(engine, flows, cfg)
+    assert Counter(_key(r) for r in rows) == total
     checked = 0
     for i, flt in enumerate(FILTERS):
         want = nfdump_records(nf_file, flt)
-        got = Counter(key(r) for r in rows if r[f"f{i}"])
-        assert got == want, f"filter {flt!r}: spark {sum(got.values())} records, nfdump {sum(want.values())}; " \
-                            f"only spark: {list((got - want))[:3]} only nfdump: {list((want - got))[:3]}"
+        got = Counter(_key(r) for r in rows if r[f"f{i}"])
+        assert got == want, f"filter {flt!r}: {engine} {sum(got.values())} records, nfdump {sum(want.values())}; " \
+                            f"only {engine}: {list((got - want))[:3]} only nfdump: {list((want - got))[:3]}"
         checked += 0 < len(want) < len(total)  # the filter really selects
     assert checked >= 40
+
+
+@pytest.mark.integration
+def test_filter_compilers_equal_row_for_row(flows, lake, cfg):
+    """The Spark and DuckDB compilations of every filter decide alike on every flow."""
+    by_engine = {e: {(r["source_file"], r["file_seq"]): r for r in filter_matrix(e, flows, cfg)} for e in ENGINE_NAMES}
+    assert by_engine["spark"] == by_engine["local"]
+    assert len(by_engine["local"]) > 200
 
 
 @pytest.mark.integration
@@ -351,11 +409,19 @@ def test_as_filters_on_hand_made_rows(spark):
     def ids(flt):
         return sorted(r.id for r in df.where(to_column(parse(flt))).collect())
 
-    assert ids("as 3320") == [1, 2]
-    assert ids("src as 3320") == [1]
-    assert ids("dst as > 60000") == [3]
-    assert ids("as in [15169 64513]") == [1, 3]
-    assert ids("not src as in [0]") == [1, 3]
+    def duck_ids(flt):
+        from flowlake.query.sql import to_sql
+
+        rows = duck_eval([(1, 3320, 15169), (2, 0, 3320), (3, 64512, 64513)], "id int, src_as bigint, dst_as bigint",
+                         ["id", to_sql(parse(flt))])
+        return sorted(i for i, hit in rows if hit)
+
+    for check in (ids, duck_ids):
+        assert check("as 3320") == [1, 2]
+        assert check("src as 3320") == [1]
+        assert check("dst as > 60000") == [3]
+        assert check("as in [15169 64513]") == [1, 3]
+        assert check("not src as in [0]") == [1, 3]
 
 
 @pytest.mark.integration
@@ -370,10 +436,18 @@ def test_flags_semantics_on_non_tcp(spark):
     def ids(flt):
         return sorted(r.id for r in df.where(to_column(parse(flt))).collect())
 
-    assert ids("flags S") == [1, 2]
-    assert ids("flags SA") == [1]
-    assert ids("not flags AS") == [3, 4, 5]
-    assert ids("flags S and not flags A") == [2]
+    def duck_ids(flt):
+        from flowlake.query.sql import to_sql
+
+        rows = duck_eval([(1, 6, 0x12), (2, 6, 0x02), (3, 6, 0x01), (4, 17, 0x12), (5, 17, 0)],
+                         "id int, proto int, tcp_flags int", ["id", to_sql(parse(flt))])
+        return sorted(i for i, hit in rows if hit)
+
+    for check in (ids, duck_ids):
+        assert check("flags S") == [1, 2]
+        assert check("flags SA") == [1]
+        assert check("not flags AS") == [3, 4, 5]
+        assert check("flags S and not flags A") == [2]
 
 
 @pytest.mark.integration
@@ -390,10 +464,15 @@ def test_ipv4_nets_by_text_prefix(spark):
     df = spark.createDataFrame([(a,) for a in addrs], "a string")
     row = df.select(*[F.collect_list(F.when(ipv4_in_net(F.col("a"), ipaddress.ip_network(n)), F.col("a"))).alias(f"n{i}")
                       for i, n in enumerate(nets)]).first()
+    from flowlake.query import sql
+
+    duck = duck_eval([(a,) for a in addrs], "a varchar",
+                     ["a"] + [sql.ipv4_in_net("a", ipaddress.ip_network(n)) for n in nets])
     for i, n in enumerate(nets):
         net = ipaddress.ip_network(n)
         want = [a for a in addrs if ":" not in a and ipaddress.ip_address(a) in net]
         assert sorted(row[f"n{i}"]) == sorted(want), n
+        assert sorted(r[0] for r in duck if r[i + 1]) == sorted(want), n
 
 
 @pytest.mark.integration
@@ -408,6 +487,10 @@ def test_ipv6_expansion_matches_python(spark):
     got = dict(spark.createDataFrame([(a,) for a in addrs], "a string")
                .select("a", ipv6_hex(F.col("a")).alias("h")).collect())
     assert got == {a: f"{int(ipaddress.ip_address(a)):032x}" for a in addrs}
+    from flowlake.query import sql
+
+    duck = dict(duck_eval([(a,) for a in addrs + ["10.0.0.1"]], "a varchar", ["a", sql.ipv6_hex("a")]))
+    assert duck == {**got, "10.0.0.1": None}
 
 
 # ---- statistics against nfdump -s ---------------------------------------------------------
@@ -437,15 +520,15 @@ STATS = [("srcip/bytes", "any"), ("dstip/flows", "any"), ("ip/packets", "proto t
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
 @pytest.mark.parametrize("spec,flt", STATS)
-def test_stats_match_nfdump(flows, nf_file, spec, flt):
-    from flowlake.query import to_column
-    from flowlake.query.stats import parse_stat, top
+def test_stats_match_nfdump(engines, nf_file, engine, spec, flt):
+    from flowlake.query.stats import parse_stat
 
     want = nfdump_stats(nf_file, spec, flt)
     key, order = parse_stat(spec)
-    got = [(_nfdump_ip_text(r.val), r.flows, r.packets, r.bytes, r.flows_pct)
-           for r in top(flows.where(to_column(parse(flt))), key, order, 0).collect()]
+    got = [(_nfdump_ip_text(r["val"]), r["flows"], r["packets"], r["bytes"], r["flows_pct"])
+           for r in engines[engine].top(parse(flt), key, order, 0)]
     assert sorted(g[:4] for g in got) == sorted(w[:4] for w in want), spec
     # same order values rank for rank (ties may be listed in another order)
     idx = {"flows": 1, "packets": 2, "bytes": 3}.get(order)
@@ -455,16 +538,52 @@ def test_stats_match_nfdump(flows, nf_file, spec, flt):
 
 
 @pytest.mark.integration
-def test_aggregate_matches_nfdump_A(flows, nf_file):
-    from flowlake.query.stats import aggregate
-
+@pytest.mark.parametrize("engine", ENGINE_NAMES)
+def test_aggregate_matches_nfdump_A(engines, nf_file, engine):
     want = Counter()
     for line in nfdump("-r", str(nf_file), "-q", "-A", "srcip,dstport", "-o", "csv").splitlines():
         f = line.split(",")
         if len(f) > 12 and f[0] != "ts":
             want[(f[3], int(f[6]))] = (int(f[11]), int(f[12]))
-    got = {(r.srcip, r.dstport): (r.packets, r.bytes) for r in aggregate(flows, ["srcip", "dstport"]).collect()}
+    got = {(r["srcip"], r["dstport"]): (r["packets"], r["bytes"])
+           for r in engines[engine].aggregate(parse("any"), ["srcip", "dstport"])}
     assert got == dict(want)
+
+
+@pytest.mark.integration
+def test_engines_equal_row_for_row(engines):
+    """DuckDB and Spark answer every operation with the same rows, in the same order:
+    records (all columns), every statistic and order (shares, rates, times), aggregates
+    with a limit, several statistics at once, host profiles, time windows."""
+    import datetime as dt
+
+    spark, duck = engines["spark"], engines["local"]
+    for flt in ("any", "proto tcp and dst port 22", "ipv6 and bytes > 100", "not flags AFRPU", "bps > 100k"):
+        tree = parse(flt)
+        rec = list(spark.records(tree))
+        assert list(duck.records(tree)) == rec, flt
+        assert list(duck.records(tree, 7)) == rec[:7] == list(spark.records(tree, 7)), flt
+        for key, order in [("srcip", "bytes"), ("ip", "flows"), ("port", "packets"), ("record", "bytes"),
+                           ("dstport", "bps"), ("proto", "pps"), ("dstip", "bpp"), ("router", "flows")]:
+            assert duck.top(tree, key, order, 0) == spark.top(tree, key, order, 0), (flt, key, order)
+        assert duck.aggregate(tree, ["srcip", "dstport"], "bytes", 5) == spark.aggregate(tree, ["srcip", "dstport"],
+                                                                                        "bytes", 5), flt
+    specs = [("srcip", "bytes"), ("dstport", "flows"), ("ip", "packets")]
+    assert duck.tops(parse("proto udp"), specs, 3) == spark.tops(parse("proto udp"), specs, 3)
+    for address in ("198.51.100.66", "10.0.0.80", "2001:db8::1", "192.0.2.99"):
+        assert duck.host(address, 5) == spark.host(address, 5), address
+    # a time window: the same flows on both engines, and only those inside it
+    from flowlake import config
+    from flowlake.query.duck import DuckEngine
+    from flowlake.query.spark_engine import SparkEngine
+
+    lo, hi = dt.datetime(2026, 11, 25, 10, 0, 30, tzinfo=dt.timezone.utc), dt.datetime(2026, 11, 25, 10, 1, tzinfo=dt.timezone.utc)
+    d, s = DuckEngine(config.get(), lo, hi), SparkEngine(config.get(), lo, hi)
+    rows = list(d.records(parse("any")))
+    assert rows == list(s.records(parse("any"))) and rows
+    assert all(lo.replace(tzinfo=None) <= r["time_start"] < hi.replace(tzinfo=None) for r in rows)
+    assert d.top(parse("any"), "srcip", "bytes", 0) == s.top(parse("any"), "srcip", "bytes", 0)
+    d.close()
 
 
 # ---- the CLI over a real lake partition ----------------------------------------------------
@@ -475,8 +594,20 @@ def _cli(*args):
     return res
 
 
+@pytest.fixture(params=ENGINE_NAMES)
+def engine_env(request, monkeypatch, cfg):
+    """Run the CLI on each engine, chosen by the config's environment override."""
+    from flowlake import config
+
+    monkeypatch.setenv("FLOWLAKE_QUERY_ENGINE", request.param)
+    config.reset()
+    yield request.param
+    monkeypatch.delenv("FLOWLAKE_QUERY_ENGINE")
+    config.reset()
+
+
 @pytest.mark.integration
-def test_cli_query_json_equals_nfdump(lake, nf_file):
+def test_cli_query_json_equals_nfdump(lake, nf_file, engine_env):
     res = _cli("query", "proto tcp and dst port 22", "--format", "json", "--limit", "0")
     assert res.exit_code == 0, res.output
     got = json.loads(res.output)
@@ -494,7 +625,7 @@ def test_cli_query_json_equals_nfdump(lake, nf_file):
 
 
 @pytest.mark.integration
-def test_cli_stats_and_errors(lake, nf_file):
+def test_cli_stats_and_errors(lake, nf_file, engine_env):
     res = _cli("query", "any", "--stats", "srcip/bytes", "-n", "3", "--format", "json")
     assert res.exit_code == 0, res.output
     top3 = json.loads(res.output)["srcip/bytes"]
@@ -508,7 +639,7 @@ def test_cli_stats_and_errors(lake, nf_file):
 
 
 @pytest.mark.integration
-def test_cli_aggregate_csv(lake, nf_file):
+def test_cli_aggregate_csv(lake, nf_file, engine_env):
     import csv
     import io
 
@@ -522,7 +653,7 @@ def test_cli_aggregate_csv(lake, nf_file):
 
 
 @pytest.mark.integration
-def test_cli_host_profile(lake, nf_file):
+def test_cli_host_profile(lake, nf_file, engine_env):
     res = _cli("host", "198.51.100.66", "--format", "json")
     assert res.exit_code == 0, res.output
     prof = json.loads(res.output)
@@ -532,6 +663,67 @@ def test_cli_host_profile(lake, nf_file):
     assert prof["top_ports"][0]["port"] == 22 and prof["top_ports"][0]["role"] == "out"
     assert sum(h["flows"] for h in prof["hourly"]) == 40
     assert _cli("host", "not-an-ip").exit_code == 2
+
+
+def test_engine_choice_in_one_place(tmp_path):
+    from flowlake import config
+    from flowlake.query.engines import choose, show_progress
+
+    def cfg(**env):
+        return config.load(env={"FLOWLAKE_HOME": str(tmp_path / "home"), **env})
+
+    assert choose(cfg()) == "local"  # the default: auto, Spark in local mode
+    assert choose(cfg(FLOWLAKE_QUERY_ENGINE="spark")) == "spark"
+    assert choose(cfg(), override="spark") == "spark" and choose(cfg(), master="local[1]") == "spark"
+    # auto on a Spark cluster: Spark when the lake is not on this machine, DuckDB when it is
+    cluster = cfg(FLOWLAKE_SPARK_MASTER="spark://10.0.0.5:7077")
+    assert choose(cluster) == "spark"
+    (tmp_path / "home" / "lake").mkdir(parents=True)
+    assert choose(cluster) == "local"
+    with pytest.raises(ValueError, match="query engine 'postgres': must be one of auto, local, spark"):
+        choose(cfg(FLOWLAKE_QUERY_ENGINE="postgres"))
+
+    class Tty:
+        def __init__(self, tty):
+            self.tty = tty
+
+        def isatty(self):
+            return self.tty
+
+    assert show_progress(cfg(), None, Tty(True)) and not show_progress(cfg(), None, Tty(False))
+    assert show_progress(cfg(FLOWLAKE_QUERY_PROGRESS="always"), None, Tty(False))
+    assert not show_progress(cfg(FLOWLAKE_QUERY_PROGRESS="never"), None, Tty(True))
+    assert show_progress(cfg(), True, Tty(False)) and not show_progress(cfg(), False, Tty(True))
+
+
+@pytest.mark.integration
+def test_progress_goes_to_stderr_only(lake, nf_file):
+    """--progress draws on stderr; stdout stays the clean JSON a pipe expects."""
+    res = _cli("query", "any", "--format", "json", "--limit", "0", "--progress")
+    assert res.exit_code == 0, res.stderr
+    assert len(json.loads(res.stdout)) == sum(nfdump_records(nf_file).values())
+    assert "reading date=2026-11-25/hour=10" in res.stderr
+    quiet = _cli("query", "any", "--format", "json", "--limit", "3")
+    assert quiet.stderr == "" and len(json.loads(quiet.stdout)) == 3
+
+
+@pytest.mark.integration
+def test_local_engine_whole_command_never_loads_spark(lake, nf_file, cfg):
+    """The real `flowlake` command, piped: the answer of nfdump -s, no progress on a pipe,
+    and neither Spark, pandas nor pyarrow imported (they cost more than the whole query)."""
+    import os
+    import sys
+
+    probe = ("import sys\nfrom flowlake.cli import run\ntry:\n    run()\nfinally:\n"
+             "    print(sorted(m for m in ('pyspark', 'pandas', 'pyarrow', 'rich') if m in sys.modules), file=sys.stderr)")
+    res = subprocess.run([sys.executable, "-c", probe, "query", "proto tcp", "-s", "dstport/flows", "-n", "3",
+                          "--format", "csv"], capture_output=True, text=True, env=dict(os.environ), timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.strip().splitlines()[-1] == "[]", res.stderr
+    got = [(r.split(",")[1], int(r.split(",")[2])) for r in res.stdout.splitlines()[1:]]
+    want = nfdump_stats(nf_file, "dstport/flows", "proto tcp")
+    assert [g[1] for g in got] == [w[1] for w in want[:3]]  # ties may list in another order
+    assert all((val, flows) in [(w[0], w[1]) for w in want] for val, flows in got)
 
 
 # ---- daily security tables ----------------------------------------------------------------

@@ -1,15 +1,13 @@
 """`flowlake query` and `flowlake host`: nfdump-style investigation over the lake."""
 from __future__ import annotations
 
-import datetime as dt
 import json
-import sys
 
 import click
 
-FLOW_COLUMNS = ["time_start", "time_end", "exporter", "input_if", "output_if", "src_addr", "dst_addr",
-                "src_port", "dst_port", "proto", "tcp_flags", "tos", "packets", "bytes", "sampling_rate",
-                "src_as", "dst_as", "source_file", "file_seq"]
+ENGINE_HELP = ("Engine for this command: local (DuckDB in this process), spark, or auto "
+               "(default: config [query] engine, FLOWLAKE_QUERY_ENGINE).")
+PROGRESS_HELP = "Progress of long scans on stderr (default: config [query] progress, auto = on a terminal)."
 
 
 def _time(ctx, param, value):
@@ -23,55 +21,26 @@ def _time(ctx, param, value):
         raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
 
-def _jsonable(v):
-    if isinstance(v, dt.datetime):
-        if v.tzinfo is None:
-            v = v.replace(tzinfo=dt.timezone.utc)
-        return v.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    if isinstance(v, float) and v != v:
-        return None
-    return v
-
-
-def _rows_out(rows: list[dict], columns: list[str], fmt: str, title: str = "") -> None:
-    if fmt == "json":
-        click.echo(json.dumps([{c: _jsonable(r[c]) for c in columns} for r in rows], indent=1))
-    elif fmt == "csv":
-        import csv
-
-        w = csv.writer(sys.stdout)
-        w.writerow(columns)
-        for r in rows:
-            w.writerow([_jsonable(r[c]) for c in columns])
-    else:
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(title=title or None, show_lines=False)
-        for c in columns:
-            table.add_column(c, justify="right" if rows and isinstance(rows[0][c], (int, float)) else "left")
-        for r in rows:
-            table.add_row(*["" if r[c] is None else str(_jsonable(r[c])) for c in columns])
-        Console(width=max(160, 12 * len(columns))).print(table)
-
-
-def _session(master):
+def _open(start, end, engine, master, progress):
     from flowlake import config
-    from flowlake import spark as spark_factory
 
-    cfg = config.get()
-    return cfg, spark_factory.session("flowlake-query", master=master, cfg=cfg)
-
-
-def _read(spark, cfg, start, end):
-    from .lake import read_flows
+    from .engines import open_engine, show_progress
 
     if start and end and end <= start:
         raise click.BadParameter(f"--to {end:%Y-%m-%dT%H:%M:%S} is not after --from {start:%Y-%m-%dT%H:%M:%S}")
+    cfg = config.get()
     try:
-        return read_flows(spark, cfg.lake, start, end)
+        return open_engine(cfg, start, end, engine, master, show_progress(cfg, progress))
     except FileNotFoundError as exc:
         raise click.ClickException(str(exc)) from None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--engine/--progress") from None
+
+
+def _engine_options(f):
+    f = click.option("--progress/--no-progress", default=None, help=PROGRESS_HELP)(f)
+    f = click.option("--master", default=None, help="Spark master (implies the Spark engine; default: config [spark] master).")(f)
+    return click.option("--engine", type=click.Choice(["auto", "local", "spark"]), default=None, help=ENGINE_HELP)(f)
 
 
 @click.command("query", context_settings={"help_option_names": ["-h", "--help"]})
@@ -89,9 +58,12 @@ def _read(spark, cfg, start, end):
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--limit", type=click.IntRange(min=0), default=None,
               help="Most records to print (0: no limit). Default 20 for table, none for csv/json.")
-@click.option("--master", default=None, help="Spark master (default: config [spark] master).")
-def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, master):
-    """Search the flow lake with nfdump's filter syntax; Spark does the work.
+@_engine_options
+def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, engine, master, progress):
+    """Search the flow lake with nfdump's filter syntax.
+
+    DuckDB answers inside the command (a day of flows in well under a second); Spark
+    when the config or --engine says so (a lake on a cluster). Same rows either way.
 
     FILTER is an nfdump 1.7 filter (quote it for the shell). Supported primitives:
     [src|dst] ip|host ADDR, [src|dst] net PREFIX/LEN or net ADDR MASK,
@@ -109,9 +81,10 @@ def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, mas
       flowlake query 'ip in [192.0.2.10 2001:db8::/32]' --format json --limit 0 > flows.json
       flowlake query 'proto udp' -A srcip,dstport --format csv
       flowlake query any -s dstport/bytes -s srcip/packets -n 20
+      flowlake query 'proto tcp and dst port 443' -s srcip/bytes --engine spark
     """
     from .parser import FilterError, parse
-    from .stats import StatError, aggregate, parse_aggregate, parse_stat, top
+    from .spec import StatError, parse_aggregate, parse_stat
 
     try:
         tree = parse(filter_text)
@@ -123,37 +96,32 @@ def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, mas
     except StatError as exc:
         raise click.BadParameter(str(exc), param_hint="--stats/--aggregate") from None
 
-    from . import to_column
+    from . import output
+    from .spec import FLOW_COLUMNS, MEASURES, TOP_COLUMNS
 
-    cfg, spark = _session(master)
-    flows = _read(spark, cfg, start, end).where(to_column(tree))
     if limit is None:
         limit = 20 if fmt == "table" else 0
-
-    if stat_specs:
-        out = {}
-        for key, order in stat_specs:
-            rows = [r.asDict() for r in top(flows, key, order, top_n).collect()]
-            out[f"{key}/{order}"] = rows
-            if fmt != "json":
-                cols = ["rank", "val", "flows", "flows_pct", "packets", "packets_pct", "bytes", "bytes_pct",
-                        "first_seen", "duration_s", "pps", "bps", "bpp"]
-                _rows_out(rows, cols, fmt, title=f"Top {top_n or 'all'} {key} ordered by {order}")
-        if fmt == "json":
-            click.echo(json.dumps({k: [{c: _jsonable(v) for c, v in r.items()} for r in rows]
-                                   for k, rows in out.items()}, indent=1))
-        return
-    if agg:
-        df = aggregate(flows, agg)
-        rows = [r.asDict() for r in (df.limit(limit) if limit else df).collect()]
-        _rows_out(rows, agg + ["flows", "packets", "bytes", "first_seen", "last_seen", "pps", "bps", "bpp"], fmt,
-                  title=f"Aggregated by {','.join(agg)}")
-        return
-    df = flows.orderBy("time_start", "file_seq")
-    rows = [r.asDict() for r in (df.limit(limit) if limit else df).collect()]
-    _rows_out(rows, FLOW_COLUMNS if fmt != "table" else
-              ["time_start", "time_end", "proto", "src_addr", "src_port", "dst_addr", "dst_port",
-               "tcp_flags", "packets", "bytes"], fmt)
+    eng = _open(start, end, engine, master, progress)
+    try:
+        if stat_specs:
+            out = eng.tops(tree, stat_specs, top_n)
+            if fmt == "json":
+                click.echo(json.dumps({k: [output.deep(r) for r in rows] for k, rows in out.items()}, indent=1))
+                return
+            cols = [c for c in TOP_COLUMNS if c != "last_seen"]
+            for (key, order), rows in zip(stat_specs, out.values()):
+                output.stream(rows, cols, fmt, title=f"Top {top_n or 'all'} {key} ordered by {order}")
+            return
+        if agg:
+            rows = eng.aggregate(tree, agg, "flows", limit)
+            output.stream(rows, agg + [c for c in MEASURES if c != "duration_s"], fmt,
+                          title=f"Aggregated by {','.join(agg)}")
+            return
+        cols = FLOW_COLUMNS if fmt != "table" else ("time_start", "time_end", "proto", "src_addr", "src_port",
+                                                    "dst_addr", "dst_port", "tcp_flags", "packets", "bytes")
+        output.stream(eng.records(tree, limit), cols, fmt)
+    finally:
+        eng.close()
 
 
 @click.command("host", context_settings={"help_option_names": ["-h", "--help"]})
@@ -162,8 +130,8 @@ def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, mas
 @click.option("--to", "end", callback=_time, help="Read flows starting before this time (UTC).")
 @click.option("-n", "top_n", type=click.IntRange(min=1), default=10, show_default=True, help="Peers and ports to list.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--master", default=None, help="Spark master (default: config [spark] master).")
-def host(address, start, end, top_n, fmt, master):
+@_engine_options
+def host(address, start, end, top_n, fmt, engine, master, progress):
     """Profile one host: peers, ports, volume by hour, first and last seen.
 
     \b
@@ -177,29 +145,24 @@ def host(address, start, end, top_n, fmt, master):
         address = str(ipaddress.ip_address(address))
     except ValueError:
         raise click.BadParameter(f"'{address}' is not an IPv4 or IPv6 address", param_hint="ADDRESS") from None
-    from .host import profile
+    from . import output
 
-    cfg, spark = _session(master)
-    prof = profile(_read(spark, cfg, start, end), address, top_n)
+    eng = _open(start, end, engine, master, progress)
+    try:
+        prof = eng.host(address, top_n)
+    finally:
+        eng.close()
     if fmt == "json":
-        click.echo(json.dumps(_deep(prof), indent=1))
+        click.echo(json.dumps(output.deep(prof), indent=1))
         return
     if not prof["flows"]:
         click.echo(f"{address}: no flows in the selected time range")
         return
     click.echo(f"{address}: {prof['flows']} flows with {prof['peers']} peers, first seen "
-               f"{_jsonable(prof['first_seen'])}, last seen {_jsonable(prof['last_seen'])}; "
+               f"{output.jsonable(prof['first_seen'])}, last seen {output.jsonable(prof['last_seen'])}; "
                f"{prof['bytes_out']} bytes out, {prof['bytes_in']} bytes in")
-    _rows_out(prof["top_peers"], ["peer", "flows", "bytes", "bytes_out", "bytes_in", "packets", "ports",
-                                  "first_seen", "last_seen"], "table", "Top peers by bytes")
-    _rows_out(prof["top_ports"], ["proto", "port", "role", "flows", "bytes", "peers"], "table",
-              "Ports (role out: host is client, in: host serves)")
-    _rows_out(prof["hourly"], ["hour", "flows", "bytes_out", "bytes_in", "peers"], "table", "By hour")
-
-
-def _deep(o):
-    if isinstance(o, dict):
-        return {k: _deep(v) for k, v in o.items()}
-    if isinstance(o, list):
-        return [_deep(v) for v in o]
-    return _jsonable(o)
+    output.table(prof["top_peers"], ["peer", "flows", "bytes", "bytes_out", "bytes_in", "packets", "ports",
+                                     "first_seen", "last_seen"], "Top peers by bytes")
+    output.table(prof["top_ports"], ["proto", "port", "role", "flows", "bytes", "peers"],
+                 "Ports (role out: host is client, in: host serves)")
+    output.table(prof["hourly"], ["hour", "flows", "bytes_out", "bytes_in", "peers"], "By hour")

@@ -1,12 +1,12 @@
-"""Reading the flow lake for queries: time bounds -> partition pruning on date/hour."""
+"""Reading the flow lake for queries: time bounds -> partition pruning on date/hour.
+
+Spark prunes from the date/hour filters of `read_flows`; DuckDB gets the file list of
+`partitions` (no Spark import here: the DuckDB path must start fast)."""
 from __future__ import annotations
 
 import datetime as dt
 import re
 from pathlib import Path
-
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
 
 _FORMATS = ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S",
             "%Y/%m/%d.%H:%M:%S", "%Y/%m/%d.%H:%M", "%Y/%m/%d")
@@ -30,13 +30,45 @@ def parse_time(text: str) -> dt.datetime:
     raise TimeError(f"'{text}' is not a time (use 2026-11-25, 2026-11-25T10:00:00 or 2026/11/25.10:00:00, UTC)")
 
 
-def read_flows(spark, lake: Path, start: dt.datetime | None = None, end: dt.datetime | None = None) -> DataFrame:
-    """Flows with start <= time_start < end. date/hour filters let Spark skip partitions."""
-    from flowlake.schemas import FLOWS_TABLE
-
+def flows_dir(lake: Path) -> Path:
+    """lake/flows, or FileNotFoundError saying what to check."""
     base = Path(lake) / "flows"
     if not base.exists() or not any(base.glob("date=*")):
         raise FileNotFoundError(f"no flows in the lake at {base} (has ingest run? is FLOWLAKE_HOME right?)")
+    return base
+
+
+def partitions(lake: Path, start: dt.datetime | None = None, end: dt.datetime | None = None) -> list[Path]:
+    """The lake/flows/date=/hour= folders that can hold flows with start <= time_start < end,
+    in time order (an hour's folder holds exactly the flows starting in that hour)."""
+    out = []
+    for day in sorted(flows_dir(lake).glob("date=*")):
+        try:
+            d = dt.datetime.strptime(day.name[5:], "%Y-%m-%d").replace(tzinfo=dt.timezone.utc)
+        except ValueError:
+            continue  # not a partition (e.g. a staging folder)
+        if (end is not None and d >= end) or (start is not None and d + dt.timedelta(days=1) <= start):
+            continue
+        hours = []
+        for part in day.glob("hour=*"):
+            try:
+                h = int(part.name[5:])
+            except ValueError:
+                continue
+            t = d + dt.timedelta(hours=h)
+            if (end is None or t < end) and (start is None or t + dt.timedelta(hours=1) > start):
+                hours.append((h, part))
+        out += [p for _, p in sorted(hours)]
+    return out
+
+
+def read_flows(spark, lake: Path, start: dt.datetime | None = None, end: dt.datetime | None = None):
+    """Flows with start <= time_start < end. date/hour filters let Spark skip partitions."""
+    from pyspark.sql import functions as F
+
+    from flowlake.schemas import FLOWS_TABLE
+
+    base = flows_dir(lake)
     df = spark.read.schema(FLOWS_TABLE.spark_schema()).option("basePath", str(base)).parquet(str(base))
     if start is not None:
         df = df.where((F.col("date") > start.strftime("%Y-%m-%d")) | (

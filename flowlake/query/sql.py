@@ -1,0 +1,145 @@
+"""Compile the filter tree to DuckDB SQL text: the same semantics as compiler.py (Spark).
+
+The tree holds only ints, known field names and `ipaddress` networks (the parser built
+them), so every literal here is generated, never user text. Address logic is the one of
+compiler.py, written in SQL: canonical text for hosts, whole-octet text prefix plus one
+octet as a number for IPv4 networks, the 32-digit expanded hex string as a range for
+IPv6 networks. tests/test_query.py holds both compilers equal, row for row, and to nfdump.
+"""
+from __future__ import annotations
+
+import ipaddress
+
+from . import ast
+
+FIELDS = frozenset(ast.NUMERIC) | {"tcp_flags", "src_addr", "dst_addr", "exporter"}
+
+
+def to_sql(node) -> str:
+    if isinstance(node, ast.Any_):
+        return "true"
+    if isinstance(node, ast.Not):
+        if isinstance(node.item, ast.Flags):  # see compiler.py: nfdump's `not flags` semantics
+            return f"(proto <> 6 OR (tcp_flags & {node.item.mask:d}) = 0)"
+        return f"(NOT {to_sql(node.item)})"
+    if isinstance(node, ast.And):
+        return "(" + " AND ".join(to_sql(i) for i in node.items) + ")"
+    if isinstance(node, ast.Or):
+        return "(" + " OR ".join(to_sql(i) for i in node.items) + ")"
+    if isinstance(node, ast.Cmp):
+        op = "=" if node.op == "==" else node.op
+        return f"({metric(node.field)} {op} {int(node.value):d})"
+    if isinstance(node, ast.In):
+        return f"({_col(node.field)} IN ({', '.join(str(int(v)) for v in node.values)}))"
+    if isinstance(node, ast.Flags):
+        return f"(proto = 6 AND (tcp_flags & {node.mask:d}) = {node.mask:d})"
+    if isinstance(node, ast.Family):
+        v6 = "(contains(src_addr, ':') AND contains(dst_addr, ':'))"
+        v4 = "(NOT contains(src_addr, ':') AND NOT contains(dst_addr, ':'))"
+        return v6 if node.version == 6 else v4
+    if isinstance(node, ast.Addr):
+        return address_in(_col(node.field), node.nets)
+    raise TypeError(f"cannot compile {node!r}")
+
+
+def columns(node) -> set[str]:
+    """The lake columns a filter reads (for projection)."""
+    if isinstance(node, (ast.Not,)):
+        return columns(node.item) | ({"proto", "tcp_flags"} if isinstance(node.item, ast.Flags) else set())
+    if isinstance(node, (ast.And, ast.Or)):
+        return set().union(*(columns(i) for i in node.items))
+    if isinstance(node, ast.Cmp):
+        return {"time_start", "time_end"} if node.field == "duration" else (
+            {"time_start", "time_end", "bytes"} if node.field == "bps" else
+            {"time_start", "time_end", "packets"} if node.field == "pps" else
+            {"bytes", "packets"} if node.field == "bpp" else {node.field})
+    if isinstance(node, (ast.In, ast.Addr)):
+        return {node.field}
+    if isinstance(node, ast.Flags):
+        return {"proto", "tcp_flags"}
+    if isinstance(node, ast.Family):
+        return {"src_addr", "dst_addr"}
+    return set()
+
+
+def _col(name: str) -> str:
+    if name not in FIELDS:
+        raise ValueError(f"not a flow column: {name!r}")
+    return name
+
+
+def _lit(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+DURATION_MS = "(epoch_ms(time_end) - epoch_ms(time_start))"
+
+
+def metric(name: str) -> str:
+    """A stored column, or nfdump's derived rates, computed as compiler.metric does
+    (double division, then floor: the same IEEE operations as Spark)."""
+    if name == "duration":
+        return DURATION_MS
+    if name == "bps":
+        return (f"(CASE WHEN {DURATION_MS} > 0 THEN floor(CAST(bytes * 8000 AS DOUBLE) / {DURATION_MS}) "
+                f"ELSE 0 END)")
+    if name == "pps":
+        return (f"(CASE WHEN {DURATION_MS} > 0 THEN floor(CAST(packets * 1000 AS DOUBLE) / {DURATION_MS}) "
+                f"ELSE 0 END)")
+    if name == "bpp":
+        return "(CASE WHEN packets > 0 THEN floor(CAST(bytes AS DOUBLE) / packets) ELSE 0 END)"
+    return _col(name)
+
+
+# ---- addresses ----------------------------------------------------------------------
+def ipv6_hex(col: str) -> str:
+    """IPv6 text -> 32 lowercase hex digits (NULL for IPv4 text), as compiler.ipv6_hex."""
+    low = f"lower({col})"
+    cut = f"strpos({low}, '::')"
+    left = f"(CASE WHEN {cut} > 0 THEN left({low}, {cut} - 1) ELSE {low} END)"
+    right = f"(CASE WHEN {cut} > 0 THEN substr({low}, {cut} + 2) ELSE '' END)"
+    lg = f"(CASE WHEN {left} = '' THEN []::VARCHAR[] ELSE string_split({left}, ':') END)"
+    rg = f"(CASE WHEN {right} = '' THEN []::VARCHAR[] ELSE string_split({right}, ':') END)"
+    zeros = f"list_transform(range(greatest(8 - len({lg}) - len({rg}), 0)), x -> '0')"
+    groups = f"list_concat({lg}, {zeros}, {rg})"
+    return (f"(CASE WHEN contains({col}, ':') AND len({groups}) = 8 "
+            f"THEN array_to_string(list_transform({groups}, g -> lpad(g, 4, '0')), '') END)")
+
+
+def ipv4_in_net(col: str, net) -> str:
+    """Dotted-quad text inside an IPv4 network, by text prefix (see compiler.ipv4_in_net)."""
+    whole, rest = divmod(net.prefixlen, 8)
+    octets = str(net.network_address).split(".")
+    if whole == 4:
+        return f"({col} = {_lit(str(net.network_address))})"
+    is_v4 = f"(contains({col}, '.') AND NOT contains({col}, ':'))"
+    if whole == 0 and rest == 0:
+        return is_v4
+    cond = f"starts_with({col}, {_lit('.'.join(octets[:whole]) + '.')})" if whole else is_v4
+    if rest:
+        lo = int(octets[whole])
+        hi = lo + (1 << (8 - rest)) - 1
+        cond = f"({cond} AND TRY_CAST(split_part({col}, '.', {whole + 1}) AS INTEGER) BETWEEN {lo} AND {hi})"
+    return cond
+
+
+def address_in(col: str, nets) -> str:
+    """col lies in any of nets (NULL-safe: false for NULL addresses), as compiler.address_in."""
+    hosts = [str(n.network_address) for n in nets if n.prefixlen == n.max_prefixlen]
+    v4 = [n for n in nets if n.version == 4 and n.prefixlen < 32]
+    v6 = [n for n in nets if n.version == 6 and n.prefixlen < 128]
+    parts = []
+    if hosts:
+        parts.append(f"{col} IN ({', '.join(_lit(h) for h in hosts)})")
+        v6hosts = [h for h in hosts if ":" in h]
+        if v6hosts:  # the lake's text is canonical; lower() covers upper-case hex
+            parts.append(f"lower({col}) IN ({', '.join(_lit(h) for h in v6hosts)})")
+    parts += [ipv4_in_net(col, n) for n in v4]
+    if v6:
+        hexa = ipv6_hex(col)
+        parts += [f"{hexa} BETWEEN '{int(n.network_address):032x}' AND '{int(n.broadcast_address):032x}'" for n in v6]
+    return f"coalesce({' OR '.join(parts) or 'false'}, false)"
+
+
+def host_net(address: str) -> tuple:
+    return (ipaddress.ip_network(ipaddress.ip_address(address)),)
