@@ -1,14 +1,23 @@
-"""Benchmark: nfdump filters over the lake with Spark, beside nfdump on the same flows.
+"""Benchmark: `flowlake query` against `nfdump -R` on the same day of flows.
 
-One synthetic flow set (numpy, seeded) is written twice:
-  * as the lake (pyarrow Parquet, lake/flows/date=/hour=/, zstd) under a scratch FLOWLAKE_HOME;
-  * as NetFlow v5 datagrams sent to a real nfcapd (-y LZ4), giving the equivalent nfcapd file.
-Every filter is then timed as Spark `count()` over the lake and as nfdump over the file
-(`-s proto -n 0`: filter and count, no per-record printing), and both counts must agree.
-NetFlow v5 carries IPv4 only, so the synthetic flows are IPv4.
+One synthetic day (numpy, seeded) is written twice:
+  * as the lake (pyarrow Parquet, lake/flows/date=/hour=/, zstd, one file per hour: the
+    shape of a compacted hour) under a scratch FLOWLAKE_HOME;
+  * as NetFlow v5 datagrams sent to a real nfcapd (-y LZ4), giving the equivalent nfcapd
+    file (one file for the day: nfdump's best case).
+Then, in one run:
+  1. whole commands, what the analyst waits for (process start, imports, scan, print):
+     `flowlake query FILTER -s srcip/bytes` on the local engine (DuckDB) and `nfdump -R DIR
+     -s srcip/bytes FILTER`, taken in turns, median wall time and CPU time of N rounds; the
+     Spark engine's whole command for the first filters (`--spark-commands`); the time to
+     the first printed row of a listing; and both top-10s compared value for value;
+  2. the engines in one process, scan only: the count of every filter on DuckDB and on
+     Spark (session started once) against nfdump's count (`-s proto -n 0`); all must agree.
+NetFlow v5 carries IPv4 only, so the synthetic flows are IPv4. The machine may be shared:
+the load average is printed, and CPU seconds beside wall seconds.
 
-    .venv/bin/python bench/query.py                # 10M flows
-    .venv/bin/python bench/query.py --flows 1000000 --master local[2]
+    .venv/bin/python bench/query.py                # 3M flows (the issue's day)
+    .venv/bin/python bench/query.py --flows 10000000 --rounds 5 --spark-commands 0
 """
 from __future__ import annotations
 
@@ -16,8 +25,10 @@ import argparse
 import datetime as dt
 import os
 import re
+import resource
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # nfc
 
 FILTERS = [
     "any",
+    "proto tcp and dst port 443",  # the issue's example
     "proto tcp and dst port 22",
     "src net 10.1.0.0/16",
     "ip in [10.0.3.7 10.2.0.0/24 192.0.2.0/28]",
@@ -154,10 +166,127 @@ def nfdump_count(nf: Path, flt: str) -> tuple[float, int]:
     return dt_, int(m.group(1)) if m else 0
 
 
+def timed(cmd: list[str], env: dict) -> tuple[float, float, float, str]:
+    """Run a whole command: (wall s, CPU s of the process and its children, s to the first
+    line on stdout, stdout)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as errf:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=errf, env=env, text=True)
+        first = proc.stdout.readline()
+        t_first = time.perf_counter() - t0
+        rest = proc.stdout.read()  # the same buffered reader: nothing read ahead is lost
+        proc.wait()
+        wall = time.perf_counter() - t0
+        errf.seek(0)
+        err = errf.read()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if proc.returncode:
+        raise SystemExit(f"{cmd}: exit {proc.returncode}: {err}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, t_first, first + rest
+
+
+def top10(out: str, val_col: int, cols: tuple) -> list[tuple]:
+    """(val, flows, packets, bytes) rows of a CSV top-N (flowlake's or `nfdump -o csv`)."""
+    rows = []
+    for line in out.splitlines():
+        f = line.split(",")
+        if len(f) > max(cols) and f[val_col] not in ("val", "val ") and f[0] not in ("ts", "rank"):
+            try:
+                rows.append((f[val_col], *[int(f[c]) for c in cols]))
+            except ValueError:
+                continue
+    return sorted(rows)
+
+
+def whole_commands(args, work: Path, nfdir: Path) -> None:
+    flowlake = str(Path(sys.executable).with_name("flowlake"))
+    env = {**os.environ, "FLOWLAKE_HOME": str(work), "FLOWLAKE_QUERY_ENGINE": "local"}
+    stat = ["-s", "srcip/bytes", "-n", "10"]
+    print(f"\n1. Whole commands, median of {args.rounds} rounds in turns (wall s / CPU s); "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(f"{'filter  (-s srcip/bytes -n 10)':<58} {'flowlake':>15} {'nfdump -R':>15} {'nfdump/flowlake':>16}  top-10")
+    sums = {"local": [], "nfdump": []}
+    for flt in FILTERS:
+        runs = {"local": [], "nfdump": []}
+        for r in range(args.rounds):
+            order = ("local", "nfdump") if r % 2 == 0 else ("nfdump", "local")
+            for who in order:
+                cmd = ([flowlake, "query", flt, *stat] if who == "local" else ["nfdump", "-R", str(nfdir), *stat, flt])
+                runs[who].append(timed(cmd, env)[:2])
+        med = {w: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for w, v in runs.items()}
+        for w in sums:
+            sums[w].append(med[w])
+        ours = top10(timed([flowlake, "query", flt, *stat, "--format", "csv"], env)[3], 1, (2, 4, 6))
+        ref = top10(timed(["nfdump", "-R", str(nfdir), *stat, "-o", "csv", "-q", flt], env)[3], 4, (5, 7, 9))
+        print(f"{flt:<58} {med['local'][0]:>7.2f} /{med['local'][1]:>6.2f} {med['nfdump'][0]:>7.2f} /"
+              f"{med['nfdump'][1]:>6.2f} {med['nfdump'][0] / med['local'][0]:>15.2f}x  "
+              + ("equal" if ours == ref else f"DIFFER ({len(ours)} vs {len(ref)} rows)"))
+    tot = {w: (sum(x[0] for x in v), sum(x[1] for x in v)) for w, v in sums.items()}
+    print(f"{'total':<58} {tot['local'][0]:>7.2f} /{tot['local'][1]:>6.2f} {tot['nfdump'][0]:>7.2f} /"
+          f"{tot['nfdump'][1]:>6.2f} {tot['nfdump'][0] / tot['local'][0]:>15.2f}x  "
+          f"(CPU: {tot['nfdump'][1] / tot['local'][1]:.2f}x)")
+
+    listing = [timed([flowlake, "query", FILTERS[1], "--limit", "20"], env)[2] for _ in range(args.rounds)]
+    print(f"first row of a listing ({FILTERS[1]!r}, --limit 20): median {statistics.median(listing):.2f} s; "
+          f"first rows of the top-N above = the whole command")
+    for flt in FILTERS[1:1 + args.spark_commands]:
+        wall, cpu, _, _ = timed([flowlake, "query", flt, *stat, "--engine", "spark", "--master", args.master], env)
+        print(f"Spark engine, whole command, {flt!r}: {wall:.1f} s wall, {cpu:.1f} s CPU (JVM start included)")
+
+
+def in_process(args, nf: Path) -> None:
+    """Scan only: every filter's count on DuckDB and Spark in this process, and nfdump's."""
+    from flowlake import config
+    from flowlake.query import parse, sql
+    from flowlake.query.duck import DuckEngine
+
+    duck = DuckEngine(config.get())
+    src = duck._source()
+    counters = {"duckdb": lambda flt: duck.con.execute(f"SELECT count(*) FROM {src} WHERE {sql.to_sql(parse(flt))}").fetchone()[0]}
+    if not args.no_spark:
+        from flowlake import spark as spark_factory
+        from flowlake.query import to_column
+        from flowlake.query.lake import read_flows
+
+        t0 = time.perf_counter()
+        spark = spark_factory.session("flowlake-bench-query", master=args.master)
+        lake = read_flows(spark, config.get().lake)
+        lake.where("proto = -1").count()  # warm-up: JVM, file listing
+        print(f"\n(Spark session + warm-up {time.perf_counter() - t0:.1f} s, {args.master})")
+        counters["spark"] = lambda flt: lake.where(to_column(parse(flt))).count()
+    names = list(counters)
+    print(f"\n2. Scan only, in one process (s): count of every filter; load average {os.getloadavg()[0]:.1f}")
+    print(f"{'filter':<58} {'matches':>11} " + " ".join(f"{n:>8}" for n in names) + f" {'nfdump':>8}  counts")
+    tot = {n: 0.0 for n in names + ["nfdump"]}
+    for flt in FILTERS:
+        got, took = {}, {}
+        for n in names:
+            t0 = time.perf_counter()
+            got[n] = counters[n](flt)
+            took[n] = time.perf_counter() - t0
+        took["nfdump"], n_nf = nfdump_count(nf, flt)
+        for n in tot:
+            tot[n] += took[n]
+        bad = {n: v for n, v in got.items() if v != n_nf}
+        print(f"{flt:<58} {n_nf:>11,} " + " ".join(f"{took[n]:>8.2f}" for n in names + ["nfdump"]) + "  "
+              + ("equal" if not bad else f"DIFFER {bad}"))
+    print(f"{'total':<58} {'':>11} " + " ".join(f"{tot[n]:>8.2f}" for n in names + ["nfdump"]))
+    print("M flows/s filtered: " + ", ".join(f"{n} {args.flows * len(FILTERS) / tot[n] / 1e6:.1f}" for n in tot))
+    duck.close()
+    if "spark" in counters:
+        spark.stop()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--flows", type=int, default=10_000_000)
+    ap.add_argument("--flows", type=int, default=3_000_000)
     ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--rounds", type=int, default=5, help="runs of every whole command (median printed)")
+    ap.add_argument("--spark-commands", type=int, default=1,
+                    help="filters timed as whole commands on the Spark engine (each starts a JVM)")
+    ap.add_argument("--no-spark", action="store_true", help="skip the in-process Spark counts")
     ap.add_argument("--keep", action="store_true", help="keep the scratch lake and nfcapd file")
     args = ap.parse_args()
 
@@ -178,29 +307,8 @@ def main() -> None:
               f"({sum(p.stat().st_size for p in (work / 'lake').rglob('*.parquet')) / args.flows:.1f} B/flow), "
               f"nfcapd file via NetFlow v5 in {t_nf:.1f} s ({nf.stat().st_size / args.flows:.1f} B/flow)")
 
-        from flowlake import spark as spark_factory
-        from flowlake.query import parse, to_column
-        from flowlake.query.lake import read_flows
-
-        t0 = time.perf_counter()
-        spark = spark_factory.session("flowlake-bench-query", master=args.master)
-        lake = read_flows(spark, config.get().lake)
-        lake.where("proto = -1").count()  # warm-up: JVM, file listing
-        print(f"Spark session + warm-up {time.perf_counter() - t0:.1f} s ({args.master})")
-        print(f"{'filter':<58} {'matches':>11} {'spark s':>8} {'nfdump s':>9} {'spark/nfdump':>12}  counts")
-        tot_s = tot_n = 0.0
-        for flt in FILTERS:
-            t0 = time.perf_counter()
-            n_spark = lake.where(to_column(parse(flt))).count()
-            t_s = time.perf_counter() - t0
-            t_n, n_nf = nfdump_count(nf, flt)
-            tot_s, tot_n = tot_s + t_s, tot_n + t_n
-            print(f"{flt:<58} {n_spark:>11,} {t_s:>8.2f} {t_n:>9.2f} {t_s / t_n:>12.2f}  "
-                  + ("equal" if n_spark == n_nf else f"DIFFER (nfdump {n_nf:,})"))
-        print(f"{'total':<58} {'':>11} {tot_s:>8.2f} {tot_n:>9.2f} {tot_s / tot_n:>12.2f}")
-        print(f"Spark {args.flows * len(FILTERS) / tot_s / 1e6:.1f} M flows/s filtered; "
-              f"nfdump {args.flows * len(FILTERS) / tot_n / 1e6:.1f} M flows/s")
-        spark.stop()
+        whole_commands(args, work, nf.parent)
+        in_process(args, nf)
     finally:
         if args.keep:
             print("kept", work)

@@ -138,34 +138,33 @@ class DuckEngine:
         return [] if sel is None else self._top(sel, key, order, n)
 
     def _top(self, flows: str, key: str, order: str, n: int) -> list[dict]:
-        if key == "record":
-            val = "concat_ws(' ', " + ", ".join(f"CAST({AGG_KEYS[k]} AS VARCHAR)" for k in RECORD_KEYS) + ")"
-            # concat_ws skips NULLs, so two key tuples could share a val: group by the keys, as Spark
-            grouped = (f"SELECT {val} AS val, {SUMS} FROM {flows} GROUP BY "
-                       + ", ".join(AGG_KEYS[k] for k in RECORD_KEYS))
-            totals = "sum(flows) OVER () AS t_flows, sum(packets) OVER () AS t_packets, sum(bytes) OVER () AS t_bytes"
-            base = f"SELECT *, {totals} FROM ({grouped})"
-        elif len(STAT_KEYS[key]) == 1:
-            grouped = f"SELECT CAST({STAT_KEYS[key][0]} AS VARCHAR) AS val, {SUMS} FROM {flows} GROUP BY 1"
-            totals = "sum(flows) OVER () AS t_flows, sum(packets) OVER () AS t_packets, sum(bytes) OVER () AS t_bytes"
-            base = f"SELECT *, {totals} FROM ({grouped})"
-        else:  # either column: a flow counts once under each; totals count it once
+        """Rank groups as stats.top does (order desc, then val), with a top-N sort rather
+        than a window over every group; totals from the groups (or the flows, when a flow
+        counts under two values)."""
+        sums_t = "count(*) AS t_flows, CAST(sum(packets) AS BIGINT) AS t_packets, CAST(sum(bytes) AS BIGINT) AS t_bytes"
+        if key == "record" or len(STAT_KEYS[key]) == 1:
+            if key == "record":  # concat_ws skips NULLs, so group by the keys themselves, as Spark does
+                val = "concat_ws(' ', " + ", ".join(f"CAST({AGG_KEYS[k]} AS VARCHAR)" for k in RECORD_KEYS) + ")"
+                group = ", ".join(AGG_KEYS[k] for k in RECORD_KEYS)
+            else:
+                val, group = f"CAST({STAT_KEYS[key][0]} AS VARCHAR)", "1"
+            with_ = f"WITH g AS MATERIALIZED (SELECT {val} AS val, {SUMS} FROM {flows} GROUP BY {group})"
+            totals = ("(SELECT sum(flows) AS t_flows, CAST(sum(packets) AS BIGINT) AS t_packets, "
+                      "CAST(sum(bytes) AS BIGINT) AS t_bytes FROM g)")
+        else:  # either column: a flow counts once under each value; the totals count it once
             a, b = STAT_KEYS[key]
             both = (f"SELECT CAST({a} AS VARCHAR) AS val, packets, bytes, time_start, time_end FROM f UNION ALL "
                     f"SELECT CAST({b} AS VARCHAR), packets, bytes, time_start, time_end FROM f")
-            base = (f"WITH f AS MATERIALIZED (SELECT * FROM {flows}) "
-                    f"SELECT g.*, t.* FROM (SELECT val, {SUMS} FROM ({both}) GROUP BY val) g, "
-                    "(SELECT count(*) AS t_flows, CAST(sum(packets) AS BIGINT) AS t_packets, "
-                    "CAST(sum(bytes) AS BIGINT) AS t_bytes FROM f) t")
-        cap = f"WHERE rank <= {int(n)}" if n else ""
-        rows = self._run(f"""
-            SELECT * FROM (
-                SELECT row_number() OVER (ORDER BY {order} DESC, val) AS rank, val, flows, packets, bytes,
-                       {TIMES_OUT}, duration_s, pps, bps, bpp, CAST(t_flows AS BIGINT) AS t_flows,
-                       CAST(t_packets AS BIGINT) AS t_packets, CAST(t_bytes AS BIGINT) AS t_bytes
-                FROM (SELECT *, {RATES} FROM ({base})))
-            {cap} ORDER BY rank""")
-        return [with_shares(r) for r in rows]
+            with_ = (f"WITH f AS MATERIALIZED (SELECT * FROM {flows}), "
+                     f"g AS (SELECT val, {SUMS} FROM ({both}) GROUP BY val)")
+            totals = f"(SELECT {sums_t} FROM f)"
+        cap = f" LIMIT {int(n)}" if n else ""
+        rows = self._run(f"""{with_}
+            SELECT val, flows, packets, bytes, {TIMES_OUT}, duration_s, pps, bps, bpp,
+                   CAST(t_flows AS BIGINT) AS t_flows, t_packets, t_bytes
+            FROM (SELECT * FROM (SELECT *, {RATES} FROM g) ORDER BY {order} DESC, val{cap}), {totals}
+            ORDER BY {order} DESC, val""")
+        return [with_shares({"rank": i, **r}) for i, r in enumerate(rows, 1)]
 
     def aggregate(self, tree, keys: list[str], order: str = "flows", limit: int = 0) -> list[dict]:
         """`nfdump -A keys` (stats.aggregate)."""

@@ -11,6 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from lark import Lark, Token, Transformer, v_args
+from lark import __version__ as lark_version
 from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from . import ast
@@ -58,7 +59,26 @@ class _Bad(Exception):
 @lru_cache(maxsize=1)
 def _lark() -> Lark:
     grammar = (Path(__file__).with_name("grammar.lark")).read_text()
-    return Lark(grammar, parser="lalr", lexer="contextual", propagate_positions=False, maybe_placeholders=False)
+    return Lark(grammar, parser="lalr", lexer="contextual", propagate_positions=False, maybe_placeholders=False,
+                cache=_cache_file(grammar))
+
+
+def _cache_file(grammar: str) -> str | bool:
+    """Lark's analysed grammar, kept in the user's own cache folder: building the LALR
+    tables costs more than DuckDB's whole scan of a day. (Lark's default cache file lives
+    in the shared /tmp, and it is a pickle.) False, no cache, if the folder is unusable."""
+    import hashlib
+    import os
+
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flowlake"
+    try:
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if base.stat().st_uid != os.getuid():
+            return False
+    except OSError:
+        return False
+    digest = hashlib.sha256((grammar + lark_version).encode()).hexdigest()[:16]
+    return str(base / f"filter-grammar-{digest}.lark")
 
 
 def _number(tok: Token, what: str, limit: int = MAX_VALUE) -> int:

