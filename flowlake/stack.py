@@ -225,7 +225,16 @@ def status_dict(cfg=None) -> dict:
     from .collectors import sampling
 
     return {"home": str(cfg.home_dir), "components": comps, "counts": counts(cfg), "sampling": sampling.status(cfg),
-            "retention": retention_status(cfg)}
+            "retention": retention_status(cfg), "query": _query_status(cfg)}
+
+
+def _query_status(cfg) -> dict:
+    from .query.engines import status as query_status
+
+    try:
+        return query_status(cfg)
+    except (OSError, ValueError) as exc:  # status must never crash on a bad config or lake
+        return {"error": str(exc)}
 
 
 @click.command()
@@ -305,6 +314,10 @@ def status(as_json: bool) -> None:
     from .collectors import sampling
 
     sampling.print_status(console, st["sampling"])
+    qs = st["query"]
+    if "error" not in qs:
+        console.print(f"flowlake query: engine {qs['engine']}" + (" (DuckDB in the command)" if qs["engine"] == "local" else "")
+                      + f"; the lake holds {qs['hours']} hours in {qs['files']} files (at most {qs['max_files_per_hour']} an hour)")
     if c["spool"].get("warning"):
         console.print(f"[bold red]WARNING: {c['spool']['warning']}[/]")
     from .retention import report

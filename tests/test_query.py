@@ -726,6 +726,16 @@ def test_local_engine_whole_command_never_loads_spark(lake, nf_file, cfg):
     assert all((val, flows) in [(w[0], w[1]) for w in want] for val, flows in got)
 
 
+@pytest.mark.integration
+def test_status_shows_the_query_engine(lake, cfg):
+    from flowlake.stack import status_dict
+
+    files = [f for f in lake.rglob("*.parquet")]
+    st = status_dict(cfg)["query"]
+    assert st["engine"] == "local" and st["hours"] == len({f.parent for f in files}) >= 1
+    assert st["files"] == len(files) and st["max_files_per_hour"] >= 1
+
+
 # ---- daily security tables ----------------------------------------------------------------
 def _flow(src, dst, dport=80, packets=1, bytes_=40, t=0, proto=6):
     ts = dt.datetime(2026, 11, 25, 10, 0, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=t)

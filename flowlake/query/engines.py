@@ -52,3 +52,22 @@ def open_engine(cfg, start=None, end=None, engine: str | None = None, master: st
 
     return DuckEngine(cfg, start, end, threads=int(cfg.query.threads),
                       progress=Progress(sys.stderr) if progress else None)
+
+
+def status(cfg) -> dict:
+    """For `flowlake status`: the engine queries would use, and how many files they open
+    (a query's start-up grows with files per hour; compaction keeps it small)."""
+    from .lake import partitions
+
+    out = {"engine": choose(cfg), "threads": int(cfg.query.threads) or None, "hours": 0, "files": 0,
+           "max_files_per_hour": 0}
+    try:
+        parts = partitions(cfg.lake)
+    except FileNotFoundError:
+        return out
+    for p in parts:
+        n = sum(1 for f in p.rglob("*.parquet") if not any(s.startswith((".", "_")) for s in f.relative_to(p).parts))
+        out["hours"] += 1
+        out["files"] += n
+        out["max_files_per_hour"] = max(out["max_files_per_hour"], n)
+    return out
