@@ -317,7 +317,8 @@ def status(as_json: bool) -> None:
     qs = st["query"]
     if "error" not in qs:
         console.print(f"flowlake query: engine {qs['engine']}" + (" (DuckDB in the command)" if qs["engine"] == "local" else "")
-                      + f"; the lake holds {qs['hours']} hours in {qs['files']} files (at most {qs['max_files_per_hour']} an hour)")
+                      + f"; the lake holds {qs['hours']} hours in {qs['files']} files (at most {qs['max_files_per_hour']} an hour); "
+                      f"index {qs['index_hours']} hours, {qs['index_bytes']:,} bytes (last {qs['index_days']} days)")
     if c["spool"].get("warning"):
         console.print(f"[bold red]WARNING: {c['spool']['warning']}[/]")
     from .retention import report

@@ -736,6 +736,48 @@ def test_status_shows_the_query_engine(lake, cfg):
     assert st["files"] == len(files) and st["max_files_per_hour"] >= 1
 
 
+@pytest.mark.integration
+def test_query_index_answers_as_the_lake(engines, lake, cfg):
+    """Indexed hours answer exactly as their Parquet files; a rewritten hour is read from
+    Parquet until reindexed; days past [query] index_days are dropped."""
+    import os
+    import shutil
+
+    from flowlake.query import index
+    from flowlake.query.duck import DuckEngine
+
+    after = dt.datetime(2026, 11, 26, 12, tzinfo=dt.timezone.utc)  # the test day's hour is closed by then
+    res = index.build(cfg, now=after)
+    try:
+        assert res["built"] == 1 and res["flows"] == sum(1 for _ in engines["spark"].records(parse("any")))
+        duck = DuckEngine(cfg)
+        assert all(ix is not None for _, _, ix in duck.parts)
+        spark = engines["spark"]
+        for flt in ("any", "src net 10.0.0.0/16 and not proto tcp", "ipv6"):
+            tree = parse(flt)
+            assert list(duck.records(tree)) == list(spark.records(tree)), flt
+            assert duck.top(tree, "ip", "bytes", 0) == spark.top(tree, "ip", "bytes", 0), flt
+        assert duck.host("198.51.100.66", 5) == spark.host("198.51.100.66", 5)
+        duck.close()
+        assert index.build(cfg, now=after) == {"built": 0, "fresh": 1, "removed": 0, "flows": 0}
+        # the hour is rewritten (a file's mtime changes): Parquet answers until the next build
+        f = next(lake.rglob("*.parquet"))
+        st = f.stat()
+        os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        stale = DuckEngine(cfg)
+        assert all(ix is None for _, _, ix in stale.parts)
+        assert list(stale.records(parse("proto udp"))) == list(spark.records(parse("proto udp")))
+        stale.close()
+        assert index.build(cfg, now=after)["built"] == 1 and len(list(index.root(cfg).rglob("*.duckdb"))) == 1
+        # the bound: ten days later the day is past index_days and its file goes
+        assert index.build(cfg, now=after + dt.timedelta(days=10))["removed"] == 1
+        assert not list(index.root(cfg).rglob("*.duckdb"))
+        res = _cli("query-index")
+        assert res.exit_code == 0 and "query index: " in res.stdout, res.output
+    finally:
+        shutil.rmtree(index.root(cfg), ignore_errors=True)
+
+
 # ---- daily security tables ----------------------------------------------------------------
 def _flow(src, dst, dport=80, packets=1, bytes_=40, t=0, proto=6):
     ts = dt.datetime(2026, 11, 25, 10, 0, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=t)

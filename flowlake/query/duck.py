@@ -34,38 +34,38 @@ class DuckEngine:
     name = "local"
 
     def __init__(self, cfg, start: dt.datetime | None = None, end: dt.datetime | None = None,
-                 threads: int = 0, progress=None):
+                 threads: int = 0, progress=None, use_index: bool = True):
         from flowlake.jobs.duck import connect, parquet_files
 
+        from . import index
         from .lake import partitions
 
         self.start, self.end, self.progress = start, end, progress
-        self.parts = [(p, parquet_files(p)) for p in partitions(cfg.lake, start, end)]
-        self.parts = [(p, f) for p, f in self.parts if f]
+        parts = [(p, parquet_files(p)) for p in partitions(cfg.lake, start, end)]
+        # (hour folder, its Parquet files, its current index file or None)
+        self.parts = [(p, f, index.lookup(cfg, p, f) if use_index else None) for p, f in parts if f]
         self.con = connect(cfg)
         self.con.execute(f"SET threads = {int(threads) or os.cpu_count() or 1}")
         self.con.execute("SET TimeZone = 'UTC'")
         if progress:  # DuckDB tracks progress only with its bar on; we draw it (stderr), not DuckDB
             self.con.execute("SET enable_progress_bar = true")
             self.con.execute("SET enable_progress_bar_print = false")
-        self._time_type = None
+        self._types: dict[str, str] = {}
+        self._attached: dict = {}
 
     # ---- sources --------------------------------------------------------------------
     def _files(self, parts=None) -> list[str]:
-        return [f for _, files in (self.parts if parts is None else parts) for f in files]
+        return [f for _, files, _ in (self.parts if parts is None else parts) for f in files]
 
-    def _bounds(self, files: list[str]) -> str:
+    def _bounds(self, kind: str, relation: str) -> str:
         """The time window on the raw time_start column (TIMESTAMP WITH TIME ZONE when pyarrow
         wrote the file, TIMESTAMP for Spark's INT96): a literal of the column's own type keeps
-        the comparison pushed into the Parquet scan (row groups skipped by their statistics)."""
+        the comparison pushed into the scan (row groups skipped by their statistics)."""
         if self.start is None and self.end is None:
             return "true"
-        if self._time_type is None:
-            from flowlake.jobs.duck import sql_list
-
-            self._time_type = self.con.execute(
-                f"SELECT typeof(time_start) FROM read_parquet({sql_list(files[:1])}) LIMIT 1").fetchone()[0]
-        typ = "TIMESTAMPTZ" if "TIME ZONE" in self._time_type else "TIMESTAMP"
+        if kind not in self._types:
+            self._types[kind] = self.con.execute(f"SELECT typeof(time_start) FROM {relation} LIMIT 1").fetchone()[0]
+        typ = "TIMESTAMPTZ" if "TIME ZONE" in self._types[kind] else "TIMESTAMP"
         out = []
         if self.start is not None:
             out.append(f"time_start >= {typ} '{self.start:%Y-%m-%d %H:%M:%S.%f}'")
@@ -73,15 +73,29 @@ class DuckEngine:
             out.append(f"time_start < {typ} '{self.end:%Y-%m-%d %H:%M:%S.%f}'")
         return " AND ".join(out)
 
+    def _indexed(self, path) -> str:
+        if path not in self._attached:
+            alias = f"ix{len(self._attached)}"
+            self.con.execute(f"ATTACH {sql.quote(str(path))} AS {alias} (READ_ONLY)")
+            self._attached[path] = f"{alias}.flows"
+        return self._attached[path]
+
     def _source(self, parts=None) -> str | None:
-        """A subquery of the window's flows (None when no file is in the window)."""
+        """A subquery of the window's flows: indexed hours from their DuckDB files, the
+        others from Parquet (None when no file is in the window)."""
         from flowlake.jobs.duck import sql_list
 
-        files = self._files(parts)
-        if not files:
-            return None
-        return (f"(SELECT * FROM read_parquet({sql_list(files)}, union_by_name = true) "
-                f"WHERE {self._bounds(files)})")
+        parts = self.parts if parts is None else parts
+        subs = []
+        plain = [f for _, files, ix in parts if ix is None for f in files]
+        if plain:
+            rel = f"read_parquet({sql_list(plain)}, union_by_name = true)"
+            subs.append(f"SELECT * FROM {rel} WHERE {self._bounds('parquet', rel)}")
+        for _, _, ix in parts:
+            if ix is not None:
+                rel = self._indexed(ix)
+                subs.append(f"SELECT * FROM {rel} WHERE {self._bounds('index', rel)}")
+        return "(" + " UNION ALL BY NAME ".join(subs) + ")" if subs else None
 
     def _run(self, query: str, label: str = "scanning") -> list[dict]:
         if not self.progress:
@@ -106,7 +120,7 @@ class DuckEngine:
         done = 0
         for i, part in enumerate(self.parts):
             if self.progress:
-                self.progress.step(i, len(self.parts), part[0].parent.name + "/" + part[0].name)
+                self.progress.step(i, len(self.parts), f"{part[0].parent.name}/{part[0].name}")
             cap = f" LIMIT {limit - done}" if limit else ""
             rows = self._run(f"SELECT {cols} FROM {self._source([part])} WHERE {where} "
                              f"ORDER BY time_start, source_file, file_seq{cap}")

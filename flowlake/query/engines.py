@@ -55,12 +55,13 @@ def open_engine(cfg, start=None, end=None, engine: str | None = None, master: st
 
 
 def status(cfg) -> dict:
-    """For `flowlake status`: the engine queries would use, and how many files they open
-    (a query's start-up grows with files per hour; compaction keeps it small)."""
+    """For `flowlake status`: the engine queries would use, how many files they open (a
+    query's start-up grows with files per hour; compaction keeps it small) and the index."""
+    from . import index
     from .lake import partitions
 
     out = {"engine": choose(cfg), "threads": int(cfg.query.threads) or None, "hours": 0, "files": 0,
-           "max_files_per_hour": 0}
+           "max_files_per_hour": 0, **index.status(cfg)}
     try:
         parts = partitions(cfg.lake)
     except FileNotFoundError:

@@ -68,8 +68,12 @@ def _col(name: str) -> str:
     return name
 
 
-def _lit(text: str) -> str:
+def quote(text: str) -> str:
+    """A SQL string literal."""
     return "'" + text.replace("'", "''") + "'"
+
+
+_lit = quote
 
 
 DURATION_MS = "(epoch_ms(time_end) - epoch_ms(time_start))"
