@@ -202,35 +202,46 @@ def top10(out: str, val_col: int, cols: tuple) -> list[tuple]:
 
 def whole_commands(args, work: Path, nfdir: Path) -> None:
     flowlake = str(Path(sys.executable).with_name("flowlake"))
-    env = {**os.environ, "FLOWLAKE_HOME": str(work), "FLOWLAKE_QUERY_ENGINE": "local"}
+    env = {**os.environ, "FLOWLAKE_HOME": str(work), "FLOWLAKE_QUERY_ENGINE": "local",
+           "FLOWLAKE_QUERY_INDEX_DAYS": "100000"}  # the synthetic day may lie in the past
+    wall, cpu, _, out = timed([flowlake, "query-index"], env)
+    size = sum(f.stat().st_size for f in (work / "query-index").rglob("*.duckdb"))
+    print(f"\nflowlake query-index: {wall:.1f} s wall, {cpu:.1f} s CPU for the day, {size / args.flows:.1f} B/flow "
+          f"({out.strip().splitlines()[-1][:60]}...)")
+    envs = {"index": env, "parquet": {**env, "FLOWLAKE_QUERY_INDEX_DAYS": "0"}, "nfdump": env}
     stat = ["-s", "srcip/bytes", "-n", "10"]
-    print(f"\n1. Whole commands, median of {args.rounds} rounds in turns (wall s / CPU s); "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'filter  (-s srcip/bytes -n 10)':<58} {'flowlake':>15} {'nfdump -R':>15} {'nfdump/flowlake':>16}  top-10")
-    sums = {"local": [], "nfdump": []}
-    for flt in FILTERS:
-        runs = {"local": [], "nfdump": []}
-        for r in range(args.rounds):
-            order = ("local", "nfdump") if r % 2 == 0 else ("nfdump", "local")
-            for who in order:
-                cmd = ([flowlake, "query", flt, *stat] if who == "local" else ["nfdump", "-R", str(nfdir), *stat, flt])
-                runs[who].append(timed(cmd, env)[:2])
-        med = {w: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for w, v in runs.items()}
-        for w in sums:
-            sums[w].append(med[w])
-        ours = top10(timed([flowlake, "query", flt, *stat, "--format", "csv"], env)[3], 1, (2, 4, 6))
-        ref = top10(timed(["nfdump", "-R", str(nfdir), *stat, "-o", "csv", "-q", flt], env)[3], 4, (5, 7, 9))
-        print(f"{flt:<58} {med['local'][0]:>7.2f} /{med['local'][1]:>6.2f} {med['nfdump'][0]:>7.2f} /"
-              f"{med['nfdump'][1]:>6.2f} {med['nfdump'][0] / med['local'][0]:>15.2f}x  "
-              + ("equal" if ours == ref else f"DIFFER ({len(ours)} vs {len(ref)} rows)"))
-    tot = {w: (sum(x[0] for x in v), sum(x[1] for x in v)) for w, v in sums.items()}
-    print(f"{'total':<58} {tot['local'][0]:>7.2f} /{tot['local'][1]:>6.2f} {tot['nfdump'][0]:>7.2f} /"
-          f"{tot['nfdump'][1]:>6.2f} {tot['nfdump'][0] / tot['local'][0]:>15.2f}x  "
-          f"(CPU: {tot['nfdump'][1] / tot['local'][1]:.2f}x)")
 
-    listing = [timed([flowlake, "query", FILTERS[1], "--limit", "20"], env)[2] for _ in range(args.rounds)]
-    print(f"first row of a listing ({FILTERS[1]!r}, --limit 20): median {statistics.median(listing):.2f} s; "
-          f"first rows of the top-N above = the whole command")
+    def command(who: str, flt: str, *extra: str) -> list[str]:
+        return [flowlake, "query", flt, *stat, *extra] if who != "nfdump" else ["nfdump", "-R", str(nfdir), *stat, *extra, flt]
+
+    print(f"\n1. Whole commands, median of {args.rounds} rounds in turns, wall s / CPU s; load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (a shared machine: wall follows CPU share)")
+    print(f"{'filter  (-s srcip/bytes -n 10)':<56} {'flowlake+index':>15} {'flowlake':>15} {'nfdump -R':>15} "
+          f"{'nfdump/flowlake (index, parquet)':>33}  top-10")
+    whos = list(envs)
+    tot = {w: [0.0, 0.0] for w in whos}
+    for flt in FILTERS:
+        runs = {w: [] for w in whos}
+        for r in range(args.rounds):
+            for who in whos[r % 3:] + whos[:r % 3]:  # rotate who goes first
+                runs[who].append(timed(command(who, flt), envs[who])[:2])
+        med = {w: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for w, v in runs.items()}
+        for w in whos:
+            tot[w][0] += med[w][0]
+            tot[w][1] += med[w][1]
+        ref = top10(timed(command("nfdump", flt, "-o", "csv", "-q"), env)[3], 4, (5, 7, 9))
+        same = [top10(timed(command(w, flt, "--format", "csv"), envs[w])[3], 1, (2, 4, 6)) == ref for w in ("index", "parquet")]
+        print(f"{flt:<56} " + " ".join(f"{med[w][0]:>7.2f} /{med[w][1]:>6.2f}" for w in whos)
+              + f" {med['nfdump'][0] / med['index'][0]:>15.2f}x {med['nfdump'][0] / med['parquet'][0]:>15.2f}x  "
+              + ("equal" if all(same) else f"DIFFER (index {same[0]}, parquet {same[1]})"))
+    print(f"{'total':<56} " + " ".join(f"{tot[w][0]:>7.2f} /{tot[w][1]:>6.2f}" for w in whos)
+          + f" {tot['nfdump'][0] / tot['index'][0]:>15.2f}x {tot['nfdump'][0] / tot['parquet'][0]:>15.2f}x"
+          + f"  (CPU: {tot['nfdump'][1] / tot['index'][1]:.2f}x, {tot['nfdump'][1] / tot['parquet'][1]:.2f}x)")
+
+    for w in ("index", "parquet"):
+        first = [timed([flowlake, "query", FILTERS[1], "--limit", "20"], envs[w])[2] for _ in range(args.rounds)]
+        print(f"first row of a listing ({FILTERS[1]!r}, --limit 20), {w}: median {statistics.median(first):.2f} s; "
+              f"a top-N prints its first rows when its whole command ends (above)")
     for flt in FILTERS[1:1 + args.spark_commands]:
         wall, cpu, _, _ = timed([flowlake, "query", flt, *stat, "--engine", "spark", "--master", args.master], env)
         print(f"Spark engine, whole command, {flt!r}: {wall:.1f} s wall, {cpu:.1f} s CPU (JVM start included)")

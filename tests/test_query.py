@@ -696,6 +696,30 @@ def test_engine_choice_in_one_place(tmp_path):
     assert show_progress(cfg(), True, Tty(False)) and not show_progress(cfg(), False, Tty(True))
 
 
+def test_local_engine_names_an_unreadable_file(tmp_path, monkeypatch):
+    from flowlake import config
+
+    part = tmp_path / "lake" / "flows" / "date=2026-11-20" / "hour=01"
+    part.mkdir(parents=True)
+    (part / "x.parquet").write_text("not parquet")
+    monkeypatch.setenv("FLOWLAKE_HOME", str(tmp_path))
+    monkeypatch.setenv("FLOWLAKE_QUERY_ENGINE", "local")
+    config.reset()
+    try:
+        for args in (["query", "any", "-s", "srcip/bytes"], ["query", "proto udp", "--from", "2026-11-20"],
+                     ["host", "10.0.0.1"]):
+            res = _cli(*args)
+            assert res.exit_code == 1 and "cannot read the lake" in res.stderr and str(part / "x.parquet") in res.stderr
+            assert "Traceback" not in res.output
+        monkeypatch.setenv("FLOWLAKE_HOME", str(tmp_path / "empty"))
+        config.reset()
+        res = _cli("query", "any")
+        assert res.exit_code == 1 and "no flows in the lake" in res.stderr
+    finally:
+        monkeypatch.undo()
+        config.reset()
+
+
 @pytest.mark.integration
 def test_progress_goes_to_stderr_only(lake, nf_file):
     """--progress draws on stderr; stdout stays the clean JSON a pipe expects."""

@@ -120,6 +120,8 @@ def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, eng
         cols = FLOW_COLUMNS if fmt != "table" else ("time_start", "time_end", "proto", "src_addr", "src_port",
                                                     "dst_addr", "dst_port", "tcp_flags", "packets", "bytes")
         output.stream(eng.records(tree, limit), cols, fmt)
+    except RuntimeError as exc:  # duck.LakeReadError: a file unreadable or replaced while read
+        raise click.ClickException(str(exc)) from None
     finally:
         eng.close()
 
@@ -150,6 +152,8 @@ def host(address, start, end, top_n, fmt, engine, master, progress):
     eng = _open(start, end, engine, master, progress)
     try:
         prof = eng.host(address, top_n)
+    except RuntimeError as exc:  # duck.LakeReadError
+        raise click.ClickException(str(exc)) from None
     finally:
         eng.close()
     if fmt == "json":

@@ -30,6 +30,10 @@ SUMS = ("count(*) AS flows, CAST(sum(packets) AS BIGINT) AS packets, CAST(sum(by
 TIMES_OUT = "CAST(first_seen AS TIMESTAMP) AS first_seen, CAST(last_seen AS TIMESTAMP) AS last_seen"
 
 
+class LakeReadError(RuntimeError):
+    """DuckDB could not read the lake: a file is unreadable, or was replaced while read."""
+
+
 class DuckEngine:
     name = "local"
 
@@ -64,7 +68,7 @@ class DuckEngine:
         if self.start is None and self.end is None:
             return "true"
         if kind not in self._types:
-            self._types[kind] = self.con.execute(f"SELECT typeof(time_start) FROM {relation} LIMIT 1").fetchone()[0]
+            self._types[kind] = self._exec(f"SELECT typeof(time_start) FROM {relation} LIMIT 1").fetchone()[0]
         typ = "TIMESTAMPTZ" if "TIME ZONE" in self._types[kind] else "TIMESTAMP"
         out = []
         if self.start is not None:
@@ -76,7 +80,7 @@ class DuckEngine:
     def _indexed(self, path) -> str:
         if path not in self._attached:
             alias = f"ix{len(self._attached)}"
-            self.con.execute(f"ATTACH {sql.quote(str(path))} AS {alias} (READ_ONLY)")
+            self._exec(f"ATTACH {sql.quote(str(path))} AS {alias} (READ_ONLY)")
             self._attached[path] = f"{alias}.flows"
         return self._attached[path]
 
@@ -97,11 +101,20 @@ class DuckEngine:
                 subs.append(f"SELECT * FROM {rel} WHERE {self._bounds('index', rel)}")
         return "(" + " UNION ALL BY NAME ".join(subs) + ")" if subs else None
 
+    def _exec(self, query: str, label: str = "scanning"):
+        import duckdb
+
+        try:
+            if not self.progress:
+                return self.con.execute(query)
+            return self.progress.watch(lambda: self.con.execute(query), self.con.query_progress, label)
+        except (duckdb.IOException, duckdb.InvalidInputException) as exc:
+            first = str(exc).splitlines()[0]  # DuckDB appends the SQL around the error: not for the analyst
+            raise LakeReadError(f"cannot read the lake: {first} (if an hour was just compacted, run the query "
+                                "again; `flowlake jobs run` quarantines unreadable files)") from None
+
     def _run(self, query: str, label: str = "scanning") -> list[dict]:
-        if not self.progress:
-            res = self.con.execute(query)
-        else:
-            res = self.progress.watch(lambda: self.con.execute(query), self.con.query_progress, label)
+        res = self._exec(query, label)
         cols = [d[0] for d in res.description]
         return [dict(zip(cols, row)) for row in res.fetchall()]
 
@@ -140,7 +153,7 @@ class DuckEngine:
             sel = self._selected(tree, sorted(cols))
             if sel is None:
                 return {f"{k}/{o}": [] for k, o in specs}
-            self.con.execute(f"CREATE OR REPLACE TEMP TABLE selected AS {sel}")
+            self._exec(f"CREATE OR REPLACE TEMP TABLE selected AS {sel}")
             return {f"{k}/{o}": self._top("selected", k, o, n) for k, o in specs}
         (key, order), = specs
         return {f"{key}/{order}": self.top(tree, key, order, n)}
@@ -201,7 +214,7 @@ class DuckEngine:
         if src is None:
             return empty
         is_src, is_dst = sql.address_in("src_addr", net), sql.address_in("dst_addr", net)
-        self.con.execute(f"""CREATE OR REPLACE TEMP TABLE hf AS
+        self._exec(f"""CREATE OR REPLACE TEMP TABLE hf AS
             SELECT time_start, time_end, proto, packets, bytes,
                    CASE WHEN is_src THEN 'out' ELSE 'in' END AS role,
                    CASE WHEN is_src THEN dst_addr ELSE src_addr END AS peer,
