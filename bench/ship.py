@@ -42,13 +42,13 @@ def timed(argv, **kw) -> tuple[float, subprocess.CompletedProcess]:
     return dt, res
 
 
-def seed_file(work: Path, flows: int) -> Path:
+def seed_file(work: Path, flows: int, seed: int = 5) -> Path:
     """A real nfcapd file from softflowd (NetFlow v9) reading a generated pcap."""
     import nfcapd_capture
     import pcapgen
 
     pcap = work / "seed.pcap"
-    pcapgen.write_pcap(pcap, flows, seed=5, ipv6_share=0.2)
+    pcapgen.write_pcap(pcap, flows, seed=seed, ipv6_share=0.2)
 
     def feed(port: int) -> None:
         subprocess.run(["softflowd", "-r", str(pcap), "-n", f"127.0.0.1:{port}", "-v", "9", "-m", str(flows * 2)],

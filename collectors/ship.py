@@ -107,6 +107,29 @@ def ship_argv(cfg, files, pending=False, force=False, extra=()) -> list[str]:
     return argv + [str(f) for f in files]
 
 
+class ShipperRun:
+    """The Go binary run with --events: iterate its JSON events, then read .rc and .error."""
+
+    def __init__(self, argv: list[str], env: dict):
+        self._stderr = tempfile.TemporaryFile("w+")  # a file, not a pipe: its log cannot block the child
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=env)
+        self.rc: int | None = None
+        self.error = ""
+
+    def __iter__(self):
+        for line in self.proc.stdout:
+            try:
+                yield json.loads(line)
+            except ValueError:
+                continue
+        self.rc = self.proc.wait()
+        self._stderr.seek(0)
+        stderr = self._stderr.read()
+        if self.rc != 0:
+            last = [ln for ln in stderr.splitlines() if ln.startswith("flowlake-shipper:")]
+            self.error = last[-1].removeprefix("flowlake-shipper: ") if last else stderr.strip() or f"shipper exited {self.rc}"
+
+
 def read_ledger(cfg=None, timeout: float = 30.0) -> dict[str, dict]:
     """Files in the ledger topic (read_committed): {file: {"flows", "packets", ...}}."""
     from confluent_kafka import Consumer, TopicPartition
@@ -158,7 +181,8 @@ Each file is shipped in one Kafka transaction together with its ledger entry
 readers even if the shipper is killed mid-file. Corrupt files found with
 --pending are moved to $FLOWLAKE_HOME/lake/quarantine/nfcapd/ with a .reason file.
 While the shipper service runs (`flowlake up`) it ships the spool itself and
-holds its lock: stop it with `flowlake down` before backfilling.
+holds its lock. To import an existing nfcapd archive, with the stack up or down,
+use `flowlake import PATH...` (files known by content, beside the live shipper).
 """
 
 
@@ -189,14 +213,9 @@ def ship(files: tuple[Path, ...], pending: bool, force: bool, build_only: bool) 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[flows]:,} flows"), TimeElapsedColumn(), console=console) as bar:
         task = bar.add_task("shipping", total=len(files) or None, flows=0)
-        errlog = tempfile.TemporaryFile("w+")  # a file, not a pipe: its log cannot block the child
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errlog, text=True, env=child_env(cfg))
+        run = ShipperRun(argv, child_env(cfg))
         flows = 0
-        for line in proc.stdout:
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue
+        for ev in run:
             kind = ev.get("event")
             if kind == "progress":
                 bar.update(task, description=f"shipping {ev['file']}", flows=flows + ev["flows"])
@@ -214,12 +233,8 @@ def ship(files: tuple[Path, ...], pending: bool, force: bool, build_only: bool) 
                 console.print(f"[red]{kind}[/red] {ev['file']}: {ev['error']}")
             elif kind == "summary":
                 summary = ev
-        rc = proc.wait()
-        errlog.seek(0)
-        stderr = errlog.read()
     if summary:
         click.echo(f"{summary['shipped']} files shipped ({summary['flows']:,} flows), "
                    f"{summary['skipped']} skipped, {summary['failed']} failed")
-    if rc != 0:
-        last = [ln for ln in stderr.splitlines() if ln.startswith("flowlake-shipper:")]
-        raise click.ClickException(last[-1].removeprefix("flowlake-shipper: ") if last else stderr.strip() or f"shipper exited {rc}")
+    if run.rc != 0:
+        raise click.ClickException(run.error)

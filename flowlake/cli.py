@@ -14,6 +14,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "down": ("flowlake.stack:down", "Stop every component of the local stack."),
     "status": ("flowlake.stack:status", "Components, pids, ports and per-stage counts."),
     "ship": ("flowlake.collectors.ship:ship", "Ship nfcapd files to Kafka (backfill or --pending)."),
+    "import": ("flowlake.collectors.archive:import_cmd", "Import an nfcapd archive (files or YYYY/MM/DD trees) beside the live stack."),
     "ingest": ("flowlake.pipelines.ingest:ingest", "Stream flows.v1/active.v1 from Kafka into the lake."),
     "generate": ("flowlake.collectors.generate:generate", "Export modelled border traffic as NetFlow/IPFIX."),
     "jobs": ("flowlake.jobs.runner:jobs", "Run the daily Spark report jobs."),

@@ -164,6 +164,7 @@ def counts(cfg) -> dict:
         out["shipper"] = json.loads(shipper_state.read_text())
     except (OSError, ValueError):
         out["shipper"] = {}
+    out["import"] = import_counts(cfg)
     out["kafka"] = kafka_offsets(cfg)
     out["lake"] = ingest.counts(cfg)
     q_files = list((cfg.lake / "quarantine" / "nfcapd").glob("*.reason")) if cfg.lake.exists() else []
@@ -180,6 +181,13 @@ def counts(cfg) -> dict:
         if out["spool"]["bytes"] > warn else None
     )
     return out
+
+
+def import_counts(cfg) -> dict:
+    """`flowlake import`: files and flows imported over the ledger's life, the last run's state."""
+    from .collectors import archive
+
+    return archive.status(cfg)
 
 
 def kafka_offsets(cfg) -> dict:
@@ -304,6 +312,10 @@ def status(as_json: bool) -> None:
     ct.add_row("nfcapd received", f"{n['flows']:,}", f"sequence errors {n['sequence_errors']}, bad packets {n['bad_packets']}")
     ct.add_row("spool (unshipped+shipped files)", f"{c['spool']['files']:,} files", f"{c['spool']['bytes']:,} bytes")
     ct.add_row("shipped to Kafka", f"{s.get('flows_shipped', 0):,}", f"{s.get('files_shipped', 0)} files, {s.get('files_pending', '?')} pending")
+    imp = c.get("import", {})
+    if imp:
+        ct.add_row("imported archive (flowlake import)", f"{imp.get('flows_shipped', 0):,}",
+                   f"{imp.get('files_shipped', 0)} files, {imp.get('files_quarantined', 0)} quarantined, {imp.get('state', '?')}")
     ct.add_row("Kafka flows.v1 offsets", f"{c['kafka'].get(_config.get().kafka.flows_topic, 0):,}", "incl. transaction markers")
     ct.add_row("in the lake", f"{lake.get('rows', 0):,}", "")
     rej = c["collector_rejected"]

@@ -73,6 +73,13 @@ type LedgerEntry struct {
 	ShippedAt string `json:"shipped_at"`
 	// flows of the file not shipped: impossible times (lake/quarantine/flows/)
 	Quarantined uint64 `json:"quarantined,omitempty"`
+	// set by `import` (archive files are known by content, not by path)
+	Origin     string            `json:"origin,omitempty"`
+	SHA256     string            `json:"sha256,omitempty"`       // of the file's bytes
+	FlowDigest string            `json:"flows_sha256,omitempty"` // of its decoded flows (the ledger key)
+	Size       int64             `json:"size,omitempty"`
+	MTime      int64             `json:"mtime_ns,omitempty"`
+	Days       map[string]uint64 `json:"days,omitempty"` // flows per UTC day of time_start
 }
 
 // barrierPrefix marks the ledger records a shipper writes at start-up to know when it

@@ -6,6 +6,7 @@
 //	flowlake-shipper ship [flags] FILE...    ship given files (skips those in the ledger)
 //	flowlake-shipper ship --pending [flags]  ship every closed file in the spool not yet shipped
 //	flowlake-shipper serve [flags]           watch the spool and ship files as nfcapd closes them
+//	flowlake-shipper import [flags] PATH...  ship archive files and trees, known by content (import.go)
 package main
 
 import (
@@ -30,6 +31,7 @@ commands:
   serve           watch --spool and ship each file nfcapd closes, until SIGTERM
   tap             read a copy of every datagram sent to the collector port (raw socket) and
                   record the sampling each exporter announces (see tap.go), until SIGTERM
+  import PATH...  ship nfcapd files and archive trees beside the live shipper (flowlake import)
 
 run "flowlake-shipper ship -h" for the Kafka flags (the Python wrapper, "flowlake ship",
 fills them in from flowlake.toml).
@@ -52,6 +54,8 @@ func main() {
 		err = cmdShip(os.Args[2:], true)
 	case "tap":
 		err = cmdTap(os.Args[2:])
+	case "import":
+		err = cmdImport(os.Args[2:])
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return

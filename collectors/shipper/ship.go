@@ -195,6 +195,8 @@ type Shipper struct {
 	events  *json.Encoder
 	eventMu sync.Mutex
 	res     *Resolver
+	origin  string // ledger entries of this kind count in its state ("" live, "import")
+	copyBad bool   // quarantine a copy and leave the file (import: the archive is the operator's)
 }
 
 func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
@@ -279,6 +281,9 @@ func (s *Shipper) connect(ctx context.Context) error {
 	// Totals over the spool's whole life (not this process's) come from the ledger.
 	s.count.FilesShipped, s.count.FlowsShipped, s.count.PacketsShipped, s.count.BytesShipped = 0, 0, 0, 0
 	for _, e := range ledger {
+		if e.Origin != s.origin { // the live shipper and `import` each count their own
+			continue
+		}
 		s.count.FilesShipped++
 		s.count.FlowsShipped += e.Flows
 		s.count.PacketsShipped += e.Packets
@@ -295,10 +300,35 @@ func (e errKafka) Unwrap() error { return e.err }
 
 const recordChunk = 4096
 
+// fileID says under which ledger key a file ships, what its flows carry as
+// source_file and what its ledger record holds besides the totals. A spool file is
+// known by its path below the spool (shipFile); `import` knows archive files by
+// their content (import.go).
+type fileID struct {
+	Key    string      // ledger key
+	Source string      // source_file of its flows, and the name in events and logs
+	Read   string      // the file to decode, when not the file itself (import: nfdump's rewrite)
+	Entry  LedgerEntry // extra ledger fields (content hash, origin, ...)
+	// optional: OnFlow sees every flow shipped; Seal runs once the file is read, before
+	// its ledger record, and may rename the key or refuse the file (the transaction aborts)
+	OnFlow func(*Flow)
+	Seal   func(id *fileID, st *Stats) error
+}
+
 // shipFile sends one file's flows and its ledger entry in one transaction.
 func (s *Shipper) shipFile(ctx context.Context, path string) (*Stats, error) {
 	name := s.relName(path)
-	srcFile := EncodeSourceFile(name)
+	return s.shipAs(ctx, path, fileID{Key: name, Source: name})
+}
+
+// shipAs ships a file under the identity id: its flows and its ledger record in one transaction.
+func (s *Shipper) shipAs(ctx context.Context, path string, id fileID) (*Stats, error) {
+	name := id.Key
+	srcFile := EncodeSourceFile(id.Source)
+	read := path
+	if id.Read != "" {
+		read = id.Read
+	}
 	if err := s.cl.BeginTransaction(); err != nil {
 		return nil, errKafka{err}
 	}
@@ -322,7 +352,7 @@ func (s *Shipper) shipFile(ctx context.Context, path string) (*Stats, error) {
 	var packets, bytes, shipped uint64
 	times := map[string]*ExporterTimeCounts{}
 	var rejected []byte // JSON lines of quarantined flows, written once the file committed
-	stats, readErr := ReadFile(path, func(f *Flow) error {
+	stats, readErr := ReadFile(read, func(f *Flow) error {
 		select {
 		case <-failed:
 			return errKafka{prodErr}
@@ -337,7 +367,7 @@ func (s *Shipper) shipFile(ctx context.Context, path string) (*Stats, error) {
 		}
 		if reject != "" {
 			countTime(times, f.Exporter.Addr, reject, true, 1)
-			line := appendFlowJSON(nil, f, name)
+			line := appendFlowJSON(nil, f, id.Source)
 			rejected = append(append(append(rejected, line[:len(line)-2]...), `,"reason":`...), fmt.Sprintf("%q}\n", reject)...)
 			return nil
 		}
@@ -370,12 +400,15 @@ func (s *Shipper) shipFile(ctx context.Context, path string) (*Stats, error) {
 		rec.Key = slab[start:keyEnd:keyEnd]
 		rec.Value = slab[keyEnd:len(slab):len(slab)]
 		s.cl.Produce(ctx, rec, promise)
+		if id.OnFlow != nil {
+			id.OnFlow(f)
+		}
 		if s.o.Throttle > 0 {
 			time.Sleep(time.Second / time.Duration(s.o.Throttle))
 		}
 		if s.events != nil && (f.Seq+1)%100000 == 0 && time.Since(lastNote) > 200*time.Millisecond {
 			lastNote = time.Now()
-			s.event(map[string]any{"event": "progress", "file": name, "flows": f.Seq + 1})
+			s.event(map[string]any{"event": "progress", "file": id.Source, "flows": f.Seq + 1})
 		}
 		return nil
 	})
@@ -392,8 +425,16 @@ func (s *Shipper) shipFile(ctx context.Context, path string) (*Stats, error) {
 	// the lake's figures: packets and bytes after sampling resolution
 	quarantined := stats.Flows - shipped
 	stats.Flows, stats.Packets, stats.Bytes = shipped, packets, bytes
-	entry := LedgerEntry{File: name, Flows: stats.Flows, Packets: stats.Packets, Bytes: stats.Bytes, ShippedAt: now(),
-		Quarantined: quarantined}
+	if id.Seal != nil {
+		if err := id.Seal(&id, stats); err != nil {
+			abort()
+			return nil, err
+		}
+		name = id.Key
+	}
+	entry := id.Entry
+	entry.File, entry.Flows, entry.Packets, entry.Bytes, entry.ShippedAt = id.Source, stats.Flows, stats.Packets, stats.Bytes, now()
+	entry.Quarantined = quarantined
 	value, _ := json.Marshal(entry)
 	s.cl.Produce(ctx, &kgo.Record{Topic: s.o.LedgerTopic, Key: []byte(name), Value: value}, promise)
 	if err := s.cl.Flush(ctx); err != nil {
@@ -427,30 +468,30 @@ func (s *Shipper) shipFile(ctx context.Context, path string) (*Stats, error) {
 	if len(rejected) > 0 && s.o.FlowQuarantine != "" {
 		// one file per nfcapd file, replaced whole: a re-ship after a crash writes it again, never twice
 		_ = os.MkdirAll(s.o.FlowQuarantine, 0o755)
-		dst := filepath.Join(s.o.FlowQuarantine, strings.ReplaceAll(name, "/", "_")+".jsonl")
+		dst := filepath.Join(s.o.FlowQuarantine, strings.ReplaceAll(id.Source, "/", "_")+".jsonl")
 		if err := os.WriteFile(dst+".tmp", rejected, 0o644); err == nil {
 			_ = os.Rename(dst+".tmp", dst)
 		}
-		log.Printf("WARNING %s: %d flows with impossible times quarantined to %s", name, quarantined, dst)
+		log.Printf("WARNING %s: %d flows with impossible times quarantined to %s", id.Source, quarantined, dst)
 	}
 	for _, k := range sortedKeys(s.res.Counts) {
 		if c := s.res.Counts[k]; c.Unknown > 0 {
 			log.Printf("WARNING %s: %d flows of exporter %s have an unknown sampling rate (sampling_rate 0, wire counts): "+
-				"set [exporters.\"%s\"] sampling = N in flowlake.toml if it announces none", name, c.Unknown, k, k)
+				"set [exporters.\"%s\"] sampling = N in flowlake.toml if it announces none", id.Source, c.Unknown, k, k)
 		}
 	}
 	s.count.FilesShipped++
 	s.count.FlowsShipped += stats.Flows
 	s.count.PacketsShipped += stats.Packets
 	s.count.BytesShipped += stats.Bytes
-	s.count.LastFile = name
+	s.count.LastFile = id.Source
 	secs := time.Since(started).Seconds()
-	s.event(map[string]any{"event": "shipped", "file": name, "flows": stats.Flows, "packets": stats.Packets,
+	s.event(map[string]any{"event": "shipped", "file": id.Source, "flows": stats.Flows, "packets": stats.Packets,
 		"bytes": stats.Bytes, "seconds": secs})
-	log.Printf("INFO shipped %s: %d flows, %d packets, %d bytes in %.2fs", name, stats.Flows, stats.Packets, stats.Bytes, secs)
+	log.Printf("INFO shipped %s: %d flows, %d packets, %d bytes in %.2fs", id.Source, stats.Flows, stats.Packets, stats.Bytes, secs)
 	if stats.Unfinished {
 		log.Printf("WARNING %s was never closed by nfcapd (killed): shipped its %d complete blocks, dropped %d bytes of a partly written one",
-			name, stats.Blocks, stats.DroppedBytes)
+			id.Source, stats.Blocks, stats.DroppedBytes)
 	}
 	if s.o.DeleteAfterShip {
 		if err := os.Remove(path); err != nil {
@@ -461,16 +502,16 @@ func (s *Shipper) shipFile(ctx context.Context, path string) (*Stats, error) {
 }
 
 // quarantine moves a bad spool file aside with a .reason file next to it.
-func (s *Shipper) quarantine(path string, cause error) {
+func (s *Shipper) quarantine(path string, cause error) (reasonFile string) {
 	s.count.FilesQuarantined++
 	s.fail(fmt.Errorf("quarantined: %v", cause))
 	s.event(map[string]any{"event": "quarantined", "file": s.relName(path), "error": cause.Error()})
 	if s.o.QuarantineDir == "" {
-		return
+		return ""
 	}
 	if err := os.MkdirAll(s.o.QuarantineDir, 0o755); err != nil {
 		log.Printf("ERROR cannot create quarantine dir %s: %v", s.o.QuarantineDir, err)
-		return
+		return ""
 	}
 	base := filepath.Base(path)
 	dst := filepath.Join(s.o.QuarantineDir, base)
@@ -482,9 +523,14 @@ func (s *Shipper) quarantine(path string, cause error) {
 	}
 	reason := fmt.Sprintf("file: %s\nquarantined_at: %s\nreason: %v\n", path, now(), cause)
 	_ = os.WriteFile(dst+".reason", []byte(reason), 0o644)
-	if err := os.Rename(path, dst); err != nil {
+	place := os.Rename
+	if s.copyBad {
+		place = copyFile
+	}
+	if err := place(path, dst); err != nil {
 		log.Printf("ERROR cannot move %s to quarantine: %v", path, err)
 	}
+	return dst + ".reason"
 }
 
 // pendingFiles lists closed nfcapd files under the spool not in the ledger, oldest first.
@@ -547,68 +593,108 @@ func lock(path string) (*os.File, error) {
 	if err := syscall.Flock(int(fh.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		owner, _ := os.ReadFile(path)
 		fh.Close()
-		return nil, fmt.Errorf("another shipper (pid %s) holds %s and ships this spool; stop it first (flowlake down) or let it ship the files", strings.TrimSpace(string(owner)), path)
+		return nil, errLocked{strings.TrimSpace(string(owner)), path}
 	}
 	_ = fh.Truncate(0)
 	_, _ = fh.WriteAt([]byte(fmt.Sprintf("%d\n", os.Getpid())), 0)
 	return fh, nil
 }
 
-func cmdShip(args []string, serve bool) error {
-	log.SetFlags(log.LstdFlags | log.Lmicroseconds | log.LUTC)
-	o, files, err := parseShipFlags(args, serve)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
+// startShipper does what every shipping command does first: load the encoder, take the
+// lock, start the profile and the signal handling, load the counters; done undoes it.
+func startShipper(o *ShipOptions) (s *Shipper, ctx context.Context, done func(), err error) {
 	enc, err := LoadEncoder(o.SchemaFile, o.Fingerprint)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	lk, err := lock(o.LockFile)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
-	defer lk.Close()
-
-	if o.CPUProfile != "" {
-		fh, err := os.Create(o.CPUProfile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(fh); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startProfile(o)
+	if err != nil {
+		lk.Close()
+		return nil, nil, nil, err
 	}
-	// Flow records are short-lived but numerous: trade memory for fewer GC cycles.
-	debug.SetGCPercent(400)
-
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	res, err := NewResolver(o.SamplingFile, o.TapDir)
 	if err != nil {
-		return err
+		stop()
+		stopProfile()
+		lk.Close()
+		return nil, nil, nil, err
 	}
-	s := &Shipper{o: o, enc: enc, res: res}
+	s = &Shipper{o: o, enc: enc, res: res}
 	if o.Events {
 		s.events = json.NewEncoder(os.Stdout)
 	}
 	s.loadState()
+	return s, ctx, func() { stop(); stopProfile(); lk.Close() }, nil
+}
+
+// errLocked: another process holds the lock (its pid is in the file).
+type errLocked struct{ owner, path string }
+
+func (e errLocked) Error() string {
+	return fmt.Sprintf("another shipper (pid %s) holds %s and ships this spool; stop it first (flowlake down) or let it ship the files", e.owner, e.path)
+}
+
+// startProfile starts the CPU profile (--cpuprofile) and tunes the GC for shipping.
+func startProfile(o *ShipOptions) (stop func(), err error) {
+	// Flow records are short-lived but numerous: trade memory for fewer GC cycles.
+	debug.SetGCPercent(400)
+	if o.CPUProfile == "" {
+		return func() {}, nil
+	}
+	fh, err := os.Create(o.CPUProfile)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(fh); err != nil {
+		return nil, err
+	}
+	return pprof.StopCPUProfile, nil
+}
+
+// parseCommand sets up logging and parses the flags; -h (help printed) gives a nil o.
+func parseCommand(args []string, serve bool) (*ShipOptions, []string, error) {
+	log.SetFlags(log.LstdFlags | log.Lmicroseconds | log.LUTC)
+	o, files, err := parseShipFlags(args, serve)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil, nil, nil
+	}
+	return o, files, err
+}
+
+func cmdShip(args []string, serve bool) error {
+	o, files, err := parseCommand(args, serve)
+	if o == nil || err != nil {
+		return err
+	}
+	s, ctx, done, err := startShipper(o)
+	if err != nil {
+		return err
+	}
+	defer done()
 	if serve {
 		return s.serve(ctx)
 	}
 	return s.shipOnce(ctx, files)
 }
 
-func (s *Shipper) shipOnce(ctx context.Context, files []string) error {
+// connectOnce connects within --connect-timeout, for commands that give up (not serve).
+func (s *Shipper) connectOnce(ctx context.Context) error {
 	cctx, cancel := context.WithTimeout(ctx, s.o.ConnectTimeout)
-	err := s.connect(cctx)
-	cancel()
-	if err != nil {
+	defer cancel()
+	if err := s.connect(cctx); err != nil {
 		return fmt.Errorf("kafka %s: %v", strings.Join(s.o.Kafka.Brokers, ","), err)
+	}
+	return nil
+}
+
+func (s *Shipper) shipOnce(ctx context.Context, files []string) error {
+	if err := s.connectOnce(ctx); err != nil {
+		return err
 	}
 	defer s.cl.Close()
 	s.count.State = "backfill"
