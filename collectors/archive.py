@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import re
 import time
 from pathlib import Path
 
@@ -133,12 +135,36 @@ def wait_for_ingest(cfg, target: dict[int, int], timeout: float, progress=None) 
 
 # ---- hooks -----------------------------------------------------------------------------
 def day_warnings(cfg, days: list[dt.date]) -> list[str]:
-    """Warnings about imported days, printed before the reports are rebuilt.
+    """Days older than [retention] flows_days: imported, but the next retention run
+    removes their raw flows again (they survive as rollups only)."""
+    from flowlake import retention
 
-    The place for retention: days older than what the lake keeps are imported but
-    will be aged out by the next retention run; say so here.
-    """
-    return []
+    expired = retention.expired_dates(cfg, days)
+    if not expired:
+        return []
+    span = f"{expired[0]}" + (f" .. {expired[-1]}" if len(expired) > 1 else "")
+    return [f"{len(expired)} day(s) ({span}) are older than retention.flows_days="
+            f"{cfg.retention.flows_days}: their raw flows will be removed by the next retention run "
+            "and survive as rollups only; raise FLOWLAKE_RETENTION_FLOWS_DAYS (0 = forever) to keep them"]
+
+
+_NAME_DATE = re.compile(r"nfcapd\.(\d{4})(\d{2})(\d{2})\d{4}")
+
+
+def named_days(paths) -> list[dt.date]:
+    """The days the files below `paths` are named after (nfcapd.YYYYMMDDhhmm): known
+    before anything ships, so the retention warning comes first."""
+    days = set()
+    for root in paths:
+        names = [Path(root).name] if Path(root).is_file() else (f for _, _, fs in os.walk(root) for f in fs)
+        for name in names:
+            m = _NAME_DATE.match(name)
+            if m:
+                try:
+                    days.add(dt.date(int(m[1]), int(m[2]), int(m[3])))
+                except ValueError:
+                    pass
+    return sorted(days)
 
 
 # ---- reports ---------------------------------------------------------------------------
@@ -213,13 +239,16 @@ def import_cmd(paths: tuple[Path, ...], no_reports: bool, jobs: tuple[str, ...],
 
     cfg = _config.get()
     console = Console(stderr=True, soft_wrap=True)
+    named = named_days(paths)
+    for warning in day_warnings(cfg, named):
+        console.print(f"[yellow]WARNING: {warning}[/yellow]")
     ship.build_binary()
     ensure_services(cfg, console)
     result = run_import(cfg, paths, console, throttle)
     show_summary(result, console)
     # days this run imported, and days of files an earlier (killed) run imported
     days = sorted(dt.date.fromisoformat(d) for d in set(result["days"]) | result["earlier_days"])
-    for warning in day_warnings(cfg, days):
+    for warning in day_warnings(cfg, [d for d in days if d not in named]):  # files named otherwise
         console.print(f"[yellow]WARNING: {warning}[/yellow]")
     problems = []
     if result["rc"] != 0:

@@ -73,6 +73,22 @@ def test_expired_dates_use_the_flows_own_day():
     assert retention.expired_dates(forever, ["1990-01-01"], today) == []
 
 
+def test_import_warns_before_it_starts_about_days_older_than_flows_days(tmp_path):
+    from flowlake import config
+    from flowlake.collectors import archive
+
+    cfg = config.load(env={"FLOWLAKE_RETENTION_FLOWS_DAYS": "3"})
+    old = (TODAY - dt.timedelta(days=10)).strftime("%Y%m%d")
+    put(tmp_path / old[:4] / old[4:6] / old[6:] / f"nfcapd.{old}1200")
+    put(tmp_path / f"nfcapd.{TODAY:%Y%m%d}0005")
+    put(tmp_path / "nfcapd.current.1234")  # nfcapd's open file: no date in its name
+    days = archive.named_days([tmp_path])
+    assert days == [TODAY - dt.timedelta(days=10), TODAY]
+    (warning,) = archive.day_warnings(cfg, days)
+    assert day(10) in warning and "flows_days=3" in warning and "rollups only" in warning
+    assert archive.day_warnings(config.load(env={"FLOWLAKE_RETENTION_FLOWS_DAYS": "0"}), days) == []
+
+
 def seed_lake(home: Path) -> None:
     lake = home / "lake"
     for n in (1, 3, 4, 9):
