@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import": ("flowlake.collectors.archive:import_cmd", "Import an nfcapd archive (files or YYYY/MM/DD trees) beside the live stack."),
     "ingest": ("flowlake.pipelines.ingest:ingest", "Stream flows.v1/active.v1 from Kafka into the lake."),
     "generate": ("flowlake.collectors.generate:generate", "Export modelled border traffic as NetFlow/IPFIX."),
+    "compact": ("flowlake.pipelines.hour_close:compact_cmd", "Close the lake's hours: compaction and rollups."),
     "jobs": ("flowlake.jobs.runner:jobs", "Run the daily Spark report jobs."),
     "powerlaw": ("flowlake.powerlaw.cli:powerlaw", "Fit a power law to a column of numbers (CSN 2009)."),
     "active": ("flowlake.collectors.active.cli:active", "Parse and import active-test results."),

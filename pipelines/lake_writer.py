@@ -42,7 +42,14 @@ class BatchWriter:
         return path
 
     def publish(self, batch_id: int, staged: Path, info: dict) -> list[Path]:
-        """Move staged part files into the table; write the done marker last."""
+        """Move staged part files into the table; write the done marker last. Under the
+        table's lock: compaction never swaps an hour while a batch lands in it."""
+        from .lake_lock import table_lock
+
+        with table_lock(self.table_dir):
+            return self._publish(batch_id, staged, info)
+
+    def _publish(self, batch_id: int, staged: Path, info: dict) -> list[Path]:
         pending = self._pending(batch_id)
         if pending.exists():  # an earlier attempt died mid-move: undo what it placed
             for rel in json.loads(pending.read_text()):
