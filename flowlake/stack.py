@@ -18,7 +18,7 @@ from . import config as _config
 from .services.process import Managed, port_open, wait_until
 
 log = logging.getLogger("flowlake.stack")
-ORDER = ["kafka", "ingest", "shipper", "sampling-tap", "nfcapd", "retention", "superset"]
+ORDER = ["kafka", "ingest", "shipper", "sampling-tap", "nfcapd", "retention", "compactor", "superset"]
 
 
 def _python_argv(*args: str) -> list[str]:
@@ -42,6 +42,20 @@ def start_ingest(cfg) -> int:
     meta = cfg.path("state", "checkpoints", "flows", "metadata")
     wait_until(meta.exists, 180, "the ingest's streaming query to start", interval=1, proc=proc)
     return pid
+
+
+def compactor_managed(cfg) -> Managed:
+    return Managed("compactor", cfg.path("run"), cfg.path("log"))
+
+
+def start_compactor(cfg) -> int | None:
+    """Hour close (`flowlake compact --watch`): compaction and rollups as hours close."""
+    if not cfg.compaction.enabled:
+        return None
+    proc = compactor_managed(cfg)
+    if proc.running():
+        return proc.pid()
+    return proc.start(_python_argv("compact", "--watch"))
 
 
 def start_shipper(cfg) -> int:
@@ -93,6 +107,8 @@ def up_stack(cfg=None, with_superset: bool = True) -> dict:
 
     steps = [("kafka", kafka.start), ("ingest", start_ingest), ("shipper", start_shipper),
              ("sampling-tap", sampling.start), ("nfcapd", nfcapd.start), ("retention", start_retention)]
+    if cfg.compaction.enabled:
+        steps.append(("compactor", start_compactor))
     paused = (disk.paused(cfg) or {}).get("components", [])
     if paused:  # the disk guard stopped them; its service starts them when space returns
         click.echo(f"  {', '.join(paused)} paused by the disk guard (disk below retention.disk_floor_pct)", err=True)
@@ -119,6 +135,7 @@ def down_stack(cfg=None) -> None:
     sup = _superset()
     if sup is not None:
         sup.stop(cfg)
+    compactor_managed(cfg).stop(timeout=60)
     nfcapd.stop(cfg)
     from .collectors import sampling
 
@@ -139,6 +156,7 @@ def component_state(cfg, name: str) -> dict:
         "superset": Managed("superset", cfg.path("run"), cfg.path("log")),
         "sampling-tap": Managed("sampling-tap", cfg.path("run"), cfg.path("log")),
         "retention": retention_managed(cfg),
+        "compactor": compactor_managed(cfg),
     }[name]
     pid = managed.pid()
     port = {"kafka": cfg.kafka.port, "nfcapd": cfg.collector.port, "superset": cfg.superset.port}.get(name)
@@ -167,6 +185,7 @@ def counts(cfg) -> dict:
     out["import"] = import_counts(cfg)
     out["kafka"] = kafka_offsets(cfg)
     out["lake"] = ingest.counts(cfg)
+    out["compaction"] = compaction_status(cfg)
     q_files = list((cfg.lake / "quarantine" / "nfcapd").glob("*.reason")) if cfg.lake.exists() else []
     from .pipelines import lake_check
 
@@ -188,6 +207,15 @@ def import_counts(cfg) -> dict:
     from .collectors import archive
 
     return archive.status(cfg)
+
+
+def compaction_status(cfg) -> dict:
+    from .pipelines import hour_close
+
+    try:
+        return hour_close.status(cfg)
+    except Exception as exc:  # status must never crash on a damaged state file
+        return {"error": str(exc)}
 
 
 def kafka_offsets(cfg) -> dict:
@@ -320,6 +348,12 @@ def status(as_json: bool) -> None:
     ct.add_row("in the lake", f"{lake.get('rows', 0):,}", "")
     rej = c["collector_rejected"]
     ct.add_row("rejected by nfcapd", f"{rej['errors']:,} errors", f"bad packets {rej['bad_packets']}")
+    comp = c.get("compaction", {})
+    if "hours_compacted" in comp:
+        bpf = comp["bytes_per_flow"]
+        ct.add_row("compacted (hour close)", f"{comp['rows']:,}",
+                   f"{comp['hours_compacted']} hours compacted, {comp['hours_waiting']} waiting"
+                   + (f", {bpf} bytes/flow" if bpf else "") + (f", {comp['errors']} errors" if comp["errors"] else ""))
     q = c["quarantined"]
     ct.add_row("quarantined", f"{q['kafka_messages']:,} msgs", f"{q['nfcapd_files']} nfcapd files")
     console.print(ct)
