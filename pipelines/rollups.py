@@ -109,34 +109,36 @@ def build(con, cfg, source: str) -> dict[str, str]:
     return out
 
 
-def _select(res: str, relation: str) -> str:
-    """The relation's rows with the declared columns and types, in bucket order."""
+def _select(res: str, relation: str, extra: str = "") -> str:
+    """The relation's rows with the declared columns and types (plus `extra`), in order."""
     record = ROLLUP_1D if res == "1d" else ROLLUPS[res]
-    cols = [(n, t) for n, t in record.sql_columns() if n != "date"]
+    cols = [f"CAST({n} AS {t}) AS {n}" for n, t in record.sql_columns() if n != "date"] + ([extra] if extra else [])
     order = "exporter, if_index, side, direction" if res == "1d" else "bucket, exporter, input_if, output_if"
-    return f"SELECT {', '.join(f'CAST({n} AS {t}) AS {n}' for n, t in cols)} FROM {relation} ORDER BY {order}"
+    return f"SELECT {', '.join(cols)} FROM {relation} ORDER BY {order}"
 
 
-def daily_sql(five_min: str, day: str) -> str:
-    """rollup_1d rows of `day` from 5-minute rollup rows (any dates: buckets outside the
-    day are ignored). Pure SQL: per bucket and interface side, then per day."""
+def daily_sql(five_min: str, day: str | None = None) -> str:
+    """rollup_1d rows from 5-minute rollup rows: of `day` only (buckets outside it are
+    ignored), or of every day they hold. Pure SQL: per bucket and interface side, then per day."""
     seconds = RESOLUTIONS["5m"]
-    d0 = dt.date.fromisoformat(day)
-    lo, hi = d0.isoformat(), (d0 + dt.timedelta(days=1)).isoformat()
+    where = "true"
+    if day is not None:
+        d0 = dt.date.fromisoformat(day)
+        where = f"bucket >= TIMESTAMP '{d0}' AND bucket < TIMESTAMP '{d0 + dt.timedelta(days=1)}'"
     sums = "sum(flows) AS flows, sum(packets) AS packets, sum(bytes) AS bytes"
     return f"""
-        WITH r AS (SELECT * FROM {five_min} WHERE bucket >= TIMESTAMP '{lo}' AND bucket < TIMESTAMP '{hi}'),
-        b AS (SELECT bucket, exporter, input_if AS if_index, 'in' AS side, direction, {sums} FROM r GROUP BY ALL
+        WITH r AS (SELECT * EXCLUDE (date), strftime(bucket, '%Y-%m-%d') AS date FROM {five_min} WHERE {where}),
+        b AS (SELECT date, bucket, exporter, input_if AS if_index, 'in' AS side, direction, {sums} FROM r GROUP BY ALL
               UNION ALL
-              SELECT bucket, exporter, output_if AS if_index, 'out' AS side, direction, {sums} FROM r GROUP BY ALL),
+              SELECT date, bucket, exporter, output_if AS if_index, 'out' AS side, direction, {sums} FROM r GROUP BY ALL),
         a AS (SELECT * FROM b
               UNION ALL
-              SELECT bucket, exporter, if_index, side, 'all' AS direction, {sums} FROM b GROUP BY ALL)
+              SELECT date, bucket, exporter, if_index, side, 'all' AS direction, {sums} FROM b GROUP BY ALL)
         SELECT exporter, if_index, side, direction, sum(flows) AS flows, sum(packets) AS packets, sum(bytes) AS bytes,
                sum(bytes) * 8 / 86400 AS mean_bps, max(bytes) * 8 / {seconds} AS peak_bps,
                CASE WHEN {DAILY_BUCKETS} - count(*) >= {P95_RANK} THEN 0.0
                     ELSE list_sort(list(bytes))[{P95_RANK} - ({DAILY_BUCKETS} - count(*))] * 8 / {seconds} END AS p95_bps,
-               '{day}' AS date
+               date
         FROM a GROUP BY ALL"""
 
 
@@ -150,7 +152,7 @@ def update_days(con, lake: Path, days: list[str]) -> int:
         files = [f for f in files if f.exists()]
         if not files:
             continue
-        src = "read_parquet([" + ", ".join("'" + _q(f) + "'" for f in files) + "], hive_partitioning = false)"
+        src = "read_parquet([" + ", ".join("'" + _q(f) + "'" for f in files) + "], hive_partitioning = true)"
         written += write_date(con, lake, "1d", day, f"({daily_sql(src, day)})", None)
     return written
 
@@ -211,16 +213,33 @@ def update_hour(cfg, date: str, hour: int, hour_dir: Path) -> dict[str, int]:
         con.close()
 
 
+def write_all_dates(con, lake: Path, res: str, relation: str) -> int:
+    """Every date of `relation` at once: one partitioned write into staging, then each
+    date's file renamed over lake/rollups/<res>/date=D/rollup.parquet."""
+    import shutil
+    import uuid
+
+    base = Path(lake) / "rollups" / res
+    staging = Path(lake) / "rollups" / f".staging-{res}-{uuid.uuid4().hex[:8]}"
+    staging.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        con.execute(f"COPY ({_select(res, relation, 'date AS part')}) TO '{_q(staging)}' "
+                    "(FORMAT parquet, COMPRESSION zstd, PARTITION_BY (part))")
+        for part in staging.glob("part=*"):
+            folder = base / f"date={part.name[5:]}"
+            folder.mkdir(parents=True, exist_ok=True)
+            os.replace(next(part.glob("*.parquet")), folder / FILE)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return con.execute(f"SELECT count(*) FROM {relation}").fetchone()[0]
+
+
 def write_days(cfg, flows_relation: str, con=None) -> dict[str, int]:
     """Fast path (backfills, the traffic model): rollups of every date in a relation of
     flows with `date` and `hour` columns, each date's files replaced whole, then rollup_1d."""
     con = con or connect()
     tables = build(con, cfg, flows_relation)
-    out: dict[str, int] = {}
-    for res, t in tables.items():
-        for (date,) in con.execute(f"SELECT DISTINCT date FROM {t} ORDER BY 1").fetchall():
-            out[res] = out.get(res, 0) + write_date(
-                con, cfg.lake, res, date, f"(SELECT * FROM {t} WHERE date = '{date}')", None)
-    days = [d for (d,) in con.execute("SELECT DISTINCT strftime(bucket, '%Y-%m-%d') FROM rollup_5m ORDER BY 1").fetchall()]
-    out["1d"] = update_days(con, cfg.lake, days)
+    out = {res: write_all_dates(con, cfg.lake, res, t) for res, t in tables.items()}
+    con.execute(f"CREATE OR REPLACE TEMP TABLE rollup_1d AS {daily_sql('rollup_5m')}")
+    out["1d"] = write_all_dates(con, cfg.lake, "1d", "rollup_1d")
     return out

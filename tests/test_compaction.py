@@ -59,11 +59,11 @@ def batch_table(batch: int, hours: list[int], rows_per_hour: int) -> pa.Table:
     })
 
 
-def stage(writer: BatchWriter, batch: int, table: pa.Table) -> Path:
+def stage(writer: BatchWriter, batch: int, table: pa.Table, day: str = DAY) -> Path:
     """What the ingest's Spark write leaves in staging: part files under date=/hour=."""
     staged = writer.staging(batch)
     for h in sorted(set(table.column("hour").to_pylist())):
-        part = staged / f"date={DAY}" / f"hour={h}"
+        part = staged / f"date={day}" / f"hour={h}"
         part.mkdir(parents=True)
         rows = table.filter(pa.compute.equal(table.column("hour"), h)).drop_columns(["hour"])
         pq.write_table(rows, part / "part-00000.zstd.parquet", compression="zstd")
