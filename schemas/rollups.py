@@ -85,3 +85,34 @@ ROLLUP_1M = _record("1m")
 ROLLUP_5M = _record("5m")
 ROLLUP_1H = _record("1h")
 ROLLUPS = {"1m": ROLLUP_1M, "5m": ROLLUP_5M, "1h": ROLLUP_1H}
+
+
+CAPACITY_FORECAST = Record(
+    name="capacity_forecast",
+    namespace="flowlake.reports",
+    doc=("Growth and forecast per exporter interface and side (job capacity_forecast, from rollup_1d up "
+         "to the report date, direction all): an ordinary least-squares linear trend of the daily 95th "
+         "percentile (statsmodels) and when it reaches rollups.forecast_threshold of the interface speed "
+         "([active] interface_speeds), with the day range in which the 95 % prediction interval crosses it."),
+    fields=(
+        Field("exporter", "string", "router address"),
+        Field("if_index", "long", "SNMP interface index"),
+        Field("side", "string", "in (entering through the interface) / out (leaving through it)"),
+        Field("days", "int", "days of history fitted"),
+        Field("first_day", "string", "first day fitted, YYYY-MM-DD"),
+        Field("p95_bps", "double", "the last day's 95th percentile", "bit/s"),
+        Field("trend_bps", "double", "the fitted trend at the report date", "bit/s", nullable=True),
+        Field("growth_bps_per_day", "double", "slope of the trend", "bit/s per day", nullable=True),
+        Field("growth_low", "double", "lower end of the slope's 95 % confidence interval", "bit/s per day", nullable=True),
+        Field("growth_high", "double", "upper end of the slope's 95 % confidence interval", "bit/s per day", nullable=True),
+        Field("speed_bps", "double", "interface speed from the configuration", "bit/s"),
+        Field("threshold", "double", "utilisation the forecast looks for (rollups.forecast_threshold)", "fraction 0..1"),
+        Field("crossing_date", "string", "day the trend reaches the threshold (YYYY-MM-DD); null = not within the horizon",
+              nullable=True),
+        Field("crossing_earliest", "string", "first day the 95 % prediction interval's upper bound reaches it", nullable=True),
+        Field("crossing_latest", "string", "first day its lower bound reaches it (null = not within the horizon)", nullable=True),
+        Field("status", "string", "forecast / no growth / too few days / over threshold"),
+        REPORT_DATE,
+    ),
+    partition_by=("date",),
+)

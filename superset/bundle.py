@@ -165,8 +165,8 @@ class MissingTable(LookupError):
 def fill(text: str, values: dict[str, str], where: str) -> str:
     def sub(m):
         key = m.group(1)
-        if key.startswith("report_") and key not in values:
-            raise MissingTable(key[len("report_"):])
+        if key.startswith(("report_", "rollup_")) and key not in values:
+            raise MissingTable(key.removeprefix("report_"))
         if key not in values:
             raise BundleError(f"{where}: unknown placeholder ${{{key}}} (known: {', '.join(sorted(values))})")
         return values[key]
@@ -195,6 +195,8 @@ def table_location(record) -> str | None:
         return "flows"
     if record.name == "active":
         return "active"
+    if record.namespace == "flowlake.rollups":  # lake/rollups/<1m|5m|1h|1d>/ (schemas/rollups.py)
+        return "rollups/" + record.name.split("_", 1)[1]
     if record.fields and record.fields[-1].name == "date" and record.namespace != "flowlake.v1":
         return f"reports/{record.name}"
     return None
@@ -212,6 +214,8 @@ def build_datasets(cfg, registry: dict, spec: dict, where: str) -> dict[str, Dat
     for name, record in registry.items():
         if (table_location(record) or "").startswith("reports/"):
             values[f"report_{name}"] = ident(name)  # the table's view
+        elif (table_location(record) or "").startswith("rollups/"):
+            values[name] = ident(name)  # ${rollup_1d}, ...
     out: dict[str, Dataset] = {}
     for name, record in sorted(registry.items()):
         rel = table_location(record)

@@ -118,6 +118,8 @@ def write_reports(lake: Path, rows: int = 600, seed: int = 11) -> list[str]:
     for name, rec in sorted(registry().items()):
         if not rec.fields or rec.fields[-1].name != "date" or rec.namespace == "flowlake.v1" or name == "flows":
             continue
+        if rec.namespace == "flowlake.rollups":  # computed from the flows: write_rollups()
+            continue
         base = lake / ("active" if name == "active" else f"reports/{name}")
         fields = [f for f in rec.fields if f.name != "date"]
         schema = pa.schema([(f.name, ARROW[f.type]) for f in fields])
@@ -128,6 +130,16 @@ def write_reports(lake: Path, rows: int = 600, seed: int = 11) -> list[str]:
             pq.write_table(pa.table(data, schema=schema), part / "part-0.parquet")
         written.append(name)
     return written
+
+
+def write_rollups(cfg) -> dict:
+    """The rollups of the demo flows, as hour close computes them (real, consistent data)."""
+    from flowlake.pipelines import rollups
+
+    con = rollups.connect()
+    glob = str(cfg.lake / "flows" / "**" / "*.parquet").replace("'", "''")
+    con.execute(f"CREATE TEMP VIEW demo_flows AS SELECT * FROM read_parquet('{glob}', hive_partitioning = true)")
+    return rollups.write_days(cfg, "demo_flows", con)
 
 
 # ---- the one Superset of the test run ---------------------------------------------------
@@ -148,6 +160,7 @@ def superset_up(cfg, pytest_config=None) -> dict:
         lake = cfg.lake
         _STATE["flows"] = write_flows(lake)
         _STATE["tables"] = write_reports(lake)
+        _STATE["rollups"] = write_rollups(cfg)
         superset_cli.start(cfg)
         _STATE["provision"] = superset_cli.provision(cfg)
         _STATE["creds"] = superset_cli.credentials(cfg)

@@ -149,3 +149,42 @@ def test_daily_p95_matches_an_independent_computation(year):
         AND exporter = '{exporter}' AND if_index = {if_index} AND side = 'in' AND direction = 'all'""").fetchone()
     assert p95 == pytest.approx(expect_p95, rel=1e-9)
     assert peak == pytest.approx(rates[-1], rel=1e-9)
+
+
+def test_capacity_forecast_of_the_year(year, monkeypatch):
+    """The capacity_forecast job over the year's rollup_1d: its trend equals numpy's
+    least-squares line, and the crossing day equals the line's own, inside its interval."""
+    from flowlake import config
+    from flowlake.jobs import capacity_forecast
+    from flowlake.jobs.context import JobContext
+
+    cfg = year["cfg"]
+    last = FIRST + dt.timedelta(days=DAYS - 1)
+    con = rollups.connect()
+    rows = con.execute(f"""SELECT CAST(date AS VARCHAR), p95_bps FROM {read(cfg, '1d')} WHERE exporter = '127.0.0.2'
+        AND if_index = 1 AND side = 'in' AND direction = 'all' AND date <= '{last}' ORDER BY date""").fetchall()
+    x = np.array([(dt.date.fromisoformat(d) - FIRST).days for d, _ in rows], float)
+    y = np.array([v for _, v in rows])
+    slope, intercept = np.polyfit(x, y, 1)
+    assert slope > 0  # the modelled volume doubles over the year
+    trend_end = intercept + slope * x[-1]
+    speed = trend_end * 1.25 / 0.8  # 80 % of it is reached about a quarter of the trend's level later
+    monkeypatch.setenv("FLOWLAKE_ACTIVE_INTERFACE_SPEEDS", f"127.0.0.2/1={speed}")
+    config.reset()
+    try:
+        capacity_forecast.run(JobContext(None, config.get(), last))
+    finally:
+        monkeypatch.delenv("FLOWLAKE_ACTIVE_INTERFACE_SPEEDS")
+        config.reset()
+    out = con.execute(f"""SELECT * FROM read_parquet('{cfg.lake}/reports/capacity_forecast/*/*.parquet',
+        hive_partitioning = true)""").df()
+    row = out[(out.exporter == "127.0.0.2") & (out.if_index == 1) & (out.side == "in")].iloc[0]
+    assert row.days == len(rows) and row.status == "forecast"
+    assert row.growth_bps_per_day == pytest.approx(slope, rel=1e-6)
+    assert row.growth_low < slope < row.growth_high
+    expect = FIRST + dt.timedelta(days=int(np.ceil((0.8 * speed - intercept) / slope)))
+    assert abs((dt.date.fromisoformat(row.crossing_date) - expect).days) <= 1
+    assert row.crossing_earliest <= row.crossing_date and (row.crossing_latest is None or row.crossing_date <= row.crossing_latest)
+    # At the default 1 Gbit/s the modelled traffic crosses nothing within the horizon.
+    other = out[(out.exporter == "127.0.0.3") & (out.side == "in")]
+    assert len(other) and other.crossing_date.isna().all()
