@@ -77,10 +77,16 @@ def test_notebook_runs(path, tmp_path_factory, monkeypatch):
     import nbformat
     from nbclient import NotebookClient
 
+    from flowlake import config
+    from superset_lake import write_rollups
+
     home = tmp_path_factory.getbasetemp() / "notebook-lake"
+    monkeypatch.setenv("FLOWLAKE_HOME", str(home))  # the kernel inherits it
     if not (home / "lake").exists():
         write_lake(home)
-    monkeypatch.setenv("FLOWLAKE_HOME", str(home))  # the kernel inherits it
+        config.reset()
+        write_rollups(config.get())  # as hour close writes them
+        config.reset()
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(tmp_path_factory.mktemp("nb"))}}).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
