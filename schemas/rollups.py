@@ -57,6 +57,12 @@ def _record(res: str) -> Record:
 DAILY_BUCKETS = 86400 // RESOLUTIONS["5m"]  # 288
 P95_RANK = 274  # nearest rank of the 95th percentile among 288 (ceil(0.95 * 288)), as traffic_ts
 
+_INTERFACE_SIDE = (
+    Field("exporter", "string", "router that exported the flows"),
+    Field("if_index", "long", "SNMP interface index"),
+    Field("side", "string", "in (entering through the interface) / out (leaving through it)"),
+)
+
 ROLLUP_1D = Record(
     name="rollup_1d",
     namespace="flowlake.rollups",
@@ -66,9 +72,7 @@ ROLLUP_1D = Record(
          "p95 is the nearest-rank 95th percentile of the day's 288 five-minute rates, silent buckets "
          "counting as zero (as the traffic_ts report). Kept as long as the 1h rollups."),
     fields=(
-        Field("exporter", "string", "router that exported the flows"),
-        Field("if_index", "long", "SNMP interface index"),
-        Field("side", "string", "in (entering through the interface) / out (leaving through it)"),
+        *_INTERFACE_SIDE,
         Field("direction", "string", "all / inbound / outbound / internal / transit (from site.local_prefixes)"),
         Field("flows", "long", "flow records starting that day", "flows"),
         Field("packets", "double", "packets that day (sampling-corrected)", "packets"),
@@ -95,9 +99,7 @@ CAPACITY_FORECAST = Record(
          "percentile (statsmodels) and when it reaches rollups.forecast_threshold of the interface speed "
          "([active] interface_speeds), with the day range in which the 95 % prediction interval crosses it."),
     fields=(
-        Field("exporter", "string", "router address"),
-        Field("if_index", "long", "SNMP interface index"),
-        Field("side", "string", "in (entering through the interface) / out (leaving through it)"),
+        *_INTERFACE_SIDE,
         Field("days", "int", "days of history fitted"),
         Field("first_day", "string", "first day fitted, YYYY-MM-DD"),
         Field("p95_bps", "double", "the last day's 95th percentile", "bit/s"),
