@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 DAY = "2026-11-20"
-QUERIES = ["any", "proto tcp and dst port 443", "src net 10.0.0.0/8 and bytes > 100k"]
+QUERIES = ["any", "proto tcp and dst port 443"]
 
 
 def build_day(cfg, flows: int) -> None:

@@ -354,6 +354,8 @@ def status(as_json: bool) -> None:
         ct.add_row("compacted (hour close)", f"{comp['rows']:,}",
                    f"{comp['hours_compacted']} hours compacted, {comp['hours_waiting']} waiting"
                    + (f", {bpf} bytes/flow" if bpf else "") + (f", {comp['errors']} errors" if comp["errors"] else ""))
+        ct.add_row("rollups (1m/5m/1h/1d)", " / ".join(str(r["dates"]) for r in comp["rollups"].values()) + " days",
+                   f"{comp['rollups']['1h']['first'] or '-'} .. {comp['rollups']['1h']['last'] or '-'} (1h)")
     q = c["quarantined"]
     ct.add_row("quarantined", f"{q['kafka_messages']:,} msgs", f"{q['nfcapd_files']} nfcapd files")
     console.print(ct)

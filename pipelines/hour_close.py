@@ -123,7 +123,11 @@ def status(cfg) -> dict:
     waiting = sum(1 for h in compact.hours(table_dir) if h.needs_compaction())
     rows = sum(h["rows"] for h in hours.values())
     size = sum(h["bytes_after"] for h in hours.values())
-    return {"hours_compacted": len(hours), "hours_waiting": waiting, "rows": rows, "bytes": size,
+    roll = {}
+    for res in ("1m", "5m", "1h", "1d"):
+        dates = sorted(p.name[5:] for p in (cfg.lake / "rollups" / res).glob("date=*"))
+        roll[res] = {"dates": len(dates), "first": dates[0] if dates else None, "last": dates[-1] if dates else None}
+    return {"hours_compacted": len(hours), "hours_waiting": waiting, "rows": rows, "bytes": size, "rollups": roll,
             "bytes_per_flow": round(size / rows, 2) if rows else None,
             "last_run": state.get("last_run"), "runs": state.get("runs", 0),
             "errors": state.get("errors", 0), "last_error": state.get("last_error")}
