@@ -13,6 +13,7 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -79,6 +80,9 @@ def run(cfg=None, date: str | None = None, settle: bool = True, now: float | Non
     done = done_check(cfg)
     out = []
     with single_runner(cfg):
+        # A pass killed mid-hour leaves its staging folder (new files not swapped in, or old
+        # ones already swapped out): nothing there is live, and no other pass runs now.
+        shutil.rmtree(compact.staging_root(cfg.lake, TABLE), ignore_errors=True)
         state = read_state(cfg)
         now = time.time() if now is None else now
         for hour in compact.hours(table_dir, date):
