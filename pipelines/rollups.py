@@ -70,7 +70,7 @@ def build(con, cfg, source: str) -> dict[str, str]:
                    coalesce(d.svc, s.svc, {bucket}) AS app,
                    CAST(src_as AS BIGINT) AS src_as, CAST(dst_as AS BIGINT) AS dst_as, {enrich},
                    CAST(packets AS DOUBLE) AS packets, CAST(bytes AS DOUBLE) AS bytes,
-                   greatest(coalesce(sampling_rate, 1), 1) AS sampling_rate
+                   coalesce(sampling_rate, 0) AS sampling_rate
             FROM rollup_flows
             LEFT JOIN flowlake_ports d ON d.k = CAST(proto AS BIGINT) * 65536 + dst_port
             LEFT JOIN flowlake_ports s ON s.k = CAST(proto AS BIGINT) * 65536 + src_port),
@@ -92,8 +92,8 @@ def build(con, cfg, source: str) -> dict[str, str]:
         SELECT make_timestamp(b * {unit} * 1000000) AS bucket, hour, {", ".join(KEYS)},
                CAST(sum(CASE WHEN b = b0 THEN 1 ELSE 0 END) AS BIGINT) AS flows,
                sum(packets * frac) AS packets, sum(bytes * frac) AS bytes,
-               sum(packets / sampling_rate * frac) AS sampled_packets,
-               sum(bytes / sampling_rate * frac) AS sampled_bytes,
+               sum(packets / greatest(sampling_rate, 1) * frac) AS sampled_packets,
+               sum(bytes / greatest(sampling_rate, 1) * frac) AS sampled_bytes,
                CAST(max(sampling_rate) AS INTEGER) AS sampling_rate, date
         FROM spread GROUP BY ALL""")
     out = {"1m": "rollup_1m"}

@@ -36,9 +36,10 @@ _FIELDS = (
     Field("flows", "long", "flow records starting in the bucket", "flows"),
     Field("packets", "double", "packets in the bucket, sampling-corrected (the lake's packets)", "packets"),
     Field("bytes", "double", "bytes at layer 3 in the bucket, sampling-corrected (the lake's bytes)", "bytes"),
-    Field("sampled_packets", "double", "packets as the routers sampled them (packets / sampling_rate)", "packets"),
-    Field("sampled_bytes", "double", "bytes as the routers sampled them (bytes / sampling_rate)", "bytes"),
-    Field("sampling_rate", "int", "largest 1:N sampling rate among the row's flows (1 = unsampled)"),
+    Field("sampled_packets", "double", "packets as the routers sampled them (packets / sampling_rate; "
+          "rate 0 = unknown: the lake holds wire counts)", "packets"),
+    Field("sampled_bytes", "double", "bytes as the routers sampled them (bytes / sampling_rate, as sampled_packets)", "bytes"),
+    Field("sampling_rate", "int", "largest 1:N sampling rate among the row's flows (1 = unsampled, 0 = all unknown)"),
     REPORT_DATE,
 )
 
