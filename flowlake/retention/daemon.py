@@ -28,7 +28,8 @@ def heartbeat_file(cfg):
 def pause(cfg, u: disk.Usage) -> None:
     from flowlake import stack
 
-    managed = {"shipper": stack.shipper_managed(cfg), "ingest": stack.ingest_managed(cfg)}
+    managed = {"shipper": stack.shipper_managed(cfg), "ingest": stack.ingest_managed(cfg),
+               "compactor": stack.compactor_managed(cfg)}
     running = [name for name in disk.PAUSABLE if managed[name].running()]
     prior = disk.paused(cfg)
     if prior:
@@ -44,7 +45,7 @@ def resume(cfg, u: disk.Usage) -> None:
     from flowlake import stack
 
     state = disk.paused(cfg) or {}
-    start = {"ingest": stack.start_ingest, "shipper": stack.start_shipper}
+    start = {"ingest": stack.start_ingest, "shipper": stack.start_shipper, "compactor": stack.start_compactor}
     names = [n for n in reversed(disk.PAUSABLE) if n in state.get("components", [])]
     log.warning("disk %s: %.1f%% free again: resuming %s", u.path, u.free_pct, ", ".join(names) or "nothing")
     for name in names:

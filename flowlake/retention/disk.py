@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 RESUME_MARGIN_PCT = 1.0   # hysteresis: resume only this far above the floor
-PAUSABLE = ("shipper", "ingest")  # in stop order; started again in reverse
+PAUSABLE = ("compactor", "shipper", "ingest")  # in stop order; started again in reverse
+# (the compactor rewrites whole hours: it needs room it must not take below the floor)
 
 
 @dataclass

@@ -136,6 +136,8 @@ def lake_tiers(cfg, today: dt.date | None = None) -> list[Tier]:
     for res in ROLLUPS:
         keyed.append((f"rollup_{res}", dated_units(f"rollup_{res}", lake / "rollups" / res),
                       int(getattr(r, f"rollup_{res}_days"))))
+    # the daily interface summary (mean/peak/p95 per day) is the 1h rollup's companion
+    keyed.append(("rollup_1d", dated_units("rollup_1d", lake / "rollups" / "1d"), int(r.rollup_1h_days)))
     tiers = []
     for name, units, keep in keyed:
         t = Tier(name, limit_text(keep), units)
