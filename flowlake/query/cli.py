@@ -5,6 +5,8 @@ import json
 
 import click
 
+from flowlake import anonymise
+
 ENGINE_HELP = ("Engine for this command: local (DuckDB in this process), spark, or auto "
                "(default: config [query] engine, FLOWLAKE_QUERY_ENGINE).")
 PROGRESS_HELP = "Progress of long scans on stderr (default: config [query] progress, auto = on a terminal)."
@@ -59,7 +61,8 @@ def _engine_options(f):
 @click.option("--limit", type=click.IntRange(min=0), default=None,
               help="Most records to print (0: no limit). Default 20 for table, none for csv/json.")
 @_engine_options
-def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, engine, master, progress):
+@anonymise.query_options
+def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, engine, master, progress, anon):
     """Search the flow lake with nfdump's filter syntax.
 
     DuckDB answers inside the command (a day of flows in well under a second); Spark
@@ -105,7 +108,7 @@ def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, eng
     eng = _open(start, end, engine, master, progress)
     try:
         if stat_specs:
-            out = eng.tops(tree, stat_specs, top_n)
+            out = {k: list(anon(rows)) for k, rows in eng.tops(tree, stat_specs, top_n).items()}
             if fmt == "json":
                 click.echo(json.dumps({k: [output.deep(r) for r in rows] for k, rows in out.items()}, indent=1))
                 return
@@ -114,13 +117,13 @@ def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, eng
                 output.stream(rows, cols, fmt, title=f"Top {top_n or 'all'} {key} ordered by {order}")
             return
         if agg:
-            rows = eng.aggregate(tree, agg, "flows", limit)
+            rows = anon(eng.aggregate(tree, agg, "flows", limit))
             output.stream(rows, agg + [c for c in MEASURES if c != "duration_s"], fmt,
                           title=f"Aggregated by {','.join(agg)}")
             return
         cols = FLOW_COLUMNS if fmt != "table" else ("time_start", "time_end", "proto", "src_addr", "src_port",
                                                     "dst_addr", "dst_port", "tcp_flags", "packets", "bytes")
-        output.stream(eng.records(tree, limit), cols, fmt)
+        output.stream(anon(eng.records(tree, limit)), cols, fmt)
     except RuntimeError as exc:  # duck.LakeReadError: a file unreadable or replaced while read
         raise click.ClickException(str(exc)) from None
     finally:
