@@ -3,8 +3,11 @@
 An RTT test is *loaded* when its [start, end] overlaps any bulk transfer of the day
 (bulk_transfers table), else *unloaded*. Per target: median and p95 of the tests'
 mean RTT, loss (lost/sent), jitter (median IPDV IQR), loaded - unloaded differences,
-and a two-sided Mann-Whitney U test of loaded vs unloaded RTTs (scipy; null with
-fewer than 2 tests on either side). Throughput tests are set against the cross-traffic
+and a one-sided Mann-Whitney U test "loaded RTTs are higher" (scipy; null with fewer
+than 2 tests on either side). `significant` means degradation an operator should care
+about: the p-value, Holm-corrected for the day's tested targets, below
+[active] bulk_impact_alpha AND the median RTT rising by at least
+[active] bulk_impact_min_rtt_ms. An improvement is never significant. Throughput tests are set against the cross-traffic
 the flows show during them (bytes pro-rated by overlap, flows between the test's own
 endpoints excluded).
 """
@@ -26,6 +29,23 @@ def mark_loaded(tests, bulk):
     hits = (t.join(b, (t.start <= b.b_end) & (t.end >= b.b_start), "inner")
             .select("_tid").distinct().withColumn("loaded", F.lit(True)))
     return (t.join(hits, "_tid", "left").withColumn("loaded", F.coalesce("loaded", F.lit(False))).drop("_tid"))
+
+
+def holm(pvalues):
+    """Holm-Bonferroni adjusted p-values (None stays None), in input order.
+
+    Holm rather than Benjamini-Hochberg: every target's loaded tests share the same bulk
+    windows, so the tests are dependent in ways BH's guarantee does not cover, and an
+    operator acts on each flagged target; Holm bounds the chance of even one false flag
+    per day under any dependence and is uniformly more powerful than Bonferroni.
+    """
+    idx = sorted((p, i) for i, p in enumerate(pvalues) if p is not None)
+    out: list = [None] * len(pvalues)
+    m, running = len(idx), 0.0
+    for rank, (p, i) in enumerate(idx):
+        running = max(running, min(1.0, (m - rank) * p))  # step-down, kept monotone
+        out[i] = running
+    return out
 
 
 def _stats(pdf):
@@ -53,17 +73,25 @@ def _stats(pdf):
     row["rtt_median_diff_ms"] = diff("rtt_median_loaded_ms", "rtt_median_unloaded_ms")
     row["loss_diff"] = diff("loss_loaded", "loss_unloaded")
     row["jitter_diff_ms"] = diff("jitter_loaded_ms", "jitter_unloaded_ms")
-    u = p = sig = None
+    u = p = None
     if len(sides["loaded"]) >= 2 and len(sides["unloaded"]) >= 2:
-        res = mannwhitneyu(sides["loaded"], sides["unloaded"], alternative="two-sided")
+        res = mannwhitneyu(sides["loaded"], sides["unloaded"], alternative="greater")
         u, p = float(res.statistic), float(res.pvalue)
-        sig = bool(p < 0.05)
-    row.update(mannwhitney_u=u, p_value=p, significant=sig)
+    row.update(mannwhitney_u=u, p_value=p, p_adjusted=None, significant=None)
     cols = [f.name for f in BULK_IMPACT.fields if f.name != "date"]
     return pd.DataFrame([row], columns=cols)
 
 
-def impact(active, bulk):
+def judge(out, alpha: float, min_rtt_ms: float):
+    """Per-target rows (pandas) -> p_adjusted (Holm over the targets tested) and
+    `significant` = p_adjusted < alpha and median RTT up by at least min_rtt_ms."""
+    out["p_adjusted"] = holm([None if v is None or v != v else float(v) for v in out["p_value"]])
+    out["significant"] = [None if pa is None else bool(pa < alpha and d is not None and d == d and d >= min_rtt_ms)
+                          for pa, d in zip(out["p_adjusted"], out["rtt_median_diff_ms"])]
+    return out
+
+
+def impact(active, bulk, alpha: float = 0.05, min_rtt_ms: float = 1.0):
     """active (ACTIVE rows) + bulk (BULK_TRANSFERS rows) -> BULK_IMPACT rows (without date).
 
     The statistics run on the driver: a day's active tests are small (thousands of
@@ -79,7 +107,7 @@ def impact(active, bulk):
     pdf = pd.DataFrame([r.asDict() for r in tests.collect()],
                        columns=["target", "loaded", "sent", "received", "rtt_avg_ms", "jitter_ms"])
     rows = [_stats(g) for _, g in pdf.groupby("target", sort=True)] if len(pdf) else []
-    out = pd.concat(rows, ignore_index=True) if rows else None
+    out = judge(pd.concat([r.astype(object) for r in rows], ignore_index=True), alpha, min_rtt_ms) if rows else None
     schema = BULK_IMPACT.spark_ddl().split(", `date`")[0].replace(" NOT NULL", "")
     spark = active.sparkSession
     if out is None:
@@ -119,6 +147,8 @@ def throughput_vs_cross(active, flows, bulk):
 
 def run(ctx) -> None:
     active, bulk = ctx.active(), ctx.report("bulk_transfers")
-    ctx.results[NAME] = ctx.write(impact(active, bulk), NAME)
+    a = ctx.cfg.active
+    ctx.results[NAME] = ctx.write(impact(active, bulk, float(a.bulk_impact_alpha), float(a.bulk_impact_min_rtt_ms)),
+                                  NAME)
     ctx.results["bulk_impact_throughput"] = ctx.write(
         throughput_vs_cross(active, ctx.flows(), bulk), "bulk_impact_throughput")

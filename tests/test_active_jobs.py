@@ -116,8 +116,68 @@ def test_bulk_impact_loaded_vs_unloaded_with_mann_whitney(spark):
     assert r.rtt_p95_loaded_ms == pytest.approx(np.percentile(loaded, 95))
     assert r.loss_unloaded == 0 and r.loss_loaded == pytest.approx(0.1) and r.loss_diff == pytest.approx(0.1)
     assert r.jitter_diff_ms == pytest.approx(1.9)
-    ref = mannwhitneyu(loaded, unloaded, alternative="two-sided")
-    assert r.mannwhitney_u == ref.statistic and r.p_value == pytest.approx(ref.pvalue) and r.significant
+    ref = mannwhitneyu(loaded, unloaded, alternative="greater")
+    assert r.mannwhitney_u == ref.statistic and r.p_value == pytest.approx(ref.pvalue)
+    assert r.p_adjusted == pytest.approx(ref.pvalue) and r.significant  # one target: nothing to correct
+
+
+BULK = (1000, 2000)  # the bulk window of the verdict tests, in seconds after T0
+
+
+def verdict(spark, per_target: dict, **kw):
+    """{target: (unloaded RTTs, loaded RTTs)} -> {target: bulk_impact row}."""
+    rows = []
+    for target, (unloaded, loaded) in per_target.items():
+        rows += [rtt_row(target, 10 * i, 5, 10, 10, v) for i, v in enumerate(unloaded)]
+        rows += [rtt_row(target, BULK[0] + 10 * i + 1, 5, 10, 10, v) for i, v in enumerate(loaded)]
+    bulk = spark.createDataFrame([(at(BULK[0]), at(BULK[1]))], "time_start timestamp, time_end timestamp")
+    return {r.target: r for r in bulk_impact.impact(active_df(spark, rows), bulk, **kw).collect()}
+
+
+def steady(shift=0.0, n=20):
+    """RTTs with a 0.0095 ms spread, so a 0.02 ms shift separates loaded from unloaded completely."""
+    return [10.0 + 0.0005 * i + shift for i in range(n)]
+
+
+def test_bulk_impact_tiny_shifts_are_not_significant(spark):
+    per = {"up": (steady(), steady(+0.02)), "down": (steady(), steady(-0.02))}
+    for unloaded, loaded in per.values():  # the old verdict (two-sided, p < 0.05) flagged both
+        assert mannwhitneyu(loaded, unloaded, alternative="two-sided").pvalue < 1e-6
+    rows = verdict(spark, per, alpha=0.05, min_rtt_ms=1.0)
+    assert rows["up"].rtt_median_diff_ms == pytest.approx(0.02) and rows["up"].p_adjusted < 1e-6
+    assert rows["up"].significant is False  # below the effect-size floor
+    assert rows["down"].rtt_median_diff_ms == pytest.approx(-0.02) and rows["down"].p_value > 0.99
+    assert rows["down"].significant is False  # an improvement is not a degradation
+    floorless = verdict(spark, per, alpha=0.05, min_rtt_ms=0.01)
+    assert floorless["up"].significant and floorless["down"].significant is False
+
+
+def test_bulk_impact_real_degradation_is_significant_improvement_is_not(spark):
+    rng = np.random.default_rng(3)
+    noisy = lambda shift: list(10.0 + shift + rng.normal(0, 0.5, 12))  # noqa: E731
+    per = {f"worse{k}": (noisy(0), noisy(5.0)) for k in range(3)}
+    per |= {"better": (noisy(0), noisy(-5.0)), "same": (noisy(0), noisy(0))}
+    rows = verdict(spark, per, alpha=0.05, min_rtt_ms=1.0)
+    assert all(rows[f"worse{k}"].significant and rows[f"worse{k}"].rtt_median_diff_ms > 3 for k in range(3))
+    assert rows["better"].significant is False and rows["better"].rtt_median_diff_ms < -3
+    assert rows["same"].significant is False
+
+
+def test_bulk_impact_holm_correction_for_the_day_s_targets(spark):
+    # 3 vs 3 tests, completely separated by 3 ms: exact one-sided p = 1/C(6,3) = 0.05 each
+    per = {f"m{k}": ([10.0, 11.0, 12.0], [13.0, 14.0, 15.0]) for k in range(4)}
+    per["one_side_only"] = ([10.0], [20.0, 21.0])  # not tested: does not count in the correction
+    rows = verdict(spark, per, alpha=0.1, min_rtt_ms=1.0)
+    assert rows["one_side_only"].p_value is None and rows["one_side_only"].p_adjusted is None
+    for k in range(4):
+        r = rows[f"m{k}"]
+        assert r.p_value == pytest.approx(0.05)  # alone it passes alpha = 0.1 ...
+        assert r.p_adjusted == pytest.approx(0.2) and r.significant is False  # ... not as one of four
+    alone = verdict(spark, {"m0": per["m0"]}, alpha=0.1, min_rtt_ms=1.0)
+    assert alone["m0"].significant
+    # Holm step-down by hand: sorted p 0.01, 0.03, 0.04 -> 3*0.01, max(0.03, 2*0.03), max(0.06, 1*0.04)
+    assert bulk_impact.holm([0.01, None, 0.04, 0.03]) == [pytest.approx(0.03), None, pytest.approx(0.06),
+                                                          pytest.approx(0.06)]
 
 
 def test_mark_loaded_uses_interval_overlap(spark):
