@@ -21,6 +21,8 @@ from flowlake.gobuild import SHIPPER, go_binary  # noqa: F401 - go_binary used b
 from flowlake.collectors import sampling
 from flowlake.services import kafka
 
+from . import health
+
 SHIPPER_DIR = SHIPPER.source
 BINARY = SHIPPER.binary
 build_binary = SHIPPER.build  # `go build` when missing or older than its sources
@@ -38,18 +40,26 @@ def quarantine_dir(cfg) -> Path:
     return cfg.path("lake", "quarantine", "nfcapd")
 
 
-def schema_args(cfg) -> list[str]:
-    """Write the FLOW Avro schema where the binary reads it; return its flags."""
-    from flowlake.schemas import FLOW, avro
+def write_schema(cfg, record, filename: str) -> tuple[Path, str]:
+    """Write a record's Avro schema where the binary reads it: (path, fingerprint hex)."""
+    from flowlake.schemas import avro
 
-    path = cfg.path("state", "flow.avsc")
-    text = FLOW.avro_json()
+    path = cfg.path("state", filename)
+    text = record.avro_json()
     if not path.exists() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(text)
         tmp.replace(path)
-    return ["--schema", str(path), "--fingerprint", avro.fingerprint(FLOW).hex()]
+    return path, avro.fingerprint(record).hex()
+
+
+def schema_args(cfg) -> list[str]:
+    """Write the FLOW Avro schema where the binary reads it; return its flags."""
+    from flowlake.schemas import FLOW
+
+    path, fingerprint = write_schema(cfg, FLOW, "flow.avsc")
+    return ["--schema", str(path), "--fingerprint", fingerprint]
 
 
 def common_args(cfg) -> list[str]:
@@ -73,6 +83,7 @@ def common_args(cfg) -> list[str]:
         *sampling.shipper_args(cfg),
         "--max-future", f"{int(cfg.collector.max_future_seconds)}s",
         "--max-age", f"{int(cfg.collector.max_age_hours)}h",
+        *health.shipper_args(cfg),
     ]
     if k.security_protocol != "PLAINTEXT":
         args += ["--security-protocol", k.security_protocol]

@@ -256,12 +256,15 @@ def retention_status(cfg) -> dict:
 
 
 def status_dict(cfg=None) -> dict:
+    from .collectors import health
+
     cfg = cfg or _config.get()
     comps = {name: component_state(cfg, name) for name in ORDER}
     from .collectors import sampling
 
     return {"home": str(cfg.home_dir), "components": comps, "counts": counts(cfg), "sampling": sampling.status(cfg),
-            "retention": retention_status(cfg), "query": _query_status(cfg)}
+            "retention": retention_status(cfg), "query": _query_status(cfg),
+            "exporters": health.status(cfg)}
 
 
 def _query_status(cfg) -> dict:
@@ -271,6 +274,16 @@ def _query_status(cfg) -> dict:
         return query_status(cfg)
     except (OSError, ValueError) as exc:  # status must never crash on a bad config or lake
         return {"error": str(exc)}
+
+
+def _print_exporters(console, exporters: dict) -> None:
+    from .collectors import health
+
+    if exporters["exporters"]:
+        console.print(health.status_table(exporters))
+    if exporters["silent"]:
+        console.print(f"[bold red]WARNING: {exporters['silent']} exporter(s) silent for "
+                      f"{exporters['silent_after_seconds']:g} s or more (health.silent_after_seconds)[/]")
 
 
 @click.command()
@@ -314,6 +327,10 @@ def status(as_json: bool) -> None:
     \b
     Stages: flows nfcapd received (and its sequence errors) -> flows in shipped files
     -> messages in Kafka -> rows in the lake; plus quarantined files and messages.
+    Exporters: per router (address, observation domain) its latest interval's flows/s
+    and bytes/s, sequence failures (datagrams lost on the way), templates, samplers and
+    sampling rates, clock skew, last flow seen, and SILENT after
+    health.silent_after_seconds without a flow (`--json`: key "exporters").
     """
     st = status_dict()
     if as_json:
@@ -367,6 +384,7 @@ def status(as_json: bool) -> None:
         console.print(f"flowlake query: engine {qs['engine']}" + (" (DuckDB in the command)" if qs["engine"] == "local" else "")
                       + f"; the lake holds {qs['hours']} hours in {qs['files']} files (at most {qs['max_files_per_hour']} an hour); "
                       f"index {qs['index_hours']} hours, {qs['index_bytes']:,} bytes (last {qs['index_days']} days)")
+    _print_exporters(console, st["exporters"])
     if c["spool"].get("warning"):
         console.print(f"[bold red]WARNING: {c['spool']['warning']}[/]")
     from .retention import report

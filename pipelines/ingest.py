@@ -2,6 +2,7 @@
 
 flows.v1  -> lake/flows/date=YYYY-MM-DD/hour=HH/  (partitioned by time_start, UTC)
 active.v1 -> lake/active/date=YYYY-MM-DD/         (partitioned by start, UTC)
+health.v1 -> lake/exporter_health/date=YYYY-MM-DD/ (partitioned by interval_start, UTC)
 Undecodable messages -> lake/quarantine/ingest/<table>/ with the reason; never stop the stream.
 
 Exactly once: Spark's checkpoint fixes each batch's Kafka offset range before the batch
@@ -37,6 +38,8 @@ def streams(cfg) -> list[Stream]:
     out = [Stream("flows", cfg.kafka.flows_topic, "Flow", "time_start", True)]
     if "ActiveResult" in registry():
         out.append(Stream("active", cfg.kafka.active_topic, "ActiveResult", "start", False))
+    if "ExporterHealth" in registry():
+        out.append(Stream("exporter_health", cfg.kafka.health_topic, "ExporterHealth", "interval_start", False))
     return out
 
 

@@ -126,6 +126,7 @@ def templates(cfg) -> dict[str, str]:
                        f"WHEN proto = 6 THEN 'TCP out' WHEN proto = 17 THEN 'UDP' "
                        f"WHEN proto IN (1, 58) THEN 'ICMP' ELSE 'other' END"),
         "interface_speed": interface_speed_sql(cfg),
+        "silent_after_seconds": repr(float(getattr(getattr(cfg, "health", None), "silent_after_seconds", 300))),
     }
 
 
@@ -191,10 +192,8 @@ class Dataset:
 
 def table_location(record) -> str | None:
     """Where a registry record lives in the lake, or None if it is not a lake table."""
-    if record.name == "flows":
-        return "flows"
-    if record.name == "active":
-        return "active"
+    if record.namespace == "flowlake.lake":  # lake/<name>: flows, active, exporter_health
+        return record.name
     if record.namespace == "flowlake.rollups":  # lake/rollups/<1m|5m|1h|1d>/ (schemas/rollups.py)
         return "rollups/" + record.name.split("_", 1)[1]
     if record.fields and record.fields[-1].name == "date" and record.namespace != "flowlake.v1":
@@ -212,10 +211,13 @@ def _column(name, type_, doc="", is_dttm=False, expression=None) -> dict:
 def build_datasets(cfg, registry: dict, spec: dict, where: str) -> dict[str, Dataset]:
     values = templates(cfg)
     for name, record in registry.items():
-        if (table_location(record) or "").startswith("reports/"):
+        rel = table_location(record) or ""
+        if rel.startswith("reports/"):
             values[f"report_{name}"] = ident(name)  # the table's view
-        elif (table_location(record) or "").startswith("rollups/"):
+        elif rel.startswith("rollups/"):
             values[name] = ident(name)  # ${rollup_1d}, ...
+        elif rel:
+            values[f"table_{name}"] = ident(name)  # a lake table's view (flows, exporter_health, ...)
     out: dict[str, Dataset] = {}
     for name, record in sorted(registry.items()):
         rel = table_location(record)

@@ -82,6 +82,8 @@ def _column(f, n, rng, day):
         return [str(x) for x in rng.choice(VOCAB[f.name], n)]
     if f.name == "hour":
         return [None if rng.random() < 0.5 else int(rng.integers(0, 24)) for _ in range(n)]
+    if f.name in ("version", "observation_domain"):  # exporter_health: a few export processes per router
+        return [int(x) for x in rng.choice([9, 10] if f.name == "version" else [0, 7], n)]
     if f.name == "rank":  # top-N lists: ranks 1..20, as the jobs write them
         return [int(x) for x in rng.integers(1, 21, n)]
     if f.type == "timestamp_ms":
@@ -120,7 +122,7 @@ def write_reports(lake: Path, rows: int = 600, seed: int = 11) -> list[str]:
             continue
         if rec.namespace == "flowlake.rollups":  # computed from the flows: write_rollups()
             continue
-        base = lake / ("active" if name == "active" else f"reports/{name}")
+        base = lake / (name if rec.namespace == "flowlake.lake" else f"reports/{name}")
         fields = [f for f in rec.fields if f.name != "date"]
         schema = pa.schema([(f.name, ARROW[f.type]) for f in fields])
         for day in DAYS:

@@ -401,4 +401,4 @@ def test_reprovision_is_idempotent(api, superset, cfg):
     before = counts()
     superset_cli.provision(cfg)
     assert counts() == before
-    assert before[1] == 4 and before[3] == 1
+    assert before[1] == 5 and before[3] == 1

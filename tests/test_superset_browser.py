@@ -1,4 +1,4 @@
-"""The four dashboards in a real browser: Debian chromium driven by Playwright.
+"""The five dashboards in a real browser: Debian chromium driven by Playwright.
 
 Logs in through the login page, opens each dashboard, waits for every chart, and
 asserts none shows an error and each renders data. Screenshots go to test-output/;
@@ -112,7 +112,7 @@ def test_jobs_run_refills_the_emptied_cache(superset, cfg):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("slug", ["daily-operations", "flow-sizes", "active-vs-passive", "capacity"])
+@pytest.mark.parametrize("slug", ["daily-operations", "flow-sizes", "active-vs-passive", "capacity", "collection"])
 def test_dashboard_renders_every_chart(page, superset, slug, figure):
     expected = superset["provision"]["dashboards"][slug]
     page.requested.clear()
@@ -192,6 +192,30 @@ def test_report_tables_show_the_lake_formatted(page, superset, cfg):
     assert first["bytes"] == si(most), (first, most)
     starts = {r["time_start"].astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S") for r in flows if r["bytes"] == most}
     assert first["time_start"][:19] in starts, (first, starts)
+
+
+@pytest.mark.integration
+def test_collection_shows_every_exporter_and_flags_the_silent(page, superset, cfg):
+    """The Collection dashboard's "Exporters now": one row per export process in the lake's
+    exporter_health (address, observation domain, version), its latest interval's sequence
+    failures, and SILENT: the demo lake's last flows are days old, beyond
+    health.silent_after_seconds."""
+    import pyarrow.dataset as pads
+
+    rows = pads.dataset(str(cfg.lake / "exporter_health"), format="parquet", partitioning="hive").to_table().to_pylist()
+    latest = {}
+    for r in sorted(rows, key=lambda r: r["interval_end"]):
+        latest[(r["exporter"], str(r["observation_domain"]), str(r["version"]))] = r
+    page.goto(f"{superset['creds']['url']}/superset/dashboard/collection/")
+    page.wait_for_function(ALL_CHARTS_SETTLED, timeout=180_000, polling=100)
+    holder = {h.evaluate(INSPECT)["title"]: h for h in page.locator('[data-test="dashboard-component-chart-holder"]').all()}
+    head, shown = holder["Exporters now"].evaluate(TABLE_TEXT)
+    shown = [dict(zip(head, r)) for r in shown]
+    assert {(r["exporter"], r["observation_domain"], r["version"]) for r in shown} == set(latest)
+    for r in shown:
+        assert r["state"] == "SILENT", r
+        want = latest[(r["exporter"], r["observation_domain"], r["version"])]
+        assert r["sequence_failures"] == str(want["sequence_failures"]), (r, want)
 
 
 @pytest.mark.integration

@@ -42,6 +42,7 @@ const (
 	flagBlockUncompressd = 0x1
 
 	recExporterInfo = 7
+	recExporterStat = 8
 	recSampler      = 15
 	recV3           = 11
 
@@ -95,9 +96,12 @@ type Flow struct {
 	Packets, Bytes     uint64
 	SamplingRate       uint32 // as read: the rate nfcapd applied; after resolve: flowlake's
 	SrcAS, DstAS       uint32
-	Received           int64 // ms since epoch: when nfcapd received the datagram
-	NfcapdSetting      bool  // SamplingRate came from nfcapd's -s, not from the router
-	Seq                int64 // position of the flow in its file, from 0
+	Received           int64  // ms since epoch: when nfcapd received the datagram
+	NfcapdSetting      bool   // SamplingRate came from nfcapd's -s, not from the router
+	Seq                int64  // position of the flow in its file, from 0
+	Layout             uint64 // bit per extension element type present (health: template layouts)
+	NfVersion          uint8  // NetFlow version of the record (5, 9, 10)
+	Dropped            bool   // set by a ReadFile callback that does not pass the flow on (quarantined)
 }
 
 // Exporter is an exporter info record: the router's address as text.
@@ -154,6 +158,10 @@ type Stats struct {
 	Samplers     int    `json:"samplers"`
 	Unfinished   bool   `json:"unfinished"`    // never closed by nfcapd (killed)
 	DroppedBytes int64  `json:"dropped_bytes"` // unfinished: partly written last block
+	Created      int64  `json:"created"`       // header: when nfcapd opened the file, s since epoch
+	ModTime      int64  `json:"mtime_ms"`      // when it was last written (closed), ms since epoch
+
+	Health []*ExporterHealth `json:"exporter_health"` // one per exporter in the file (health.go)
 }
 
 func (s *Stats) add(f *Flow) {
@@ -203,6 +211,7 @@ func ReadFile(path string, fn func(*Flow) error) (*Stats, error) {
 		return nil, err
 	}
 	r := &reader{path: path, size: st.Size(), exporters: map[uint16]*Exporter{}, samplers: map[uint16][]sampler{}}
+	r.stats.ModTime = st.ModTime().UnixMilli()
 	return r.read(fh, fn)
 }
 
@@ -213,6 +222,7 @@ type reader struct {
 	exporters map[uint16]*Exporter
 	unknown   map[uint16]*Exporter
 	samplers  map[uint16][]sampler
+	health    fileHealth
 	stats     Stats
 	seq       int64
 	raw       []byte // one block as stored
@@ -342,6 +352,8 @@ func (r *reader) read(fh io.Reader, fn func(*Flow) error) (*Stats, error) {
 	for _, s := range r.samplers {
 		r.stats.Samplers += len(s)
 	}
+	r.stats.Created = int64(h.Created)
+	r.stats.Health = r.health.rows(r)
 	return &r.stats, nil
 }
 
@@ -444,11 +456,18 @@ func (r *reader) records(data []byte, numRecords uint32, blockOff int64, blockNo
 					return err
 				}
 			}
+			if !f.Dropped { // health counts flows as passed on (resolved, time-corrected)
+				r.health.flow(&f)
+			}
 		case recExporterInfo:
 			if rsize < 32 {
 				return r.corrupt(blockOff, "block %d: exporter record of %d bytes (want 32)", blockNo, rsize)
 			}
 			r.exporter(rec)
+		case recExporterStat:
+			if err := r.health.exporterStats(rec); err != nil {
+				return r.corrupt(blockOff, "block %d: %v", blockNo, err)
+			}
 		case recSampler:
 			if rsize < 24 {
 				return r.corrupt(blockOff, "block %d: sampler record of %d bytes (want 24)", blockNo, rsize)
@@ -464,6 +483,7 @@ func (r *reader) records(data []byte, numRecords uint32, blockOff int64, blockNo
 				rate = (pi + si) / pi
 			}
 			r.addSampler(sys, sampler{id: id, interval: rate})
+			r.health.sampler(sys, id, rate)
 		case 1, 5, 6, 10:
 			return r.corrupt(blockOff, "block %d: record type %d is the nfdump 1.6 layout: rewrite the file with nfdump 1.7 (`nfdump -r FILE -w NEWFILE`)", blockNo, rtype)
 		}
@@ -555,6 +575,7 @@ func (r *reader) v3(rec []byte, f *Flow, blockOff int64, blockNo uint32) error {
 	numElements := int(binary.LittleEndian.Uint16(rec[4:]))
 	sysid := binary.LittleEndian.Uint16(rec[8:])
 	flags := rec[10]
+	f.NfVersion = rec[11]
 	var received []byte
 	var selector int64
 	hasSelector := false
@@ -569,6 +590,7 @@ func (r *reader) v3(rec []byte, f *Flow, blockOff int64, blockNo uint32) error {
 			return r.corrupt(blockOff, "block %d: flow %d: element %d (type %d) has length %d, %d bytes left in the record", blockNo, r.seq, e+1, etype, elen, len(rec)-pos)
 		}
 		el := rec[pos+4 : pos+elen]
+		f.Layout |= 1 << min(etype, 63)
 		need := 0
 		switch etype {
 		case exGenericFlow:

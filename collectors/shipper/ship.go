@@ -58,6 +58,7 @@ type ShipOptions struct {
 	Times           TimeRules
 	FlowQuarantine  string // flows with impossible times go here, one JSON lines file per nfcapd file
 	TapDir          string // the sampling tap's output (rates.jsonl, fp/)
+	Health          HealthOptions
 }
 
 // closed nfcapd files: nfcapd.YYYYMMDDhhmm[ss], and .recoveredPID for files of a killed
@@ -105,6 +106,7 @@ func parseShipFlags(args []string, serve bool) (*ShipOptions, []string, error) {
 	fset.DurationVar(&o.Times.MaxFuture, "max-future", time.Hour, "a flow ending this long after it arrived is quarantined")
 	fset.DurationVar(&o.Times.MaxAge, "max-age", 0, "a flow starting this long before it arrived is quarantined (0: no bound)")
 	fset.StringVar(&o.FlowQuarantine, "flow-quarantine", "", "where flows with impossible times go (default: beside --quarantine, in flows/)")
+	addHealthFlags(fset, &o.Health)
 	if err := fset.Parse(args); err != nil {
 		return nil, nil, err
 	}
@@ -197,6 +199,7 @@ type Shipper struct {
 	res     *Resolver
 	origin  string // ledger entries of this kind count in its state ("" live, "import")
 	copyBad bool   // quarantine a copy and leave the file (import: the archive is the operator's)
+	health  *healthTracker // nil: no health rows (health.go)
 }
 
 func now() string { return time.Now().UTC().Format(time.RFC3339Nano) }
@@ -264,6 +267,10 @@ func (s *Shipper) connect(ctx context.Context) error {
 		return err
 	}
 	if err := ensureTopics(ctx, cl, s.o.FlowsTopic, s.o.LedgerTopic); err != nil {
+		cl.Close()
+		return err
+	}
+	if err := s.health.checkTopic(ctx, cl); err != nil {
 		cl.Close()
 		return err
 	}
@@ -366,6 +373,7 @@ func (s *Shipper) shipAs(ctx context.Context, path string, id fileID) (*Stats, e
 			countTime(times, f.Exporter.Addr, corrected, false, 1)
 		}
 		if reject != "" {
+			f.Dropped = true // not in the lake: not in its exporter's health row either
 			countTime(times, f.Exporter.Addr, reject, true, 1)
 			line := appendFlowJSON(nil, f, id.Source)
 			rejected = append(append(append(rejected, line[:len(line)-2]...), `,"reason":`...), fmt.Sprintf("%q}\n", reject)...)
@@ -421,6 +429,13 @@ func (s *Shipper) shipAs(ctx context.Context, path string, id fileID) (*Stats, e
 	if readErr != nil {
 		abort()
 		return nil, readErr
+	}
+	if s.health != nil { // the file's exporter health rows ride in its transaction
+		s.health.prepare(id.Source, stats.Health) // named as its flows' source_file
+		if err := s.health.produce(ctx, s.cl, promise); err != nil {
+			abort()
+			return nil, err
+		}
 	}
 	// the lake's figures: packets and bytes after sampling resolution
 	quarantined := stats.Flows - shipped
@@ -479,6 +494,9 @@ func (s *Shipper) shipAs(ctx context.Context, path string, id fileID) (*Stats, e
 			log.Printf("WARNING %s: %d flows of exporter %s have an unknown sampling rate (sampling_rate 0, wire counts): "+
 				"set [exporters.\"%s\"] sampling = N in flowlake.toml if it announces none", id.Source, c.Unknown, k, k)
 		}
+	}
+	if s.health != nil {
+		s.health.commit()
 	}
 	s.count.FilesShipped++
 	s.count.FlowsShipped += stats.Flows
@@ -625,6 +643,12 @@ func startShipper(o *ShipOptions) (s *Shipper, ctx context.Context, done func(),
 		return nil, nil, nil, err
 	}
 	s = &Shipper{o: o, enc: enc, res: res}
+	if s.health, err = newHealthTracker(o.Health); err != nil {
+		stop()
+		stopProfile()
+		lk.Close()
+		return nil, nil, nil, err
+	}
 	if o.Events {
 		s.events = json.NewEncoder(os.Stdout)
 	}

@@ -184,7 +184,7 @@ def start(cfg=None, timeout: float = 90.0) -> int:
 
 
 def ensure_topics(cfg=None, timeout: float = 60.0) -> None:
-    """Create flows.v1, active.v1, flows.dlq and the shipper ledger topic if missing."""
+    """Create flows.v1, active.v1, flows.dlq, health.v1 and the shipper ledger topic if missing."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     cfg = cfg or _config.get()
@@ -199,6 +199,7 @@ def ensure_topics(cfg=None, timeout: float = 60.0) -> None:
         k.dlq_topic: (1, bounded[k.dlq_topic]),
         # The ledger says which nfcapd files were shipped; compacted, keyed by file.
         k.ledger_topic: (1, {"cleanup.policy": "compact"}),
+        k.health_topic: (1, {}),  # exporter health rows (collectors/health.py)
     }
 
     def missing():

@@ -1,0 +1,95 @@
+"""Exporter health (issue 20): the shipper's flags, and what `flowlake status` shows.
+
+The Go shipper (collectors/shipper/health.go) reads each nfcapd file's exporter stat,
+exporter and sampler records and its flows, and publishes one ExporterHealth row per
+exporter in the file's own Kafka transaction (exactly once, like the flows); the ingest
+keeps them in lake/exporter_health/. After every committed file it also rewrites
+$FLOWLAKE_HOME/state/exporter_health.json: per exporter its latest row, totals since it
+was first seen and when its last flow arrived. Status reads that file (no Kafka, no
+lake scan) and decides "silent" at the time it is asked.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from flowlake import config as _config
+
+
+def state_file(cfg) -> Path:
+    return cfg.path("state", "exporter_health.json")
+
+
+def shipper_args(cfg) -> list[str]:
+    """The shipper's health flags (schema written where it reads it)."""
+    from flowlake.schemas.health import EXPORTER_HEALTH_RECORD
+
+    from .ship import write_schema
+
+    h = cfg.health
+    path, fingerprint = write_schema(cfg, EXPORTER_HEALTH_RECORD, "exporter_health.avsc")
+    return ["--health-topic", cfg.kafka.health_topic, "--health-schema", str(path),
+            "--health-fingerprint", fingerprint, "--health-state", str(state_file(cfg)),
+            "--silent-after", f"{float(h.silent_after_seconds)}s", "--forget-after", f"{float(h.forget_after_seconds)}s"]
+
+
+def _iso(ms: int | None) -> str | None:
+    if not ms:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms / 1000)) + f".{ms % 1000:03d}Z"
+
+
+def status(cfg=None, now_ms: int | None = None) -> dict:
+    """Per exporter: the latest interval's figures, totals, last seen and `silent`
+    (no flow for [health] silent_after_seconds, as of now)."""
+    cfg = cfg or _config.get()
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    silent_after = float(cfg.health.silent_after_seconds)
+    out = {"silent_after_seconds": silent_after, "forget_after_seconds": float(cfg.health.forget_after_seconds),
+           "exporters": [], "silent": 0, "forgotten": 0, "state": str(state_file(cfg))}
+    try:
+        st = json.loads(state_file(cfg).read_text())
+    except (OSError, ValueError):
+        return out
+    out["forgotten"] = st.get("exporters_forgotten", 0)
+    for e in st.get("exporters") or []:
+        last = e.get("last_interval") or {}
+        seen = e.get("last_seen_ms") or 0
+        since = seen or e.get("first_seen_ms") or now_ms
+        silent = (now_ms - since) / 1000 >= silent_after
+        out["silent"] += silent
+        out["exporters"].append({
+            "exporter": e["exporter"], "observation_domain": e["observation_domain"], "version": e["version"],
+            "silent": silent, "last_seen": _iso(seen), "seconds_since_last_flow": round((now_ms - since) / 1000, 1),
+            "flows_per_s": last.get("flows_per_s", 0.0), "bytes_per_s": last.get("bytes_per_s", 0.0),
+            "sequence_failures": last.get("sequence_failures", 0),
+            "sequence_failures_total": e.get("sequence_failures_total", 0),
+            "flows_total": e.get("flows_total", 0), "bytes_total": e.get("bytes_total", 0),
+            "packets_total": e.get("packets_total", 0), "datagrams_total": e.get("datagrams_total", 0),
+            "files": e.get("files", 0), "templates": last.get("templates", 0),
+            "template_layouts": last.get("template_layouts", ""), "samplers": last.get("samplers", 0),
+            "sampler_rates": last.get("sampler_rates", ""), "sampling_rates": last.get("sampling_rates", ""),
+            "clock_skew_ms": last.get("clock_skew_ms"), "interval_end": _iso(last.get("interval_end")),
+        })
+    return out
+
+
+def status_table(health: dict):
+    """The exporters as a rich Table for `flowlake status`."""
+    from rich.table import Table
+
+    t = Table(title=f"exporters ({len(health['exporters'])}; silent after {health['silent_after_seconds']:g} s, "
+                    f"forgotten after {health['forget_after_seconds']:g} s: {health['forgotten']})")
+    for col, right in (("exporter", False), ("domain", True), ("ver", True), ("flows/s", True), ("bytes/s", True),
+                       ("seq fail (last/total)", True), ("templates", True), ("samplers", False),
+                       ("rates", False), ("skew ms", True), ("last seen (UTC)", False), ("state", False)):
+        t.add_column(col, justify="right" if right else "left")
+    for e in health["exporters"]:
+        state = "[bold red]SILENT[/]" if e["silent"] else "[green]ok[/]"
+        skew = "-" if e["clock_skew_ms"] is None else f"{e['clock_skew_ms']:,}"
+        t.add_row(e["exporter"], str(e["observation_domain"]), str(e["version"]), f"{e['flows_per_s']:,.1f}",
+                  f"{e['bytes_per_s']:,.0f}", f"{e['sequence_failures']}/{e['sequence_failures_total']}",
+                  str(e["templates"]), e["sampler_rates"] or "-", e["sampling_rates"] or "-", skew,
+                  (e["last_seen"] or "never")[:19].replace("T", " "), state)
+    return t
