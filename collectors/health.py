@@ -75,21 +75,39 @@ def status(cfg=None, now_ms: int | None = None) -> dict:
     return out
 
 
+def _si(v: float) -> str:
+    for e, p in ((9, "G"), (6, "M"), (3, "k")):
+        if abs(v) >= 10 ** e:
+            return f"{v / 10 ** e:.3g}{p}"
+    return f"{v:.3g}"
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit}"
+    return f"{seconds:.0f}s"
+
+
 def status_table(health: dict):
-    """The exporters as a rich Table for `flowlake status`."""
+    """The exporters as a rich Table for `flowlake status` (fits 80 columns; `--json` has all)."""
+    from rich import box
     from rich.table import Table
 
     t = Table(title=f"exporters ({len(health['exporters'])}; silent after {health['silent_after_seconds']:g} s, "
-                    f"forgotten after {health['forget_after_seconds']:g} s: {health['forgotten']})")
-    for col, right in (("exporter", False), ("domain", True), ("ver", True), ("flows/s", True), ("bytes/s", True),
-                       ("seq fail (last/total)", True), ("templates", True), ("samplers", False),
-                       ("rates", False), ("skew ms", True), ("last seen (UTC)", False), ("state", False)):
-        t.add_column(col, justify="right" if right else "left")
+                    f"{health['forgotten']} forgotten after {health['forget_after_seconds']:g} s)",
+              box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=(0, 1), collapse_padding=True,
+              caption="exporter/observation domain, version; seq: sequence failures last interval/total; "
+                      "tpl: templates; skew: router clock - ours (ms); idle: since the last flow")
+    t.add_column("exporter", no_wrap=True)
+    for col in ("flows/s", "bytes/s", "seq", "tpl", "rate", "skew", "idle"):
+        t.add_column(col, justify="left" if col == "rate" else "right", no_wrap=True)
+    t.add_column("state", no_wrap=True)
     for e in health["exporters"]:
         state = "[bold red]SILENT[/]" if e["silent"] else "[green]ok[/]"
         skew = "-" if e["clock_skew_ms"] is None else f"{e['clock_skew_ms']:,}"
-        t.add_row(e["exporter"], str(e["observation_domain"]), str(e["version"]), f"{e['flows_per_s']:,.1f}",
-                  f"{e['bytes_per_s']:,.0f}", f"{e['sequence_failures']}/{e['sequence_failures_total']}",
-                  str(e["templates"]), e["sampler_rates"] or "-", e["sampling_rates"] or "-", skew,
-                  (e["last_seen"] or "never")[:19].replace("T", " "), state)
+        t.add_row(f"{e['exporter']}/{e['observation_domain']} v{e['version']}", _si(e["flows_per_s"]),
+                  _si(e["bytes_per_s"]), f"{e['sequence_failures']}/{e['sequence_failures_total']}",
+                  str(e["templates"]), e["sampling_rates"] or "-", skew,
+                  _age(e["seconds_since_last_flow"]) if e["last_seen"] else "never", state)
     return t

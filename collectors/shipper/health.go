@@ -22,6 +22,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
@@ -34,6 +35,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -389,17 +391,26 @@ func newHealthTracker(o HealthOptions) (*healthTracker, error) {
 	return t, nil
 }
 
-// checkTopic fails like the flows topic does when the health topic is missing.
+// checkTopic creates the health topic when missing (a stack upgraded while its broker
+// ran: `flowlake up` creates topics only when it starts the broker).
 func (t *healthTracker) checkTopic(ctx context.Context, cl *kgo.Client) error {
 	if t == nil {
 		return nil
 	}
-	details, err := kadm.NewClient(cl).ListTopics(ctx, t.o.Topic)
+	adm := kadm.NewClient(cl)
+	details, err := adm.ListTopics(ctx, t.o.Topic)
 	if err != nil {
 		return err
 	}
-	if d, ok := details[t.o.Topic]; !ok || d.Err != nil {
-		return fmt.Errorf("health topic %s: missing (start the stack with `flowlake up`, which creates it)", t.o.Topic)
+	if d, ok := details[t.o.Topic]; ok && d.Err == nil {
+		return nil
+	}
+	resp, err := adm.CreateTopic(ctx, 1, -1, nil, t.o.Topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		return fmt.Errorf("creating health topic %s: %v", t.o.Topic, err)
 	}
 	return nil
 }
