@@ -166,8 +166,8 @@ class MissingTable(LookupError):
 def fill(text: str, values: dict[str, str], where: str) -> str:
     def sub(m):
         key = m.group(1)
-        if key.startswith(("report_", "rollup_")) and key not in values:
-            raise MissingTable(key.removeprefix("report_"))
+        if key.startswith(("report_", "rollup_", "table_")) and key not in values:
+            raise MissingTable(key.removeprefix("report_").removeprefix("table_"))
         if key not in values:
             raise BundleError(f"{where}: unknown placeholder ${{{key}}} (known: {', '.join(sorted(values))})")
         return values[key]
@@ -251,7 +251,7 @@ def build_datasets(cfg, registry: dict, spec: dict, where: str) -> dict[str, Dat
         try:
             sql = fill(d["sql"], values, at).strip()
         except MissingTable as exc:
-            log.warning("%s: dataset %r skipped: report table %r is not declared in schemas/ yet", at, d["name"], str(exc))
+            log.warning("%s: dataset %r skipped: table %r is not declared in schemas/ yet", at, d["name"], str(exc))
             continue
         out[d["name"]] = Dataset(d["name"], str(uuid.UUID(d["uuid"])), sql,
                                  cols, d.get("main_dttm_col"), d.get("description", ""))
