@@ -281,6 +281,8 @@ def dataset_yaml(ds: Dataset, database_uuid: str) -> dict:
 
 
 # ---- charts -----------------------------------------------------------------------------
+# Time grains of Superset 6.1's DuckDB engine spec (db_engine_specs/duckdb.py): no PT5M.
+DUCKDB_GRAINS = ("PT1S", "PT1M", "PT1H", "P1D", "P1W", "P1M", "P3M", "P1Y")
 VIZ = {"table": "handlebars", "line": "echarts_timeseries_line", "bar": "echarts_timeseries_bar",
        "big_number": "big_number_total", "pie": "pie"}
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -339,6 +341,8 @@ def chart_payload(chart: dict, ds: Dataset, where: str) -> tuple[dict, dict]:
         if not x:
             raise BundleError(f"{where}: a {viz} chart needs x")
         grain = chart.get("time_grain")
+        if grain and grain not in DUCKDB_GRAINS:  # Superset would answer the chart with a 500
+            raise BundleError(f"{where}: time_grain {grain!r}: Superset's DuckDB engine knows {', '.join(DUCKDB_GRAINS)}")
         temporal = x in {c["column_name"] for c in ds.columns if c["is_dttm"]}
         # Points on a line unless it is a dense time series: a daily (or coarser) series
         # over one day, e.g. the demo's or a new deployment's first, is a single point,

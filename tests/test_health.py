@@ -189,6 +189,10 @@ def test_health_rows_in_kafka_count_exactly_what_was_sent(hcfg, exported, shippe
     # exactly once: every file's rows once (the SIGKILLed attempt's were aborted), no duplicate
     assert set(per_file) == files
     assert all(len(v) == len(set(v)) for v in per_file.values()), per_file
+    committed = len(consume(hcfg, hcfg.kafka.flows_topic))
+    assert committed == sum(r.flows for r in exported)
+    assert len(consume(hcfg, hcfg.kafka.flows_topic, "read_uncommitted")) > committed, \
+        "the killed attempt's records are in the log, hidden by its aborted transaction"
     by = rows_by_exporter(rows)
     ref = nfdump_exporter_stats(shipped)
     for r in exported:
