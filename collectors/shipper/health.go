@@ -377,18 +377,23 @@ func newHealthTracker(o HealthOptions) (*healthTracker, error) {
 		return nil, err
 	}
 	t := &healthTracker{o: o, enc: enc, known: map[string]*ExporterState{}}
-	if o.State != "" {
-		if data, err := os.ReadFile(o.State); err == nil {
-			var st healthState
-			if json.Unmarshal(data, &st) == nil {
-				t.forgot = st.ExportersForgot
-				for _, e := range st.Exporters {
-					t.known[fmt.Sprintf("%s/%d/%d", e.Exporter, e.ObservationDomain, e.Version)] = e
-				}
-			}
+	t.load()
+	return t, nil
+}
+
+// load continues from the state a previous shipper saved (last seen, totals).
+func (t *healthTracker) load() {
+	data, err := os.ReadFile(t.o.State)
+	if t.o.State == "" || err != nil {
+		return
+	}
+	var st healthState
+	if json.Unmarshal(data, &st) == nil {
+		t.forgot = st.ExportersForgot
+		for _, e := range st.Exporters {
+			t.known[fmt.Sprintf("%s/%d/%d", e.Exporter, e.ObservationDomain, e.Version)] = e
 		}
 	}
-	return t, nil
 }
 
 // checkTopic creates the health topic when missing (a stack upgraded while its broker
