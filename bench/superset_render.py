@@ -45,7 +45,7 @@ from flowlake.superset_cli import ALL_CHARTS_SETTLED, CHROMIUM, CHROMIUM_ARGS, b
 from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: E402
 from test_superset_browser import INSPECT  # noqa: E402
 
-SLUGS = ["daily-operations", "flow-sizes", "active-vs-passive", "capacity"]
+SLUGS = ["daily-operations", "flow-sizes", "active-vs-passive", "capacity", "collection"]
 
 
 KINDS = ("cold", "fresh", "warm", "again", "list")
