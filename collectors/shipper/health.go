@@ -345,8 +345,8 @@ type ExporterState struct {
 	PacketsTotal      uint64          `json:"packets_total"`
 	DatagramsTotal    uint64          `json:"datagrams_total"`
 	SeqFailuresTotal  uint64          `json:"sequence_failures_total"`
-	Last              json.RawMessage `json:"last_interval"` // the latest row, fields as in the lake
-	lastEnd           int64
+	LastEnd           int64           `json:"last_interval_end_ms"`
+	Last              json.RawMessage `json:"last_interval"` // the latest row (an archive's older files never replace it)
 }
 
 type healthState struct {
@@ -475,9 +475,9 @@ func (t *healthTracker) commit() {
 		e.PacketsTotal += r.Packets
 		e.DatagramsTotal += r.Datagrams
 		e.SeqFailuresTotal += r.SeqFailures
-		if r.IntervalEnd >= e.lastEnd || e.Last == nil {
+		if r.IntervalEnd >= e.LastEnd || e.Last == nil {
 			e.Last, _ = json.Marshal(r)
-			e.lastEnd = r.IntervalEnd
+			e.LastEnd = r.IntervalEnd
 		}
 		newest = max(newest, r.IntervalEnd)
 	}
