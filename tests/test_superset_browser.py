@@ -211,11 +211,14 @@ def test_collection_shows_every_exporter_and_flags_the_silent(page, superset, cf
     holder = {h.evaluate(INSPECT)["title"]: h for h in page.locator('[data-test="dashboard-component-chart-holder"]').all()}
     head, shown = holder["Exporters now"].evaluate(TABLE_TEXT)
     shown = [dict(zip(head, r)) for r in shown]
-    assert {(r["exporter"], r["observation_domain"], r["version"]) for r in shown} == set(latest)
+    assert {(r["exporter"], r["domain"], r["ver"]) for r in shown} == set(latest)
     for r in shown:
         assert r["state"] == "SILENT", r
-        want = latest[(r["exporter"], r["observation_domain"], r["version"])]
-        assert r["sequence_failures"] == str(want["sequence_failures"]), (r, want)
+        want = latest[(r["exporter"], r["domain"], r["ver"])]
+        assert r["seq_fail"] == str(want["sequence_failures"]), (r, want)
+        assert int(r["seq_total"]) == sum(x["sequence_failures"] for x in rows
+                                          if (x["exporter"], x["observation_domain"], x["version"]) == (
+                                              want["exporter"], want["observation_domain"], want["version"]))
 
 
 @pytest.mark.integration
