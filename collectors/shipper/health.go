@@ -1,6 +1,6 @@
 // Exporter health (issue 20): per exporter and nfcapd file, what the file itself says.
 //
-// nfcapd 1.7.1 (src/collector/collector.c FlushExporterStats) appends to every file it
+// nfcapd 1.7.1 (nfdump collector.c, FlushExporterStats) appends to every file it
 // closes an exporter stat record (type 8) with, per exporter sysid, the datagrams and flow
 // records received and the sequence failures counted since the previous file, then resets
 // them; exporter info (7) and sampler (15) records name the exporters and samplers. Layout:
