@@ -165,6 +165,17 @@ def test_real_netflow_lands_exactly(stack, tmp_path):
     assert st["counts"]["lake"]["flows"]["rows"] == ref2["flows"]
     assert st["counts"]["nfcapd"]["flows"] == ref2["flows"]
     assert st["counts"]["quarantined"]["kafka_messages"] == 0
+    # exporter health travels in the same transactions: its lake rows count every flow once,
+    # across the SIGKILLs (the ingest lands health.v1 in its own query: wait for it)
+    health = stack["home"] / "lake" / "exporter_health"
+    for _ in range(60):
+        got = duckdb.connect().execute(f"select coalesce(sum(flows), 0) from read_parquet('{health}/**/*.parquet')"
+                                       ).fetchone()[0] if list(health.rglob("*.parquet")) else 0
+        if got == ref2["flows"]:
+            break
+        time.sleep(2)
+    assert got == ref2["flows"]
+    assert {e["exporter"] for e in st["exporters"]["exporters"]} == {"127.0.0.1"}
 
 
 def _kill(stack, name: str):
