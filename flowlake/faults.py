@@ -64,6 +64,21 @@ def lake_duplicates(lake: Path) -> int:
         "group by all having count(*) > 1)").fetchone()[0]
 
 
+def lake_health(lake: Path) -> tuple[int, int]:
+    """Exporter health rows (issue 20) ride in the files' transactions: (flows they count,
+    (file, exporter) pairs written more than once)."""
+    import duckdb
+
+    if not list((lake / "exporter_health").rglob("*.parquet")):
+        return 0, 0
+    src = f"read_parquet('{lake}/exporter_health/**/*.parquet')"
+    con = duckdb.connect()
+    flows = con.execute(f"select coalesce(sum(flows), 0) from {src}").fetchone()[0]
+    dups = con.execute(f"select count(*) from (select source_file, exporter, observation_domain, version from {src} "
+                       "group by all having count(*) > 1)").fetchone()[0]
+    return int(flows), dups
+
+
 def compare(cfg) -> dict:
     spool = cfg.path("nfcapd")
     expected = {}
@@ -76,6 +91,7 @@ def compare(cfg) -> dict:
     got = lake_per_file(cfg.lake)
     mismatched = {k: (v, got.get(k)) for k, v in expected.items() if got.get(k) != v}
     extra = {k: v for k, v in got.items() if k not in expected}
+    health_flows, health_dups = lake_health(cfg.lake)
     return {
         "files": len(expected),
         "flows_nfcapd": sum(v[0] for v in expected.values()),
@@ -87,6 +103,8 @@ def compare(cfg) -> dict:
         "mismatched_files": mismatched,
         "unexpected_files": extra,
         "duplicates": lake_duplicates(cfg.lake),
+        "health_flows_lake": health_flows,
+        "health_duplicates": health_dups,
     }
 
 
@@ -148,7 +166,8 @@ def run(flows: int, faults: int, seed: int, send_seconds: float, settle_timeout:
     while time.monotonic() < deadline:
         stack.up_stack(cfg, with_superset=False)  # anything that died of its own
         result = compare(cfg)
-        if not result["mismatched_files"] and not result["unexpected_files"] and result["flows_nfcapd"] > 0:
+        if not result["mismatched_files"] and not result["unexpected_files"] and result["flows_nfcapd"] > 0 \
+                and result["health_flows_lake"] == result["flows_nfcapd"]:
             break
         time.sleep(3)
     result["faults"] = history

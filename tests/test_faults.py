@@ -26,6 +26,7 @@ def test_exactly_once_under_sigkill_of_every_component():
     assert out["mismatched_files"] == {}, list(out["mismatched_files"].items())[:5]
     assert out["unexpected_files"] == {}
     assert out["duplicates"] == 0
+    assert (out["health_flows_lake"], out["health_duplicates"]) == (out["flows_nfcapd"], 0)  # exporter health once
     assert (out["flows_lake"], out["packets_lake"], out["bytes_lake"]) == \
         (out["flows_nfcapd"], out["packets_nfcapd"], out["bytes_nfcapd"])
     assert res.returncode == 0
