@@ -138,6 +138,9 @@ def lake_tiers(cfg, today: dt.date | None = None) -> list[Tier]:
                       int(getattr(r, f"rollup_{res}_days"))))
     # the daily interface summary (mean/peak/p95 per day) is the 1h rollup's companion
     keyed.append(("rollup_1d", dated_units("rollup_1d", lake / "rollups" / "1d"), int(r.rollup_1h_days)))
+    # exporter health history (a row per exporter and nfcapd file): a series like the 5m rollups
+    keyed.append(("exporter_health", dated_units("exporter_health", lake / "exporter_health"),
+                  int(r.rollup_5m_days)))
     tiers = []
     for name, units, keep in keyed:
         t = Tier(name, limit_text(keep), units)

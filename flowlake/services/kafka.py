@@ -199,7 +199,7 @@ def ensure_topics(cfg=None, timeout: float = 60.0) -> None:
         k.dlq_topic: (1, bounded[k.dlq_topic]),
         # The ledger says which nfcapd files were shipped; compacted, keyed by file.
         k.ledger_topic: (1, {"cleanup.policy": "compact"}),
-        k.health_topic: (1, {}),  # exporter health rows (collectors/health.py)
+        k.health_topic: (1, bounded[k.health_topic]),  # exporter health rows (collectors/health.py)
     }
 
     def missing():
