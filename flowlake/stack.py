@@ -116,6 +116,12 @@ def up_stack(cfg=None, with_superset: bool = True) -> dict:
     sup = _superset()
     if with_superset and sup is not None and sup.provisioned(cfg):
         steps.append(("superset", sup.start))
+    if cfg.spark.master == "cluster":  # the ingest runs on this home's Spark cluster: start it first
+        from .services import spark_cluster
+
+        info = spark_cluster.up(cfg)
+        click.echo(f"  cluster   {info['master']} (master pid {info['master_pid']}, "
+                   f"{len(info['worker_pids'])} workers)", err=True)
     for name, start in steps:
         was = component_state(cfg, name)["state"] == "running"
         t0 = time.monotonic()
@@ -143,6 +149,10 @@ def down_stack(cfg=None) -> None:
     time.sleep(0.5)
     shipper_managed(cfg).stop(timeout=60)
     ingest_managed(cfg).stop(timeout=90)
+    if cfg.spark.master == "cluster":
+        from .services import spark_cluster
+
+        spark_cluster.down(cfg)
     kafka.stop(cfg)
 
 
@@ -261,7 +271,7 @@ def status_dict(cfg=None) -> dict:
     from .collectors import sampling
 
     return {"home": str(cfg.home_dir), "components": comps, "counts": counts(cfg), "sampling": sampling.status(cfg),
-            "retention": retention_status(cfg), "query": _query_status(cfg)}
+            "retention": retention_status(cfg), "query": _query_status(cfg), "cluster": cluster_state(cfg)}
 
 
 def _query_status(cfg) -> dict:
@@ -271,6 +281,13 @@ def _query_status(cfg) -> dict:
         return query_status(cfg)
     except (OSError, ValueError) as exc:  # status must never crash on a bad config or lake
         return {"error": str(exc)}
+
+
+def cluster_state(cfg) -> dict:
+    """The Spark standalone cluster of this home, if one was started ({} otherwise)."""
+    from .services import spark_cluster
+
+    return spark_cluster.status(cfg)
 
 
 @click.command()
@@ -367,6 +384,10 @@ def status(as_json: bool) -> None:
         console.print(f"flowlake query: engine {qs['engine']}" + (" (DuckDB in the command)" if qs["engine"] == "local" else "")
                       + f"; the lake holds {qs['hours']} hours in {qs['files']} files (at most {qs['max_files_per_hour']} an hour); "
                       f"index {qs['index_hours']} hours, {qs['index_bytes']:,} bytes (last {qs['index_days']} days)")
+    if st.get("cluster"):
+        from .cluster import print_status
+
+        print_status(st["cluster"], console)
     if c["spool"].get("warning"):
         console.print(f"[bold red]WARNING: {c['spool']['warning']}[/]")
     from .retention import report

@@ -1,0 +1,149 @@
+"""A real Spark standalone cluster (master + 2 workers, separate JVMs started by
+`flowlake cluster up`) runs the streaming ingest and a daily job through spark-submit;
+the lake and the report equal, row for row, what local mode (this run's Spark session)
+writes from the same Kafka topic. Flows come from a real nfcapd file (softflowd), shipped
+by the Go shipper; nfdump's own count of that file is the independent reference.
+
+The local engine of top_talkers is the Go kernel ([reports] engine = auto), the cluster's
+is Spark: the report check also holds the two engines equal on a cluster's input."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from conftest import run  # noqa: E402
+from test_jobs import capture, day_traffic  # noqa: E402  (the nfdump cross-check's real nfcapd day)
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parent.parent
+FLOWLAKE = str(REPO / ".venv" / "bin" / "flowlake")
+DAY = dt.date(2026, 11, 18)
+JOB = "top_talkers"
+
+
+def home_env(home: Path) -> dict[str, str]:
+    """A home of its own on the session's broker: private topics and ledger, a small
+    cluster on free ports (two 1-core workers, 512 MB executors)."""
+    return {**os.environ, "FLOWLAKE_HOME": str(home),
+            "FLOWLAKE_KAFKA_FLOWS_TOPIC": "flows.test-cluster", "FLOWLAKE_KAFKA_ACTIVE_TOPIC": "active.test-cluster",
+            "FLOWLAKE_KAFKA_LEDGER_TOPIC": "ledger.test-cluster",
+            "FLOWLAKE_CLUSTER_PORT": "0", "FLOWLAKE_CLUSTER_WEBUI_PORT": "0", "FLOWLAKE_CLUSTER_WORKERS": "2",
+            "FLOWLAKE_CLUSTER_WORKER_MEMORY": "512m", "FLOWLAKE_CLUSTER_EXECUTOR_MEMORY": "512m",
+            "FLOWLAKE_CLUSTER_DAEMON_MEMORY": "192m", "FLOWLAKE_CLUSTER_INGEST_CORES": "0",
+            "FLOWLAKE_SPARK_DRIVER_MEMORY": "768m", "FLOWLAKE_SPARK_SHUFFLE_PARTITIONS": "2"}
+
+
+@pytest.fixture(scope="module")
+def homes(kafka, tmp_path_factory):
+    """(local cfg, cluster cfg, cluster env, nfcapd flow count); the cluster starts in the
+    background while the flows are captured and shipped, and stops at the end."""
+    from flowlake import config
+    from flowlake.services import kafka as kafka_service
+    from flowlake.services import spark_cluster
+
+    local_env = home_env(tmp_path_factory.mktemp("cluster-local-home"))
+    cluster_env = home_env(tmp_path_factory.mktemp("cluster-home"))
+    local_cfg, cluster_cfg = config.load(env=local_env), config.load(env=cluster_env)
+    started: dict = {}
+
+    def start():
+        try:
+            started["info"] = spark_cluster.up(cluster_cfg)
+        except Exception as exc:  # reported by the test below
+            started["error"] = exc
+
+    starter = threading.Thread(target=start)
+    starter.start()
+    try:
+        kafka_service.ensure_topics(local_cfg)
+        nf = capture(tmp_path_factory.mktemp("cluster-nfcapd"), day_traffic(DAY, seed=5))
+        info = run(["nfdump", "-I", "-r", str(nf)]).stdout
+        flows = int(next(line.split(":")[1] for line in info.splitlines() if line.startswith("Flows:")))
+        run([FLOWLAKE, "ship", str(nf)], env=cluster_env)
+        starter.join()
+        if "error" in started:
+            raise started["error"]
+        yield local_cfg, cluster_cfg, cluster_env, flows
+    finally:
+        starter.join()
+        spark_cluster.down(cluster_cfg)
+        for name in ["spark-master"] + [f"spark-worker-{i}" for i in (1, 2)]:
+            assert not Managed_running(cluster_cfg, name), f"{name} still runs after `down`"
+
+
+def Managed_running(cfg, name: str) -> bool:
+    from flowlake.services.process import Managed
+
+    return Managed(name, cfg.path("run"), cfg.path("log")).running()
+
+
+def flowlake(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return run([FLOWLAKE, *args], env=env, timeout=600)
+
+
+def lake_rows(lake: Path) -> list[tuple]:
+    con = duckdb.connect()
+    return con.execute(f"select * from read_parquet('{lake}/flows/**/*.parquet', hive_partitioning=true) "
+                       "order by all").fetchall()
+
+
+def report_rows(lake: Path, table: str) -> list[tuple]:
+    """The report's rows, sortable (nulls first), shares to 12 digits (engines add in other orders)."""
+    rows = pq.read_table(lake / "reports" / table / f"date={DAY}").to_pylist()
+    assert rows, f"{table} for {DAY} is empty"
+    cols = sorted(rows[0])
+    return sorted(tuple((r[c] is not None, round(r[c], 12) if isinstance(r[c], float) else r[c]) for c in cols)
+                  for r in rows)
+
+
+def test_ingest_and_job_on_cluster_equal_local_mode(homes, spark):
+    from flowlake.jobs import runner
+    from flowlake.pipelines import ingest
+    from flowlake.services import spark_cluster
+
+    local_cfg, cluster_cfg, env, flows = homes
+    st = json.loads(flowlake("cluster", "status", "--json", env=env).stdout)
+    assert st["alive_workers"] == 2 and st["cores"] == 2, st
+    assert all(p["state"] == "running" for p in st["processes"].values()), st["processes"]
+    master_url = st["master"]
+    assert master_url.startswith("spark://127.0.0.1:")
+
+    # Local mode: in this process, on the test session (local[2]); the Go kernel for top_talkers.
+    ingest.run(local_cfg, once=True)
+    outcomes = runner.run_jobs(spark, local_cfg, DAY, runner.order(runner.discover(), [JOB]))
+    assert [o.status for o in outcomes] == ["ok"], outcomes
+
+    # The cluster: both commands go through spark-submit (master "cluster" = this home's).
+    res = flowlake("-v", "ingest", "--once", "--master", "cluster", env=env)
+    assert f"submitting to {master_url}" in res.stderr
+    res = flowlake("jobs", "run", "--date", DAY.isoformat(), "--job", JOB, "--master", "cluster", "--no-warm", env=env)
+    assert JOB in res.stdout and "ok" in res.stdout, res.stdout
+
+    local, remote = lake_rows(local_cfg.lake), lake_rows(cluster_cfg.lake)
+    assert len(local) == flows, f"local lake holds {len(local)} flows, nfdump counts {flows} in the nfcapd file"
+    assert remote == local
+    assert ingest.counts(cluster_cfg)["flows"] == {"rows": flows, "quarantined": 0}
+    assert report_rows(cluster_cfg.lake, JOB) == report_rows(local_cfg.lake, JOB)
+
+    # Both applications ran on the cluster, their executors on both workers.
+    info = spark_cluster.master_json(cluster_cfg)
+    apps = {a["name"]: a for a in info["completedapps"]}
+    assert set(apps) == {"flowlake-ingest", f"flowlake-jobs-{DAY}"}, apps
+    assert all(a["state"] == "FINISHED" and a["cores"] == 2 for a in apps.values()), apps
+    for i in (1, 2):
+        ran = {p.name for p in cluster_cfg.path("cluster", "work", f"worker-{i}").iterdir()}
+        assert {a["id"] for a in apps.values()} <= ran, f"worker-{i} ran executors of {ran}"
+    # The batch applications left event logs (the bench reads them); the bound holds.
+    assert len(spark_cluster.event_logs(cluster_cfg)) == 2
+    status = json.loads(flowlake("status", "--json", env=env).stdout)
+    assert status["cluster"]["completed_apps"] == 2 and status["cluster"]["disk"]["event_logs"] == 2
