@@ -125,6 +125,8 @@ def run_jobs(spark, cfg, date: dt.date, jobs: list[Job], progress=None) -> list[
         ctx.shared = shared
         if progress:
             progress(job.name)
+        # Spark's jobs carry the report job's name (event logs, UI): bench/jobs.py --cluster splits by it
+        spark.sparkContext.setJobGroup(job.name, f"flowlake job {job.name} for {date}")
         t0 = time.monotonic()
         try:
             job.run(ctx)
