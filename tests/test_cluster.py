@@ -24,7 +24,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 from conftest import run  # noqa: E402
 from test_jobs import capture, day_traffic  # noqa: E402  (the nfdump cross-check's real nfcapd day)
 
-pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent
 FLOWLAKE = str(REPO / ".venv" / "bin" / "flowlake")
 DAY = dt.date(2026, 11, 18)
@@ -106,6 +105,7 @@ def report_rows(lake: Path, table: str) -> list[tuple]:
                   for r in rows)
 
 
+@pytest.mark.integration
 def test_ingest_and_job_on_cluster_equal_local_mode(homes, spark):
     from flowlake.jobs import runner
     from flowlake.pipelines import ingest
@@ -149,3 +149,67 @@ def test_ingest_and_job_on_cluster_equal_local_mode(homes, spark):
     assert len(spark_cluster.event_logs(cluster_cfg)) == 2
     status = json.loads(flowlake("status", "--json", env=env).stdout)
     assert status["cluster"]["completed_apps"] == 2 and status["cluster"]["disk"]["event_logs"] == 2
+
+
+# ---- without a cluster: how an application is submitted, the bounds, bad settings ----------------
+def test_submit_carries_the_session_settings(tmp_path):
+    from flowlake import config
+    from flowlake import spark as spark_factory
+
+    cfg = config.load(env={**os.environ, "FLOWLAKE_HOME": str(tmp_path), "FLOWLAKE_CLUSTER_PORT": "7177",
+                           "FLOWLAKE_CLUSTER_EXECUTOR_MEMORY": "3g"})
+    assert spark_factory.resolve_master("cluster", cfg) == "spark://127.0.0.1:7177"
+    state = tmp_path / "cluster" / "cluster.json"
+    state.parent.mkdir()
+    state.write_text(json.dumps({"port": 40123, "webui_port": 40124}))  # `up` chose a free port
+    master = spark_factory.resolve_master("cluster", cfg)
+    assert master == "spark://127.0.0.1:40123" and spark_factory.is_cluster(master)
+    assert not spark_factory.is_cluster(spark_factory.resolve_master("local[2]", cfg))
+
+    argv = spark_factory.submit_argv("flowlake-jobs-x", master, cfg, ["jobs", "run", "--date", "2026-11-20"])
+    assert Path(argv[0]).name == "spark-submit" and Path(argv[0]).exists()
+    assert argv[argv.index("--master") + 1] == master and argv[-4:] == ["jobs", "run", "--date", "2026-11-20"]
+    assert argv[-5] == str(spark_factory.SUBMIT_MAIN) and spark_factory.SUBMIT_MAIN.exists()
+    confs = dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == "--conf")
+    local = spark_factory.spark_conf("x", "local[2]", cfg)
+    for key in ("spark.jars", "spark.sql.session.timeZone", "spark.sql.shuffle.partitions", "spark.driver.memory"):
+        assert confs[key] == local[key], key  # one set of settings, both ways of starting
+    assert confs["spark.executor.memory"] == "3g" and "spark.executor.memory" not in local
+    assert confs["spark.driver.host"] == "127.0.0.1"  # executors on a loopback cluster reach the driver
+    assert confs["spark.executor.logs.rolling.strategy"] == "size"  # a streaming ingest's executor logs roll
+    remote = spark_factory.spark_conf("x", "spark://10.1.2.3:7077", cfg)
+    assert "spark.driver.host" not in remote  # a real cluster reaches the driver by its host name
+
+
+def test_event_logs_keep_the_newest(tmp_path):
+    from flowlake import config
+    from flowlake.services import spark_cluster
+
+    cfg = config.load(env={**os.environ, "FLOWLAKE_HOME": str(tmp_path), "FLOWLAKE_CLUSTER_EVENT_LOGS": "3"})
+    events = tmp_path / "cluster" / "events"
+    for i in range(6):
+        d = events / f"eventlog_v2_app-{i}"
+        d.mkdir(parents=True)
+        (d / f"events_1_app-{i}.zstd").write_bytes(b"x")
+        os.utime(d, (1000 + i, 1000 + i))
+    (events / "eventlog_v2_app-0" / "appstatus_app-0.inprogress").write_bytes(b"")  # still running: kept
+    spark_cluster.prune_event_logs(cfg)
+    assert sorted(p.name for p in spark_cluster.event_logs(cfg)) == [
+        "eventlog_v2_app-0", "eventlog_v2_app-4", "eventlog_v2_app-5"]
+
+
+def test_cluster_up_names_a_busy_port(tmp_path):
+    import socket
+
+    from flowlake import config
+    from flowlake.services import spark_cluster
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        cfg = config.load(env={**os.environ, "FLOWLAKE_HOME": str(tmp_path), "FLOWLAKE_CLUSTER_PORT": str(port)})
+        with pytest.raises(RuntimeError) as err:
+            spark_cluster.up(cfg)
+    assert f"127.0.0.1:{port} is in use" in str(err.value) and "FLOWLAKE_CLUSTER_PORT" in str(err.value)
+    assert spark_cluster.status(cfg) == {}  # nothing was started
