@@ -301,7 +301,8 @@ def split_work(events: list[dict]) -> dict:
             info = e["Executor Info"]
             # the executor's log URL names its worker's web UI port: which worker ran it
             url = next(iter(info.get("Log Urls", {}).values()), "")
-            executors[e["Executor ID"]] = {"worker": url.split("/")[2] if url else info.get("Host"), "task_ms": 0, "tasks": 0}
+            executors[e["Executor ID"]] = {"worker": url.split("/")[2] if url else info.get("Host"), "task_ms": 0,
+                                           "cpu_ms": 0, "tasks": 0}
         elif kind == "SparkListenerJobStart":
             group = (e.get("Properties") or {}).get("spark.jobGroup.id", "(none)")
             for sid in e["Stage IDs"]:
@@ -309,7 +310,8 @@ def split_work(events: list[dict]) -> dict:
             span.setdefault(group, [e["Submission Time"], e["Submission Time"]])
             span[group][0] = min(span[group][0], e["Submission Time"])
             groups.setdefault(group, {"jobs": [], "tasks": 0, "scan_tasks": 0, "flows_read": 0, "input_bytes": 0,
-                                      "shuffle_write": 0, "shuffle_read": 0, "shuffle_remote": 0, "task_ms": 0})
+                                      "shuffle_write": 0, "shuffle_read": 0, "shuffle_remote": 0, "task_ms": 0,
+                                      "cpu_ms": 0})
             groups[group]["jobs"].append(e["Job ID"])
         elif kind == "SparkListenerJobEnd":
             for group, g in groups.items():
@@ -324,6 +326,7 @@ def split_work(events: list[dict]) -> dict:
             sr, sw = m.get("Shuffle Read Metrics", {}), m.get("Shuffle Write Metrics", {})
             g["tasks"] += 1
             g["task_ms"] += m.get("Executor Run Time", 0)
+            g["cpu_ms"] += m.get("Executor CPU Time", 0) / 1e6  # ns; on a shared machine CPU, not wall, sizes
             if read.get("Records Read", 0):
                 g["scan_tasks"] += 1
                 g["flows_read"] += read["Records Read"]
@@ -331,8 +334,10 @@ def split_work(events: list[dict]) -> dict:
             g["shuffle_write"] += sw.get("Shuffle Bytes Written", 0)
             g["shuffle_read"] += sr.get("Remote Bytes Read", 0) + sr.get("Local Bytes Read", 0)
             g["shuffle_remote"] += sr.get("Remote Bytes Read", 0)
-            ex = executors.setdefault(info["Executor ID"], {"worker": info.get("Host"), "task_ms": 0, "tasks": 0})
+            ex = executors.setdefault(info["Executor ID"], {"worker": info.get("Host"), "task_ms": 0, "cpu_ms": 0,
+                                                            "tasks": 0})
             ex["task_ms"] += m.get("Executor Run Time", 0)
+            ex["cpu_ms"] += m.get("Executor CPU Time", 0) / 1e6
             ex["tasks"] += 1
     for group, g in groups.items():
         g["seconds"] = (span[group][1] - span[group][0]) / 1000
@@ -379,6 +384,11 @@ def cluster_bench(args) -> None:
         jobs2 = sum(g["seconds"] for g in two["groups"].values())
         print(f"the report jobs alone (first Spark job to last): 1 worker {jobs1:.0f} s ({n / jobs1:,.0f} flows/s), "
               f"2 workers {jobs2:.0f} s ({n / jobs2:,.0f} flows/s): speed-up {jobs1 / jobs2:.2f}x")
+        for w, r in runs.items():
+            cpu = sum(g["cpu_ms"] for g in r["groups"].values()) / 1000
+            task = sum(g["task_ms"] for g in r["groups"].values()) / 1000
+            print(f"{w} worker(s): executors' CPU {cpu:.0f} s = {n / cpu:,.0f} flows per CPU-second "
+                  f"(task wall {task:.0f} s: {100 * cpu / task:.0f}% of it on a CPU)")
         print(f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (other work shares them)")
     finally:
         spark_cluster.down(cfg)
@@ -394,20 +404,21 @@ def _mb(size: str) -> int:
 
 
 def print_run(run: dict, n: int, wall: float) -> None:
-    print(f"  {'job':16s} {'seconds':>8s} {'tasks':>6s} {'scan tasks':>10s} {'flows read':>12s} {'input MiB':>10s} "
-          f"{'shuffle w MiB':>13s} {'shuffle r MiB':>13s} {'remote MiB':>10s}")
+    print(f"  {'job':16s} {'seconds':>8s} {'task s':>7s} {'CPU s':>6s} {'tasks':>6s} {'scan tasks':>10s} "
+          f"{'flows read':>12s} {'input MiB':>10s} {'shuffle w MiB':>13s} {'shuffle r MiB':>13s} {'remote MiB':>10s}")
     for name in JOBS:
         g = run["groups"].get(name)
         if g is None:
             print(f"  {name:16s} (no Spark job)")
             continue
-        print(f"  {name:16s} {g['seconds']:8.1f} {g['tasks']:6d} {g['scan_tasks']:10d} {g['flows_read']:12,d} "
+        print(f"  {name:16s} {g['seconds']:8.1f} {g['task_ms'] / 1000:7.1f} {g['cpu_ms'] / 1000:6.1f} {g['tasks']:6d} "
+              f"{g['scan_tasks']:10d} {g['flows_read']:12,d} "
               f"{mib(g['input_bytes']):>10s} {mib(g['shuffle_write']):>13s} {mib(g['shuffle_read']):>13s} "
               f"{mib(g['shuffle_remote']):>10s}")
     total = sum(e["task_ms"] for e in run["executors"].values()) or 1
     for ex_id, e in sorted(run["executors"].items()):
         print(f"  executor {ex_id} on worker {e['worker']}: {e['tasks']} tasks, {e['task_ms'] / 1000:.0f} task-s "
-              f"({100 * e['task_ms'] / total:.0f}% of the work)")
+              f"({100 * e['task_ms'] / total:.0f}% of the work), {e['cpu_ms'] / 1000:.0f} CPU-s")
     scans = [g for g in run["groups"].values() if g["scan_tasks"]]
     if scans:
         first = scans[0]

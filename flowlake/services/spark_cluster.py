@@ -81,7 +81,10 @@ def daemon_env(cfg) -> dict[str, str]:
         "SPARK_CONF_DIR": str(conf_dir),
         "SPARK_LOCAL_IP": cfg.cluster.host,
         "SPARK_DAEMON_MEMORY": cfg.cluster.daemon_memory,
-        "SPARK_DAEMON_JAVA_OPTS": f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG4J}",
+        # control plane only (RPC, a little bookkeeping): the client compiler and a serial GC
+        # start them on a fraction of the CPU the server defaults take
+        "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Duser.timezone=UTC "
+                                  f"-Dlog4j2.configurationFile={LOG4J}",
     }
 
 
