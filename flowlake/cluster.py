@@ -82,18 +82,12 @@ def status_cmd(as_json: bool) -> None:
 
 def print_status(st: dict, console) -> None:
     """The cluster's tables; also part of `flowlake status`."""
-    from rich.table import Table
+    from .stack import process_table
 
-    t = Table(title=f"Spark cluster {st['master'] or ''} (web UI {st['webui'] or '-'})")
-    for col in ("process", "state", "pid", "port"):
-        t.add_column(col)
-    for name, p in st["processes"].items():
-        colour = {"running": "green", "dead": "red"}.get(p["state"], "yellow")
-        t.add_row(name, f"[{colour}]{p['state']}[/]", str(p["pid"] or "-"), str(p["port"] or "-"))
-    console.print(t)
+    console.print(process_table(f"Spark cluster {st['master'] or ''}", "process", st["processes"]))
     d = st["disk"]
     apps = ", ".join(f"{a['name']} ({a['cores']} cores)" for a in st["active_apps"]) or "none"
-    console.print(f"workers alive {st['alive_workers']}; cores {st['cores_used'] or 0}/{st['cores'] or 0} in use; "
+    console.print(f"web UI {st['webui'] or '-'}; workers alive {st['alive_workers']}; cores {st['cores_used'] or 0}/{st['cores'] or 0} in use; "
                   f"memory {st['memory_used_mb'] or 0}/{st['memory_mb'] or 0} MB; running apps: {apps}; "
                   f"finished apps {st['completed_apps']}")
     console.print(f"disk: worker folders {d['work_bytes']:,} bytes; event logs {d['event_logs']} "

@@ -290,6 +290,19 @@ def cluster_state(cfg) -> dict:
     return spark_cluster.status(cfg)
 
 
+def process_table(title: str, kind: str, procs: dict):
+    """A rich table of processes: name, state (coloured), pid, port."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in (kind, "state", "pid", "port"):
+        t.add_column(col)
+    for name, c in procs.items():
+        colour = {"running": "green", "dead": "red", "paused": "bold red"}.get(c["state"], "yellow")
+        t.add_row(name, f"[{colour}]{c['state']}[/]", str(c["pid"] or "-"), str(c["port"] or "-"))
+    return t
+
+
 @click.command()
 @click.option("--no-superset", is_flag=True, help="Do not start Superset even if provisioned.")
 def up(no_superset: bool) -> None:
@@ -340,13 +353,7 @@ def status(as_json: bool) -> None:
     from rich.table import Table
 
     console = Console()
-    t = Table(title=f"flowlake stack ({st['home']})")
-    for col in ("component", "state", "pid", "port"):
-        t.add_column(col)
-    for name, c in st["components"].items():
-        colour = {"running": "green", "dead": "red", "paused": "bold red"}.get(c["state"], "yellow")
-        t.add_row(name, f"[{colour}]{c['state']}[/]", str(c["pid"] or "-"), str(c["port"] or "-"))
-    console.print(t)
+    console.print(process_table(f"flowlake stack ({st['home']})", "component", st["components"]))
     c = st["counts"]
     n, s = c["nfcapd"], c.get("shipper", {})
     lake = c["lake"].get("flows", {})
