@@ -26,7 +26,7 @@ from test_jobs import capture, day_traffic  # noqa: E402  (the nfdump cross-chec
 
 REPO = Path(__file__).resolve().parent.parent
 FLOWLAKE = str(REPO / ".venv" / "bin" / "flowlake")
-DAY = dt.date(2026, 11, 18)
+DAY = dt.date.today() - dt.timedelta(days=2)  # recent: the shipper quarantines flows far from their arrival
 JOB = "protocol_mix"
 
 
