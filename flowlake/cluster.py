@@ -11,8 +11,8 @@ from . import config as _config
 
 @click.group()
 def cluster():
-    """A Spark standalone cluster under $FLOWLAKE_HOME: one master and [cluster] workers
-    workers, each its own JVM (Spark's Master and Worker from the installed pyspark).
+    """A Spark standalone cluster under $FLOWLAKE_HOME: one master and N workers ([cluster]
+    workers), each its own JVM (Spark's Master and Worker from the installed pyspark).
 
     The ingest and the daily jobs run on it when [spark] master = "cluster" (or a
     spark://HOST:PORT URL): each then starts as its own application through spark-submit,
