@@ -11,8 +11,16 @@ FLOWS_TABLE schema), then in one process measures:
   - DuckDB: the same top talkers (src by bytes, whole day) from the lake's Parquet.
 and prints flows/s and the ratios. Nothing is asserted: it prints figures.
 
+With --cluster it runs the daily set on a Spark standalone cluster instead (`flowlake
+cluster up` under the bench's home, 1 then 2 workers of one core each), each time as its
+own application through spark-submit (`flowlake jobs run --master cluster`), and reads
+the applications' event logs: per report job the tasks, flows read, shuffle written and
+read (and how much crossed between executors), and how the task time split over the
+workers. The 1-worker run is the reference for the 2-worker one.
+
     .venv/bin/python bench/jobs.py                     # 10M flows (about 3-5 minutes)
     .venv/bin/python bench/jobs.py --flows 2000000     # quicker look
+    .venv/bin/python bench/jobs.py --cluster           # 1M flows on 1 and 2 workers
 """
 from __future__ import annotations
 
@@ -161,13 +169,19 @@ def time_nfdump(spool: Path) -> float:
 # ---- main -----------------------------------------------------------------------------------
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--flows", type=int, default=10_000_000)
+    ap.add_argument("--flows", type=int, default=None, help="flows in the day (default 10M; 1M with --cluster)")
     ap.add_argument("--nfdump-flows", type=int, help="flows exported to nfcapd for nfdump (default: every IPv4 flow of the day)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary FLOWLAKE_HOME")
     ap.add_argument("--spark-engine", action="store_true",
                     help="also time top_talkers and flow_size_dist on Spark when [reports] engine picked local (slow: minutes)")
+    ap.add_argument("--cluster", action="store_true",
+                    help="run the daily set on a local Spark standalone cluster, 1 then 2 workers (default 1M flows)")
+    ap.add_argument("--worker-memory", default="2g", help="--cluster: memory per worker (its executor gets it less 256m)")
     args = ap.parse_args()
+    if args.cluster:
+        return cluster_bench(args)
 
+    args.flows = args.flows or 10_000_000
     home = Path(tempfile.mkdtemp(prefix="flowlake-bench-jobs-"))
     os.environ["FLOWLAKE_HOME"] = str(home)
     from flowlake import config
@@ -270,6 +284,146 @@ def main() -> None:
             print(f"kept {home}")
         else:
             shutil.rmtree(home, ignore_errors=True)
+
+
+# ---- --cluster: the daily set on a standalone cluster, read back from its event logs ----------------
+def mib(n: float) -> str:
+    return f"{n / 2**20:,.1f}"
+
+
+def split_work(events: list[dict]) -> dict:
+    """How an application's work split: per report job (Spark job group) and per executor."""
+    group_of_stage, groups, executors = {}, {}, {}
+    span: dict[str, list[int]] = {}
+    for e in events:
+        kind = e["Event"]
+        if kind == "SparkListenerExecutorAdded":
+            info = e["Executor Info"]
+            # the executor's log URL names its worker's web UI port: which worker ran it
+            url = next(iter(info.get("Log Urls", {}).values()), "")
+            executors[e["Executor ID"]] = {"worker": url.split("/")[2] if url else info.get("Host"), "task_ms": 0,
+                                           "cpu_ms": 0, "tasks": 0}
+        elif kind == "SparkListenerJobStart":
+            group = (e.get("Properties") or {}).get("spark.jobGroup.id", "(none)")
+            for sid in e["Stage IDs"]:
+                group_of_stage.setdefault(sid, group)
+            span.setdefault(group, [e["Submission Time"], e["Submission Time"]])
+            span[group][0] = min(span[group][0], e["Submission Time"])
+            groups.setdefault(group, {"jobs": [], "tasks": 0, "scan_tasks": 0, "flows_read": 0, "input_bytes": 0,
+                                      "shuffle_write": 0, "shuffle_read": 0, "shuffle_remote": 0, "task_ms": 0,
+                                      "cpu_ms": 0})
+            groups[group]["jobs"].append(e["Job ID"])
+        elif kind == "SparkListenerJobEnd":
+            for group, g in groups.items():
+                if e["Job ID"] in g["jobs"]:
+                    span[group][1] = max(span[group][1], e["Completion Time"])
+        elif kind == "SparkListenerTaskEnd" and e.get("Task Metrics"):
+            g = groups.get(group_of_stage.get(e["Stage ID"], "(none)"))
+            m, info = e["Task Metrics"], e["Task Info"]
+            if g is None:
+                continue
+            read = m.get("Input Metrics", {})
+            sr, sw = m.get("Shuffle Read Metrics", {}), m.get("Shuffle Write Metrics", {})
+            g["tasks"] += 1
+            g["task_ms"] += m.get("Executor Run Time", 0)
+            g["cpu_ms"] += m.get("Executor CPU Time", 0) / 1e6  # ns; on a shared machine CPU, not wall, sizes
+            if read.get("Records Read", 0):
+                g["scan_tasks"] += 1
+                g["flows_read"] += read["Records Read"]
+                g["input_bytes"] += read.get("Bytes Read", 0)
+            g["shuffle_write"] += sw.get("Shuffle Bytes Written", 0)
+            g["shuffle_read"] += sr.get("Remote Bytes Read", 0) + sr.get("Local Bytes Read", 0)
+            g["shuffle_remote"] += sr.get("Remote Bytes Read", 0)
+            ex = executors.setdefault(info["Executor ID"], {"worker": info.get("Host"), "task_ms": 0, "cpu_ms": 0,
+                                                            "tasks": 0})
+            ex["task_ms"] += m.get("Executor Run Time", 0)
+            ex["cpu_ms"] += m.get("Executor CPU Time", 0) / 1e6
+            ex["tasks"] += 1
+    for group, g in groups.items():
+        g["seconds"] = (span[group][1] - span[group][0]) / 1000
+    return {"groups": groups, "executors": executors}
+
+
+def cluster_bench(args) -> None:
+    from flowlake import config
+    from flowlake.services import spark_cluster
+
+    n = args.flows or 1_000_000
+    home = Path(tempfile.mkdtemp(prefix="flowlake-bench-cluster-"))
+    env = {**os.environ, "FLOWLAKE_HOME": str(home), "FLOWLAKE_CLUSTER_PORT": "0", "FLOWLAKE_CLUSTER_WEBUI_PORT": "0",
+           "FLOWLAKE_CLUSTER_WORKER_CORES": "1", "FLOWLAKE_CLUSTER_WORKER_MEMORY": args.worker_memory,
+           "FLOWLAKE_CLUSTER_EXECUTOR_MEMORY": f"{_mb(args.worker_memory) - 256}m",
+           "FLOWLAKE_SPARK_DRIVER_MEMORY": "1g"}
+    cfg = config.load(env=env)
+    flowlake = str(Path(sys.executable).with_name("flowlake"))
+    runs = {}
+    try:
+        t = time.perf_counter()
+        write_lake(synth_day(n), cfg.lake)
+        lake_bytes = sum(p.stat().st_size for p in (cfg.lake / "flows").rglob("*.parquet"))
+        print(f"synthetic lake: {n:,} flows in 24 hourly partitions, {lake_bytes / n:.1f} B/flow, "
+              f"written in {time.perf_counter() - t:.1f} s -> {cfg.lake}")
+        for workers in (1, 2):
+            t = time.perf_counter()
+            spark_cluster.up(cfg, workers=workers)
+            print(f"\ncluster with {workers} worker(s) of 1 core, {args.worker_memory}: up in {time.perf_counter() - t:.1f} s")
+            before = set(spark_cluster.event_logs(cfg))
+            t = time.perf_counter()
+            res = subprocess.run([flowlake, "jobs", "run", "--date", DAY.isoformat(), "--master", "cluster", "--no-warm",
+                                  *[a for j in JOBS for a in ("--job", j)]], env=env, capture_output=True, text=True)
+            wall = time.perf_counter() - t
+            if res.returncode != 0:
+                sys.exit(f"jobs failed on {workers} worker(s):\n{res.stdout}\n{res.stderr[-3000:]}")
+            log = next(p for p in spark_cluster.event_logs(cfg) if p not in before)
+            runs[workers] = {"wall": wall, **split_work(spark_cluster.read_event_log(log))}
+            print_run(runs[workers], n, wall)
+        one, two = runs[1], runs[2]
+        print(f"\ndaily set ({len(JOBS)} jobs, {n:,} flows) as a spark-submit application, start-up included: "
+              f"1 worker {one['wall']:.0f} s, 2 workers {two['wall']:.0f} s: speed-up {one['wall'] / two['wall']:.2f}x")
+        jobs1 = sum(g["seconds"] for g in one["groups"].values())
+        jobs2 = sum(g["seconds"] for g in two["groups"].values())
+        print(f"the report jobs alone (first Spark job to last): 1 worker {jobs1:.0f} s ({n / jobs1:,.0f} flows/s), "
+              f"2 workers {jobs2:.0f} s ({n / jobs2:,.0f} flows/s): speed-up {jobs1 / jobs2:.2f}x")
+        for w, r in runs.items():
+            cpu = sum(g["cpu_ms"] for g in r["groups"].values()) / 1000
+            task = sum(g["task_ms"] for g in r["groups"].values()) / 1000
+            print(f"{w} worker(s): executors' CPU {cpu:.0f} s = {n / cpu:,.0f} flows per CPU-second "
+                  f"(task wall {task:.0f} s: {100 * cpu / task:.0f}% of it on a CPU)")
+        print(f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (other work shares them)")
+    finally:
+        spark_cluster.down(cfg)
+        if args.keep:
+            print(f"kept {home}")
+        else:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def _mb(size: str) -> int:
+    units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+    return int(float(size[:-1]) * units[size[-1].lower()]) if size[-1].lower() in units else int(size) >> 20
+
+
+def print_run(run: dict, n: int, wall: float) -> None:
+    print(f"  {'job':16s} {'seconds':>8s} {'task s':>7s} {'CPU s':>6s} {'tasks':>6s} {'scan tasks':>10s} "
+          f"{'flows read':>12s} {'input MiB':>10s} {'shuffle w MiB':>13s} {'shuffle r MiB':>13s} {'remote MiB':>10s}")
+    for name in JOBS:
+        g = run["groups"].get(name)
+        if g is None:
+            print(f"  {name:16s} (no Spark job)")
+            continue
+        print(f"  {name:16s} {g['seconds']:8.1f} {g['task_ms'] / 1000:7.1f} {g['cpu_ms'] / 1000:6.1f} {g['tasks']:6d} "
+              f"{g['scan_tasks']:10d} {g['flows_read']:12,d} "
+              f"{mib(g['input_bytes']):>10s} {mib(g['shuffle_write']):>13s} {mib(g['shuffle_read']):>13s} "
+              f"{mib(g['shuffle_remote']):>10s}")
+    total = sum(e["task_ms"] for e in run["executors"].values()) or 1
+    for ex_id, e in sorted(run["executors"].items()):
+        print(f"  executor {ex_id} on worker {e['worker']}: {e['tasks']} tasks, {e['task_ms'] / 1000:.0f} task-s "
+              f"({100 * e['task_ms'] / total:.0f}% of the work), {e['cpu_ms'] / 1000:.0f} CPU-s")
+    scans = [g for g in run["groups"].values() if g["scan_tasks"]]
+    if scans:
+        first = scans[0]
+        print(f"  flows scan: {first['scan_tasks']} tasks for 24 hours ({first['scan_tasks'] / 24:.1f} per hour), "
+              f"{first['flows_read'] / first['scan_tasks']:,.0f} flows and {mib(first['input_bytes'] / first['scan_tasks'])} MiB per task")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("flowlake.collectors.generate:generate", "Export modelled border traffic as NetFlow/IPFIX."),
     "compact": ("flowlake.pipelines.hour_close:compact_cmd", "Close the lake's hours: compaction and rollups."),
     "jobs": ("flowlake.jobs.runner:jobs", "Run the daily Spark report jobs."),
+    "cluster": ("flowlake.cluster:cluster", "Start, stop and show a Spark standalone cluster (master + workers)."),
     "powerlaw": ("flowlake.powerlaw.cli:powerlaw", "Fit a power law to a column of numbers (CSN 2009)."),
     "active": ("flowlake.collectors.active.cli:active", "Parse and import active-test results."),
     "probe": ("flowlake.collectors.active.probe:probe", "Run PingER-style probes on a schedule."),

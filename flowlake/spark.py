@@ -27,41 +27,94 @@ def connector_jars() -> list[str]:
     return jars
 
 
+SUBMITTED = "FLOWLAKE_IN_SPARK_SUBMIT"  # set in the driver spark-submit starts: do not submit again
+SUBMIT_MAIN = Path(__file__).resolve().parent / "spark_submit_main.py"
+
+
+def resolve_master(master: str | None = None, cfg=None) -> str:
+    """The master URL: the argument, else [spark] master; "cluster" is this home's
+    standalone cluster (`flowlake cluster up`)."""
+    cfg = cfg or _config.get()
+    master = master or os.environ.get("FLOWLAKE_SPARK_MASTER") or cfg.spark.master
+    if master == "cluster":
+        from .services import spark_cluster
+
+        return spark_cluster.master_url(cfg)
+    return master
+
+
+def is_cluster(master: str) -> bool:
+    """True for a standalone cluster (spark://...): the application goes through spark-submit."""
+    return master.startswith("spark://")
+
+
+def spark_conf(app: str, master: str, cfg, extra: dict | None = None) -> dict[str, str]:
+    """Every setting of a flowlake application, in one place for both ways of starting it:
+    SparkSession.builder (local mode) and spark-submit --conf (a cluster)."""
+    tmp = cfg.path("tmp", "spark")
+    conf = {
+        "spark.app.name": app,
+        "spark.master": master,
+        "spark.jars": ",".join(connector_jars()),
+        "spark.driver.memory": cfg.spark.driver_memory,
+        "spark.sql.shuffle.partitions": str(cfg.spark.shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.parquet.compression.codec": "zstd",
+        "spark.sql.sources.partitionOverwriteMode": "dynamic",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.local.dir": str(tmp),
+        "spark.driver.extraJavaOptions": f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG4J}",
+        "spark.executor.extraJavaOptions": "-Duser.timezone=UTC",
+        "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+        "spark.pyspark.python": os.environ.get("PYSPARK_PYTHON", sys.executable),
+    }
+    host = _loopback_host(master)
+    if host:
+        # Known before the JVM starts, unlike spark.driver.host: no "hostname resolves to a
+        # loopback address" warning at every start; executors on a loopback cluster reach it.
+        conf["spark.driver.bindAddress"] = host
+        conf["spark.driver.host"] = host
+    if is_cluster(master):
+        c = cfg.cluster
+        conf.update({
+            "spark.pyspark.driver.python": conf["spark.pyspark.python"],
+            "spark.executor.memory": c.executor_memory,
+            # executors log warnings only, and their stderr rolls (a streaming ingest runs for months)
+            "spark.executor.extraJavaOptions": f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG4J}",
+            "spark.executor.logs.rolling.strategy": "size",
+            "spark.executor.logs.rolling.maxSize": str(10 << 20),
+            "spark.executor.logs.rolling.maxRetainedFiles": "5",
+        })
+    conf.update(extra or {})
+    return conf
+
+
+def _loopback_host(master: str) -> str | None:
+    if master.startswith("local"):
+        return "127.0.0.1"
+    host = master.removeprefix("spark://").rsplit(":", 1)[0]
+    return host if host == "localhost" or host.startswith("127.") else None
+
+
 def session(app: str = "flowlake", master: str | None = None, cfg=None, extra: dict | None = None):
-    """Get or create the SparkSession. One per process: tests share one for the whole run."""
+    """Get or create the SparkSession. One per process: tests share one for the whole run.
+    Inside spark-submit (a cluster) the JVM already runs with the same settings."""
     from pyspark.sql import SparkSession
 
     cfg = cfg or _config.get()
-    master = master or os.environ.get("FLOWLAKE_SPARK_MASTER") or cfg.spark.master
+    master = resolve_master(master, cfg)
     # PySpark picks the Python of its workers from PYSPARK_PYTHON when the context
     # starts (plain `python3` otherwise, which lacks numpy): the venv's interpreter.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     tmp = cfg.path("tmp", "spark")
     tmp.mkdir(parents=True, exist_ok=True)
-    builder = (
-        SparkSession.builder.appName(app)
-        .master(master)
-        .config("spark.jars", ",".join(connector_jars()))
-        .config("spark.driver.memory", cfg.spark.driver_memory)
-        .config("spark.sql.shuffle.partitions", str(cfg.spark.shuffle_partitions))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.parquet.compression.codec", "zstd")
-        .config("spark.sql.sources.partitionOverwriteMode", "dynamic")
-        .config("spark.sql.adaptive.enabled", "true")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.local.dir", str(tmp))
-        .config("spark.driver.extraJavaOptions", f"-Duser.timezone=UTC -Dlog4j2.configurationFile={LOG4J}")
-        .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
-        .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
-        .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
-    )
-    if master.startswith("local"):
-        # Known before the JVM starts, unlike spark.driver.host: no "hostname resolves to a
-        # loopback address" warning at every start.
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        builder = builder.config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-    for key, value in (extra or {}).items():
+    conf = spark_conf(app, master, cfg, extra)
+    if "spark.driver.bindAddress" in conf:
+        os.environ.setdefault("SPARK_LOCAL_IP", conf["spark.driver.bindAddress"])
+    builder = SparkSession.builder
+    for key, value in conf.items():
         builder = builder.config(key, value)
     # The driver JVM starts in our scratch folder: Spark 4.0 creates its session artifact
     # folders under ./artifacts of the JVM's working directory (SPARK-52396), which would
@@ -70,6 +123,66 @@ def session(app: str = "flowlake", master: str | None = None, cfg=None, extra: d
         spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def submit_argv(app: str, master: str, cfg, args: list[str], extra: dict | None = None) -> list[str]:
+    """spark-submit running `flowlake ARGS...` as a client-mode application on `master`."""
+    from .services import spark_cluster
+
+    argv = [str(spark_cluster.spark_home() / "bin" / "spark-submit"), "--master", master, "--name", app]
+    for key, value in spark_conf(app, master, cfg, extra).items():
+        if key not in ("spark.master", "spark.app.name"):
+            argv += ["--conf", f"{key}={value}"]
+    return argv + [str(SUBMIT_MAIN), *args]
+
+
+def submit_env(cfg, master: str) -> dict[str, str]:
+    from .services import spark_cluster
+
+    env = {"SPARK_HOME": str(spark_cluster.spark_home()), SUBMITTED: "1",
+           "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+           "PYSPARK_DRIVER_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+           # the driver runs in tmp/spark (SPARK-52396): a ./flowlake.toml must still be found
+           "FLOWLAKE_HOME": str(cfg.home_dir)}
+    if cfg.source is not None:
+        env["FLOWLAKE_CONFIG"] = str(cfg.source)
+    host = _loopback_host(master)
+    if host:
+        env["SPARK_LOCAL_IP"] = host
+    return env
+
+
+def submit_if_cluster(app: str, master: str | None = None, cfg=None, batch: bool = True,
+                      cores_max: int = 0) -> None:
+    """Called first by a command that needs Spark (`flowlake ingest`, `flowlake jobs run`):
+    on a standalone cluster, replace this process by spark-submit running the same command
+    line (its driver then takes the other branch); in local mode, return and go on.
+
+    batch: a batch application writes an event log (kept: [cluster] event_logs); a
+    streaming one does not (it would grow forever). cores_max: spark.cores.max (0: all)."""
+    from .services import spark_cluster
+
+    cfg = cfg or _config.get()
+    master = resolve_master(master, cfg)
+    if not is_cluster(master) or os.environ.get(SUBMITTED):
+        return
+    extra = {}
+    if cores_max > 0:
+        extra["spark.cores.max"] = str(cores_max)
+    if batch and cfg.cluster.event_logs > 0:
+        events = cfg.path("cluster", "events")
+        events.mkdir(parents=True, exist_ok=True)
+        spark_cluster.prune_event_logs(cfg)
+        extra.update({"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(events),
+                      "spark.eventLog.compress": "true", "spark.eventLog.compression.codec": "zstd"})
+    argv = submit_argv(app, master, cfg, sys.argv[1:], extra)
+    tmp = cfg.path("tmp", "spark")
+    tmp.mkdir(parents=True, exist_ok=True)
+    log.info("submitting to %s: %s", master, " ".join(argv))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.chdir(tmp)
+    os.execve(argv[0], argv, {**os.environ, **submit_env(cfg, master)})
 
 
 def lake_path(*parts: str, cfg=None) -> str:

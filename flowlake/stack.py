@@ -116,6 +116,12 @@ def up_stack(cfg=None, with_superset: bool = True) -> dict:
     sup = _superset()
     if with_superset and sup is not None and sup.provisioned(cfg):
         steps.append(("superset", sup.start))
+    if cfg.spark.master == "cluster":  # the ingest runs on this home's Spark cluster: start it first
+        from .services import spark_cluster
+
+        info = spark_cluster.up(cfg)
+        click.echo(f"  cluster   {info['master']} (master pid {info['master_pid']}, "
+                   f"{len(info['worker_pids'])} workers)", err=True)
     for name, start in steps:
         was = component_state(cfg, name)["state"] == "running"
         t0 = time.monotonic()
@@ -143,6 +149,10 @@ def down_stack(cfg=None) -> None:
     time.sleep(0.5)
     shipper_managed(cfg).stop(timeout=60)
     ingest_managed(cfg).stop(timeout=90)
+    if cfg.spark.master == "cluster":
+        from .services import spark_cluster
+
+        spark_cluster.down(cfg)
     kafka.stop(cfg)
 
 
@@ -264,7 +274,7 @@ def status_dict(cfg=None) -> dict:
 
     return {"home": str(cfg.home_dir), "components": comps, "counts": counts(cfg), "sampling": sampling.status(cfg),
             "retention": retention_status(cfg), "query": _query_status(cfg),
-            "exporters": health.status(cfg)}
+            "exporters": health.status(cfg), "cluster": cluster_state(cfg)}
 
 
 def _query_status(cfg) -> dict:
@@ -284,6 +294,26 @@ def _print_exporters(console, exporters: dict) -> None:
     if exporters["silent"]:
         console.print(f"[bold red]WARNING: {exporters['silent']} exporter(s) silent for "
                       f"{exporters['silent_after_seconds']:g} s or more (health.silent_after_seconds)[/]")
+
+
+def cluster_state(cfg) -> dict:
+    """The Spark standalone cluster of this home, if one was started ({} otherwise)."""
+    from .services import spark_cluster
+
+    return spark_cluster.status(cfg)
+
+
+def process_table(title: str, kind: str, procs: dict):
+    """A rich table of processes: name, state (coloured), pid, port."""
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in (kind, "state", "pid", "port"):
+        t.add_column(col)
+    for name, c in procs.items():
+        colour = {"running": "green", "dead": "red", "paused": "bold red"}.get(c["state"], "yellow")
+        t.add_row(name, f"[{colour}]{c['state']}[/]", str(c["pid"] or "-"), str(c["port"] or "-"))
+    return t
 
 
 @click.command()
@@ -340,13 +370,7 @@ def status(as_json: bool) -> None:
     from rich.table import Table
 
     console = Console()
-    t = Table(title=f"flowlake stack ({st['home']})")
-    for col in ("component", "state", "pid", "port"):
-        t.add_column(col)
-    for name, c in st["components"].items():
-        colour = {"running": "green", "dead": "red", "paused": "bold red"}.get(c["state"], "yellow")
-        t.add_row(name, f"[{colour}]{c['state']}[/]", str(c["pid"] or "-"), str(c["port"] or "-"))
-    console.print(t)
+    console.print(process_table(f"flowlake stack ({st['home']})", "component", st["components"]))
     c = st["counts"]
     n, s = c["nfcapd"], c.get("shipper", {})
     lake = c["lake"].get("flows", {})
@@ -385,6 +409,10 @@ def status(as_json: bool) -> None:
                       + f"; the lake holds {qs['hours']} hours in {qs['files']} files (at most {qs['max_files_per_hour']} an hour); "
                       f"index {qs['index_hours']} hours, {qs['index_bytes']:,} bytes (last {qs['index_days']} days)")
     _print_exporters(console, st["exporters"])
+    if st.get("cluster"):
+        from .cluster import print_status
+
+        print_status(st["cluster"], console)
     if c["spool"].get("warning"):
         console.print(f"[bold red]WARNING: {c['spool']['warning']}[/]")
     from .retention import report

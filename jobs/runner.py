@@ -125,6 +125,8 @@ def run_jobs(spark, cfg, date: dt.date, jobs: list[Job], progress=None) -> list[
         ctx.shared = shared
         if progress:
             progress(job.name)
+        # Spark's jobs carry the report job's name (event logs, UI): bench/jobs.py --cluster splits by it
+        spark.sparkContext.setJobGroup(job.name, f"flowlake job {job.name} for {date}")
         t0 = time.monotonic()
         try:
             job.run(ctx)
@@ -167,6 +169,7 @@ def jobs():
       flowlake jobs run --date 2026-11-20
       flowlake jobs run --date 2026-11-20 --job top_talkers --job app_mix
       flowlake jobs run --date 2026-11-20 --master spark://10.1.2.3:7077
+      FLOWLAKE_SPARK_MASTER=cluster flowlake jobs run --date 2026-11-20   # `flowlake cluster up`
       flowlake jobs run --date 2026-11-20 --no-warm   # leave Superset's cache empty
     """
 
@@ -197,7 +200,8 @@ def list_cmd():
 @click.option("--job", "names", multiple=True, metavar="NAME",
               help="Run only this job (repeatable); default: every job. See `flowlake jobs list`.")
 @click.option("--master", default=None, metavar="URL",
-              help="Spark master (default: [spark] master, e.g. local[2]; or spark://host:7077).")
+              help="Spark master (default: [spark] master): local[2]; cluster (this home's "
+                   "`flowlake cluster up`); spark://host:7077. A cluster runs the jobs through spark-submit.")
 @click.option("--warm/--no-warm", default=True, show_default=True,
               help="Afterwards, if this FLOWLAKE_HOME's Superset is up and provisioned, fill its chart "
                    "cache (`flowlake superset warm`): the first visitor then gets cached dashboards.")
@@ -234,6 +238,7 @@ def run_cmd(date: dt.date, names: tuple[str, ...], master: str | None, warm: boo
         raise click.BadParameter(f"unknown job(s) {', '.join(unknown)}; known: {', '.join(sorted(found))}",
                                  param_hint="--job")
     selected = order(found, list(names) or sorted(found))
+    spark_factory.submit_if_cluster(f"flowlake-jobs-{date}", master, cfg)  # a cluster: through spark-submit
     day = cfg.lake / "flows" / f"date={date.isoformat()}"
     if not day.exists() or not any(day.rglob("*.parquet")):
         console.print(f"[yellow]no flows for {date} in {day}: the flow reports will be empty tables[/yellow]")

@@ -152,7 +152,8 @@ def counts(cfg=None) -> dict:
 
 @click.command()
 @click.option("--once", is_flag=True, help="Drain what Kafka holds now, write it, and exit.")
-@click.option("--master", default=None, help="Spark master, e.g. spark://host:7077 (default: config spark.master).")
+@click.option("--master", default=None, help="Spark master (default: [spark] master): local[2]; cluster (this home's "
+                   "`flowlake cluster up`); spark://host:7077.")
 def ingest(once: bool, master: str | None) -> None:
     """Stream flows.v1 (and active.v1) from Kafka into the Parquet lake.
 
@@ -165,5 +166,14 @@ def ingest(once: bool, master: str | None) -> None:
     Examples:
       flowlake ingest --once                # drain Kafka now and exit (backfills, tests)
       flowlake ingest --master spark://spark-master:7077
+      FLOWLAKE_SPARK_MASTER=cluster flowlake ingest   # on `flowlake cluster up`'s cluster
+
+    On a standalone cluster (spark://...) the command runs itself through spark-submit,
+    with at most [cluster] ingest_cores cores; the lake and state/checkpoints must then
+    be on storage every worker sees at the same path (one machine, or a shared mount).
     """
-    run(once=once, master=master)
+    from flowlake import spark as spark_factory
+
+    cfg = _config.get()
+    spark_factory.submit_if_cluster("flowlake-ingest", master, cfg, batch=once, cores_max=cfg.cluster.ingest_cores)
+    run(cfg, once=once, master=master)

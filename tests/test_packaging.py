@@ -25,11 +25,20 @@ def test_compose_is_valid_and_has_the_topology():
     res = compose("config", "-q", env=SECRETS)
     assert res.returncode == 0, res.stderr
     services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
-    for name in ("kafka", "collector", "spark-master", "spark-worker", "ingest", "superset", "postgres"):
+    for name in ("kafka", "collector", "spark-master", "spark-worker-1", "spark-worker-2", "ingest", "superset",
+                 "postgres"):
         assert name in services, name
     assert services["collector"]["build"]["dockerfile"] == "collectors/Dockerfile"
     assert (REPO / "collectors" / "Dockerfile").exists()
     assert "spark://spark-master:7077" in services["ingest"]["command"]
+    # the cluster runs Spark's own Master/Worker through the spark-class the pyspark wheel has
+    from flowlake.services.spark_cluster import MASTER_CLASS, WORKER_CLASS, spark_home
+
+    assert (spark_home() / "bin" / services["spark-master"]["command"][0]).exists()
+    assert services["spark-master"]["command"][1] == MASTER_CLASS
+    for worker in ("spark-worker-1", "spark-worker-2"):
+        cmd = services[worker]["command"]
+        assert cmd[1] == WORKER_CLASS and cmd[-1] == "spark://spark-master:7077", cmd
 
 
 def test_compose_has_no_default_credentials():
