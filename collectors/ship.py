@@ -76,6 +76,8 @@ def common_args(cfg) -> list[str]:
         "--max-buffered", str(int(s.batch_records)),
         "--batch-bytes", str(int(s.batch_bytes)),
         "--compression", s.compression,
+        "--format", s.message_format,
+        "--flows-per-message", str(int(s.flows_per_message)),
         "--poll", f"{float(s.poll_seconds)}s",
         "--txn-timeout", f"{int(s.txn_timeout_seconds)}s",
         "--spool-warn-bytes", str(int(cfg.collector.spool_warn_bytes)),
@@ -203,7 +205,8 @@ use `flowlake import PATH...` (files known by content, beside the live shipper).
 @click.option("--force", is_flag=True, help="Ship FILES even if the ledger says they were shipped (duplicates their flows).")
 @click.option("--build", "build_only", is_flag=True, help="Build the Go shipper (collectors/shipper) and exit.")
 def ship(files: tuple[Path, ...], pending: bool, force: bool, build_only: bool) -> None:
-    """Ship nfcapd files to Kafka, one Avro record per flow, exactly once per file."""
+    """Ship nfcapd files to Kafka (FlowBatch messages, or one Avro record per flow with
+    shipper.message_format = "avro"), exactly once per file."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

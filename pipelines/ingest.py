@@ -57,6 +57,10 @@ def writer_for(cfg, stream: Stream):
 
 
 def make_batch_handler(cfg, stream: Stream):
+    if stream.table == "flows":  # FlowBatch and legacy Avro messages, decoded in Arrow
+        from .flow_ingest import make_handler
+
+        return make_handler(cfg, stream)
     from pyspark.sql import functions as F
 
     from flowlake.schemas import avro, registry

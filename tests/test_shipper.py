@@ -230,23 +230,21 @@ def consume(cfg, topic: str, isolation: str = "read_committed", timeout: float =
 
 
 def decode(msgs) -> list[dict]:
-    import io
+    """Flows of the messages, whatever their wire format (FlowBatch or one Avro record)."""
+    from flowlake.pipelines.flow_messages import BATCH, ROW, FlowDecoder
 
-    import fastavro
-
-    from flowlake.schemas import FLOW, avro
-
-    head = avro.header(FLOW)
-    schema = avro.parsed(FLOW)
+    dec = FlowDecoder()
     out = []
     for m in msgs:
-        v = m.value()
-        assert v[:10] == head, "every value starts with C3 01 + FLOW's fingerprint"
-        rec = fastavro.schemaless_reader(io.BytesIO(v[10:]), schema)
-        rec["time_start"] = int(rec["time_start"].timestamp() * 1000)
-        rec["time_end"] = int(rec["time_end"].timestamp() * 1000)
-        rec["_key"] = m.key()
-        out.append(rec)
+        kind, payload = dec.decode(m.value())
+        assert kind in (BATCH, ROW), payload
+        rows = payload.to_pylist() if kind == BATCH else [payload]
+        for rec in rows:
+            for k in ("time_start", "time_end"):
+                if not isinstance(rec[k], int):
+                    rec[k] = int(rec[k].timestamp() * 1000)
+            rec["_key"], rec["_partition"] = m.key(), m.partition()
+            out.append(rec)
     return out
 
 
@@ -305,7 +303,7 @@ def test_ship_decodes_with_fastavro_and_equals_file(kafka, cfg, nffiles):
         w = {**w, "source_file": f.name}
         assert {k: g[k] for k in w} == w
         conv = (g["exporter"], *sorted([g["src_addr"], g["dst_addr"]]))
-        assert keys.setdefault(conv, g["_key"]) == g["_key"], "one conversation, one key"
+        assert keys.setdefault(conv, g["_partition"]) == g["_partition"], "one conversation, one partition"
     # the ledger has the file with nfdump's totals; a second ship skips it
     from flowlake.collectors import ship
 

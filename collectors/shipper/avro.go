@@ -57,9 +57,11 @@ type encField struct {
 
 // Encoder writes Avro single-object encoded FLOW records.
 type Encoder struct {
-	header []byte // C3 01 + 8-byte fingerprint
-	fields []encField
-	Names  []string
+	header  []byte // C3 01 + 8-byte fingerprint
+	fields  []encField
+	Names   []string
+	Base    []string // Avro primitive of each field ("long", "string", ...)
+	Logical []string // its logical type ("timestamp-millis") or ""
 }
 
 // NewEncoder builds the field program from the schema JSON and its fingerprint (hex,
@@ -96,6 +98,7 @@ func NewEncoder(schemaJSON []byte, fingerprintHex string) (*Encoder, error) {
 			}
 			enc.fields = append(enc.fields, encField{id: fNull})
 			enc.Names = append(enc.Names, f.Name)
+			enc.Base, enc.Logical = append(enc.Base, base), append(enc.Logical, avroLogical(f.Type))
 			continue
 		}
 		if k.string && base != "string" {
@@ -106,6 +109,7 @@ func NewEncoder(schemaJSON []byte, fingerprintHex string) (*Encoder, error) {
 		}
 		enc.fields = append(enc.fields, encField{id: k.id, nullable: nullable})
 		enc.Names = append(enc.Names, f.Name)
+		enc.Base, enc.Logical = append(enc.Base, base), append(enc.Logical, avroLogical(f.Type))
 	}
 	return enc, nil
 }
@@ -130,6 +134,21 @@ func avroType(raw json.RawMessage) (string, bool, error) {
 		}
 	}
 	return "", false, fmt.Errorf("unsupported type %s", string(raw))
+}
+
+// avroLogical is a field type's logicalType ("" for none), inside a union too.
+func avroLogical(raw json.RawMessage) string {
+	var obj struct {
+		LogicalType string `json:"logicalType"`
+	}
+	if json.Unmarshal(raw, &obj) == nil {
+		return obj.LogicalType
+	}
+	var union []json.RawMessage
+	if json.Unmarshal(raw, &union) == nil && len(union) == 2 {
+		return avroLogical(union[1])
+	}
+	return ""
 }
 
 // LoadEncoder reads the schema file written by the Python wrapper.

@@ -86,34 +86,34 @@ type LedgerEntry struct {
 // has read everything committed before it (readers of the ledger skip these keys).
 const barrierPrefix = "__barrier__/"
 
-// ensureTopics creates the compacted ledger topic if missing and checks the flows
-// topic exists (the broker does not auto-create topics).
-func ensureTopics(ctx context.Context, cl *kgo.Client, flowsTopic, ledgerTopic string) error {
+// ensureTopics creates the compacted ledger topic if missing, checks the flows
+// topic exists (the broker does not auto-create topics) and returns its partition count.
+func ensureTopics(ctx context.Context, cl *kgo.Client, flowsTopic, ledgerTopic string) (int, error) {
 	adm := kadm.NewClient(cl)
 	details, err := adm.ListTopics(ctx, flowsTopic, ledgerTopic)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if d, ok := details[ledgerTopic]; !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition) {
 		compact := "compact"
 		resp, err := adm.CreateTopic(ctx, 1, -1, map[string]*string{"cleanup.policy": &compact}, ledgerTopic)
 		if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("creating ledger topic %s: %v", ledgerTopic, err)
+			return 0, fmt.Errorf("creating ledger topic %s: %v", ledgerTopic, err)
 		}
 		if resp.Err != nil && !errors.Is(resp.Err, kerr.TopicAlreadyExists) {
-			return fmt.Errorf("creating ledger topic %s: %v", ledgerTopic, resp.Err)
+			return 0, fmt.Errorf("creating ledger topic %s: %v", ledgerTopic, resp.Err)
 		}
 	} else if d.Err != nil {
-		return fmt.Errorf("ledger topic %s: %v", ledgerTopic, d.Err)
+		return 0, fmt.Errorf("ledger topic %s: %v", ledgerTopic, d.Err)
 	}
 	if d, ok := details[flowsTopic]; !ok || d.Err != nil {
 		why := "missing"
 		if ok {
 			why = d.Err.Error()
 		}
-		return fmt.Errorf("flows topic %s: %s (start the stack with `flowlake up`, which creates it)", flowsTopic, why)
+		return 0, fmt.Errorf("flows topic %s: %s (start the stack with `flowlake up`, which creates it)", flowsTopic, why)
 	}
-	return nil
+	return len(details[flowsTopic].Partitions), nil
 }
 
 // readLedger returns every file in the ledger, reading with isolation read_committed
@@ -198,6 +198,10 @@ func newProducer(ctx context.Context, k *KafkaConf, txnID string, o *ShipOptions
 		kgo.ProducerBatchMaxBytes(int32(o.BatchBytes)),
 		kgo.RecordDeliveryTimeout(o.DeliveryTimeout),
 	)
+	if o.Format == "arrow" {
+		// FlowBatch messages name their partition (a conversation's flows stay in one).
+		opts = append(opts, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, err

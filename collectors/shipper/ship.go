@@ -59,6 +59,8 @@ type ShipOptions struct {
 	FlowQuarantine  string // flows with impossible times go here, one JSON lines file per nfcapd file
 	TapDir          string // the sampling tap's output (rates.jsonl, fp/)
 	Health          HealthOptions
+	Format          string // "arrow": FlowBatch messages (format 2); "avro": one record per flow (1)
+	FlowsPerMessage int
 }
 
 // closed nfcapd files: nfcapd.YYYYMMDDhhmm[ss], and .recoveredPID for files of a killed
@@ -90,6 +92,8 @@ func parseShipFlags(args []string, serve bool) (*ShipOptions, []string, error) {
 	fset.DurationVar(&o.Linger, "linger", 20*time.Millisecond, "producer linger")
 	fset.IntVar(&o.MaxBuffered, "max-buffered", 65536, "records buffered before Produce blocks")
 	fset.IntVar(&o.BatchBytes, "batch-bytes", 1<<20, "max bytes of one record batch (the broker's message.max.bytes must allow it)")
+	fset.StringVar(&o.Format, "format", "arrow", "message format: arrow (FlowBatch, many flows per message) or avro (one record per flow, format 1)")
+	fset.IntVar(&o.FlowsPerMessage, "flows-per-message", 4096, "arrow: at most this many flows per Kafka message")
 	fset.StringVar(&o.Compression, "compression", "lz4", "lz4, zstd, snappy, gzip or none")
 	fset.DurationVar(&o.TxnTimeout, "txn-timeout", 5*time.Minute, "transaction timeout (one file must ship within it)")
 	fset.DurationVar(&o.DeliveryTimeout, "delivery-timeout", 2*time.Minute, "give up a file's transaction when Kafka does not ack for this long (retried later)")
@@ -114,6 +118,9 @@ func parseShipFlags(args []string, serve bool) (*ShipOptions, []string, error) {
 	o.Kafka.SASLPassword = os.Getenv("FLOWLAKE_KAFKA_SASL_PASSWORD")
 	if o.Spool == "" {
 		return nil, nil, fmt.Errorf("%s: --spool DIR is required", name)
+	}
+	if o.Format != "arrow" && o.Format != "avro" {
+		return nil, nil, fmt.Errorf("%s: --format %q: want arrow or avro", name, o.Format)
 	}
 	if o.SchemaFile == "" || o.Fingerprint == "" {
 		return nil, nil, fmt.Errorf("%s: --schema FILE and --fingerprint HEX are required (`flowlake ship` passes them)", name)
@@ -191,6 +198,8 @@ func countTime(m map[string]*ExporterTimeCounts, exporter, reason string, quaran
 type Shipper struct {
 	o       *ShipOptions
 	enc     *Encoder
+	batch   *BatchEncoder // nil: one Avro record per flow
+	parts   int           // partitions of the flows topic
 	cl      *kgo.Client
 	ledger  map[string]LedgerEntry
 	count   Counters
@@ -266,7 +275,8 @@ func (s *Shipper) connect(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := ensureTopics(ctx, cl, s.o.FlowsTopic, s.o.LedgerTopic); err != nil {
+	parts, err := ensureTopics(ctx, cl, s.o.FlowsTopic, s.o.LedgerTopic)
+	if err != nil {
 		cl.Close()
 		return err
 	}
@@ -274,6 +284,7 @@ func (s *Shipper) connect(ctx context.Context) error {
 		cl.Close()
 		return err
 	}
+	s.parts = parts
 	barrier, err := writeBarrier(ctx, cl, s.o.LedgerTopic, s.o.TxnID)
 	if err != nil {
 		cl.Close()
@@ -359,6 +370,10 @@ func (s *Shipper) shipAs(ctx context.Context, path string, id fileID) (*Stats, e
 	var packets, bytes, shipped uint64
 	times := map[string]*ExporterTimeCounts{}
 	var rejected []byte // JSON lines of quarantined flows, written once the file committed
+	emit := s.batchEmitter(ctx, name, promise)
+	if s.batch != nil {
+		s.batch.Start(s.enc, s.parts)
+	}
 	stats, readErr := ReadFile(read, func(f *Flow) error {
 		select {
 		case <-failed:
@@ -398,6 +413,9 @@ func (s *Shipper) shipAs(ctx context.Context, path string, id fileID) (*Stats, e
 		}
 		h.Write(a)
 		h.Write(b)
+		if s.batch != nil {
+			return s.batch.Add(f, h.Sum64(), name, emit)
+		}
 		start := len(slab)
 		slab = binary.BigEndian.AppendUint64(slab, h.Sum64())
 		keyEnd := len(slab)
@@ -425,6 +443,9 @@ func (s *Shipper) shipAs(ctx context.Context, path string, id fileID) (*Stats, e
 		defer cancel()
 		_ = s.cl.AbortBufferedRecords(actx)
 		_ = s.cl.EndTransaction(actx, kgo.TryAbort)
+	}
+	if readErr == nil && s.batch != nil {
+		readErr = s.batch.Flush(emit)
 	}
 	if readErr != nil {
 		abort()
@@ -648,6 +669,14 @@ func startShipper(o *ShipOptions) (s *Shipper, ctx context.Context, done func(),
 		stopProfile()
 		lk.Close()
 		return nil, nil, nil, err
+	}
+	if o.Format == "arrow" {
+		if s.batch, err = NewBatchEncoder(enc, o.FlowsPerMessage); err != nil {
+			stop()
+			stopProfile()
+			lk.Close()
+			return nil, nil, nil, err
+		}
 	}
 	if o.Events {
 		s.events = json.NewEncoder(os.Stdout)

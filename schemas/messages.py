@@ -1,0 +1,80 @@
+"""Wire formats of the flows topic, versioned: what a Kafka message of flows.v1 holds.
+
+Format 1 (`avro`): one Flow per message, Avro single-object encoding
+    C3 01 | 8-byte CRC-64-AVRO fingerprint of Flow | Avro binary body
+Format 2 (`arrow`, the shipper's default): a FlowBatch, many flows per message
+    "FLAR" | version byte 2 | the same 8-byte fingerprint of Flow | Arrow IPC stream
+    whose columns are Flow's fields in order (types from `arrow_schema(FLOW)`).
+
+The ingest reads both, so messages written before an upgrade still land; a message of
+neither form, or naming another record's fingerprint, is quarantined with the reason.
+The fingerprint ties both formats to the one Flow declaration in schemas/flow.py: change
+a field and old messages are recognised as another schema instead of misread.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .core import Record
+
+FLOW_BATCH_MAGIC = b"FLAR"
+FLOW_BATCH_VERSION = 2
+FLOW_BATCH_HEADER_LEN = len(FLOW_BATCH_MAGIC) + 1 + 8
+
+
+@dataclass(frozen=True)
+class WireFormat:
+    version: int
+    name: str       # the shipper's --format / shipper.message_format value
+    layout: str
+    doc: str
+
+
+FLOW_FORMATS = (
+    WireFormat(1, "avro", "C3 01 | fingerprint(8) | Avro binary Flow",
+               "one Flow per message, Avro single-object encoding (the ingest decodes it row by row)"),
+    WireFormat(2, "arrow", "'FLAR' | 0x02 | fingerprint(8) | Arrow IPC stream of Flow columns",
+               "FlowBatch: up to shipper.flows_per_message flows of one nfcapd file and one partition "
+               "per message, decoded a column at a time"),
+)
+
+
+def flow_batch_header(record: Record) -> bytes:
+    from . import avro
+
+    return FLOW_BATCH_MAGIC + bytes([FLOW_BATCH_VERSION]) + avro.fingerprint(record)
+
+
+def arrow_schema(record: Record):
+    """The Arrow schema of a record (FlowBatch columns, and the lake's Parquet files)."""
+    import pyarrow as pa
+
+    types = {
+        "int": pa.int32(), "long": pa.int64(), "double": pa.float64(), "string": pa.string(),
+        "boolean": pa.bool_(), "bytes": pa.binary(), "timestamp_ms": pa.timestamp("ms", tz="UTC"),
+        "date": pa.date32(),
+    }
+    missing = [f.name for f in record.fields if f.type not in types]
+    if missing:
+        raise ValueError(f"{record.name}: no Arrow type for fields {missing}")
+    return pa.schema([pa.field(f.name, types[f.type], nullable=f.nullable) for f in record.fields])
+
+
+def encode_flow_batch(record: Record, rows: list[dict]) -> bytes:
+    """A format-2 message from rows (tests and benches; the Go shipper writes the real ones)."""
+    import pyarrow as pa
+
+    schema = arrow_schema(record)
+    table = pa.Table.from_pylist(rows, schema=schema)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_table(table)
+    return flow_batch_header(record) + sink.getvalue().to_pybytes()
+
+
+def markdown() -> str:
+    lines = ["### flows topic wire formats", "",
+             "| version | shipper.message_format | layout | meaning |", "|---|---|---|---|"]
+    for f in FLOW_FORMATS:
+        lines.append(f"| {f.version} | `{f.name}` | `{f.layout}` | {f.doc} |")
+    return "\n".join(lines) + "\n"
