@@ -1,92 +1,205 @@
-"""Kafka -> lake throughput of the streaming ingest (flows/s), beside a plain
-confluent-kafka consumer reading the same messages (the floor any ingest pays).
+"""Kafka -> lake throughput of the streaming ingest (flows/s), beside the shipper that
+filled Kafka and a plain consumer reading the same messages, all in one run.
 
-    python bench/ingest.py [--flows 2000000]
+    python bench/ingest.py [--flows 2000000] [--alternatives]
 
-Starts a private broker under a temporary FLOWLAKE_HOME; prints figures, asserts nothing.
+A real nfcapd file (softflowd -> nfcapd, joined by `nfdump -R`, as bench/ship.py builds
+it) is shipped by the Go shipper (FlowBatch messages, shipper.message_format = arrow)
+into a private broker; then a plain confluent-kafka consumer reads every message (no
+decode: the floor any consumer pays), then `flowlake ingest --once` lands it in the lake
+(Spark session start excluded). --alternatives also times, on the same data:
+  - the same FlowBatch decode with the rows handed back to Spark's Parquet writer;
+  - format 1 (one Avro record per flow, the old wire format) shipped into a second topic
+    and landed by Spark's from_avro row decode (pipelines/decode.py, the old ingest).
+Prints figures, asserts nothing but the row counts.
 """
 from __future__ import annotations
 
 import argparse
-import datetime as dt
+import json
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 from flowlake.services.ports import free_port
 
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
 
+
+def ship_file(cfg, path: Path, extra=()) -> tuple[float, float]:
+    """(whole shipper process seconds, the file's transaction seconds)."""
+    import subprocess
+
+    from flowlake.collectors import ship
+
+    t0 = time.perf_counter()
+    res = subprocess.run(ship.ship_argv(cfg, [path], extra=extra), capture_output=True, text=True,
+                         env=ship.child_env(cfg))
+    wall = time.perf_counter() - t0
+    if res.returncode != 0:
+        sys.exit(f"shipper failed:\n{res.stderr[-2000:]}")
+    shipped = next(json.loads(line) for line in res.stdout.splitlines() if '"shipped"' in line)
+    return wall, shipped["seconds"]
+
+
+def plain_consumer(cfg, topic: str) -> tuple[float, int, int]:
+    """Read every committed message of the topic: (seconds, messages, bytes)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    from flowlake.services import kafka
+
+    c = Consumer({**cfg.kafka_client_conf(), "group.id": "bench-plain", "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "fetch.max.bytes": 52428800,
+                  "max.partition.fetch.bytes": 10485760})
+    try:
+        ends = kafka.end_offsets(cfg, c, topic, "read_committed")
+        t0 = time.perf_counter()
+        tps = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends]
+        c.assign(tps)
+        n = size = 0
+        while True:
+            for m in c.consume(10000, timeout=0.5):
+                if not m.error():
+                    n += 1
+                    size += len(m.value())
+            if all(tp.offset >= ends[tp.partition] for tp in c.position(tps)):
+                break
+        return time.perf_counter() - t0, n, size
+    finally:
+        c.close()
+
+
+def spark_writer_alternative(spark, cfg, out: Path) -> tuple[float, int]:
+    """FlowBatch decode in mapInArrow, rows back to Spark, Spark's partitioned Parquet writer."""
+    from flowlake.pipelines.decode import with_time_partitions
+    from flowlake.pipelines.flow_messages import BATCH, FlowDecoder
+    from flowlake.schemas import FLOW
+
+    def decode(batches):
+        import pyarrow as pa
+
+        dec = FlowDecoder()
+        # Spark's Arrow input takes microsecond timestamps only
+        us = pa.schema([f.with_type(pa.timestamp("us", tz="UTC")) if pa.types.is_timestamp(f.type) else f
+                        for f in dec.schema])
+        for rb in batches:
+            values = rb.column("value")
+            for i in range(rb.num_rows):
+                kind, table = dec.decode(values[i].as_py())
+                if kind == BATCH:
+                    yield from table.cast(us).to_batches()
+
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "8")
+    t0 = time.perf_counter()
+    df = (spark.read.format("kafka").option("kafka.bootstrap.servers", cfg.kafka_bootstrap)
+          .option("subscribe", cfg.kafka.flows_topic).option("kafka.isolation.level", "read_committed").load()
+          .select("value").mapInArrow(decode, FLOW.spark_schema()))
+    (with_time_partitions(df, "time_start").write.partitionBy("date", "hour")
+     .option("compression", "zstd").parquet(str(out)))
+    secs = time.perf_counter() - t0
+    spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    rows = spark.read.parquet(str(out)).count()
+    return secs, rows
+
+
+def avro_row_alternative(spark, cfg, out: Path) -> tuple[float, int]:
+    """Format 1 through Spark's from_avro row decode (the ingest before FlowBatch)."""
+    from flowlake.pipelines.decode import decode, good_rows, with_time_partitions
+    from flowlake.schemas import FLOW, avro
+
+    t0 = time.perf_counter()
+    df = (spark.read.format("kafka").option("kafka.bootstrap.servers", cfg.kafka_bootstrap)
+          .option("subscribe", "flows.avro").option("kafka.isolation.level", "read_committed").load())
+    good = with_time_partitions(good_rows(decode(df, FLOW, avro.header(FLOW)), FLOW), "time_start")
+    good.write.partitionBy("date", "hour").option("compression", "zstd").parquet(str(out))
+    secs = time.perf_counter() - t0
+    return secs, spark.read.parquet(str(out)).count()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--flows", type=int, default=2_000_000)
+    ap.add_argument("--alternatives", action="store_true", help="also time the designs not chosen (see above)")
     args = ap.parse_args()
-    home = tempfile.mkdtemp(prefix="flowlake-bench-ingest-")
-    os.environ.update({"FLOWLAKE_HOME": home, "FLOWLAKE_KAFKA_PORT": str(free_port()),
-                       "FLOWLAKE_KAFKA_CONTROLLER_PORT": str(free_port()),
-                       "FLOWLAKE_SPARK_MAX_OFFSETS_PER_TRIGGER": str(10**9)})
-    from confluent_kafka import Consumer, Producer, TopicPartition
+    work = Path(tempfile.mkdtemp(prefix="flowlake-bench-ingest-"))
+    os.environ.update({"FLOWLAKE_HOME": str(work / "home"), "FLOWLAKE_KAFKA_PORT": str(free_port()),
+                       "FLOWLAKE_KAFKA_CONTROLLER_PORT": str(free_port())})
+    import ship as ship_bench  # bench/ship.py: the same real nfcapd file
 
     from flowlake import config
+    from flowlake import spark as spark_factory
+    from flowlake.collectors import ship
     from flowlake.pipelines import ingest
-    from flowlake.schemas import FLOW, avro
     from flowlake.services import kafka
 
     cfg = config.get()
-    kafka.start(cfg)
+    ship_bench.BINARY = ship.build_binary()
     try:
-        # Pre-encode a pool of distinct records, then produce them round-robin.
-        base = int(dt.datetime(2026, 11, 20, tzinfo=dt.timezone.utc).timestamp() * 1000)
-        pool = []
-        for i in range(10_000):
-            t = dt.datetime.fromtimestamp((base + i * 8_640) / 1000, dt.timezone.utc)
-            pool.append(avro.encode(FLOW, {
-                "time_start": t, "time_end": t, "exporter": "127.0.0.2", "input_if": 1, "output_if": 2,
-                "src_addr": f"10.1.{i >> 8 & 255}.{i & 255}", "dst_addr": f"198.51.100.{i % 200}",
-                "src_port": 40000 + i % 20000, "dst_port": 443, "proto": 6, "tcp_flags": 27, "tos": 0,
-                "packets": 10 + i % 100, "bytes": 1500 * (10 + i % 100), "sampling_rate": 1,
-                "src_as": 64500, "dst_as": 15169, "source_file": "bench", "file_seq": i}))
-        producer = Producer({"bootstrap.servers": cfg.kafka_bootstrap, "linger.ms": 50,
-                             "batch.num.messages": 100000, "compression.type": "lz4",
-                             "queue.buffering.max.messages": 2_000_000})
-        t0 = time.perf_counter()
-        for i in range(args.flows):
-            while True:
-                try:
-                    producer.produce(cfg.kafka.flows_topic, pool[i % len(pool)])
-                    break
-                except BufferError:
-                    producer.poll(0.05)
-        producer.flush()
-        produce_s = time.perf_counter() - t0
-        print(f"loaded {args.flows:,} flows into Kafka in {produce_s:.1f}s")
+        print(f"building a >= {args.flows:,}-flow nfcapd file in {work} ...", flush=True)
+        big, flows = ship_bench.big_file(work, args.flows, lz4=False)
+        kafka.start(cfg)
+        # warm-up: the first transaction on a fresh broker creates __transaction_state
+        warm = cfg.path("nfcapd", "nfcapd.202501010000")
+        warm.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(next((work / "seed").iterdir()), warm)
+        ship_file(cfg, warm)
+        warm_flows = int(json.loads(subprocess.run(
+            [str(ship_bench.BINARY), "stats", str(warm)], capture_output=True, text=True).stdout)["flows"])
+        ship_s, txn_s = ship_file(cfg, big)
+        raw_s, n_msgs, n_bytes = plain_consumer(cfg, cfg.kafka.flows_topic)
+        total = flows + warm_flows
+        print(f"Kafka holds {n_msgs:,} FlowBatch messages, {n_bytes / 1e6:.0f} MB uncompressed, "
+              f"{total / n_msgs:,.0f} flows and {n_bytes / total:.0f} bytes per flow", flush=True)
 
-        consumer = Consumer({"bootstrap.servers": cfg.kafka_bootstrap, "group.id": "bench",
-                             "enable.auto.commit": False, "fetch.max.bytes": 52428800})
-        meta = consumer.list_topics(cfg.kafka.flows_topic, timeout=10)
-        consumer.assign([TopicPartition(cfg.kafka.flows_topic, p, 0) for p in meta.topics[cfg.kafka.flows_topic].partitions])
-        t0, n = time.perf_counter(), 0
-        while n < args.flows:
-            n += len(consumer.consume(100000, timeout=1.0))
-        raw_s = time.perf_counter() - t0
-        consumer.close()
-
-        from flowlake import spark as spark_factory
-
-        spark_factory.session("bench-ingest", cfg=cfg)  # start-up excluded from the figure
+        spark = spark_factory.session("bench-ingest", cfg=cfg)  # start-up excluded from the figures
         t0 = time.perf_counter()
         ingest.run(cfg, once=True)
         ingest_s = time.perf_counter() - t0
         rows = ingest.counts(cfg)["flows"]["rows"]
-        assert rows == args.flows, f"lake has {rows} rows, expected {args.flows}"
-        print(f"{'stage':44s} {'seconds':>8s} {'flows/s':>12s}")
-        print(f"{'plain consumer (confluent-kafka, no decode)':44s} {raw_s:8.1f} {args.flows / raw_s:12,.0f}")
-        print(f"{'flowlake ingest --once (decode+parquet)':44s} {ingest_s:8.1f} {args.flows / ingest_s:12,.0f}")
-        print(f"ratio ingest/plain consumer: {raw_s / ingest_s:.2f}")
+        assert rows == total, f"lake has {rows} rows, expected {total}"
+        lake_bytes = sum(p.stat().st_size for p in (cfg.lake / "flows").rglob("*.parquet"))
+
+        rate = lambda n, t: n / t  # noqa: E731
+        print()
+        print(f"{'stage (' + format(flows, ',') + ' flows)':52s} {'seconds':>8s} {'flows/s':>12s}")
+        print(f"{'shipper: nfcapd file -> Kafka, whole process':52s} {ship_s:8.2f} {rate(flows, ship_s):12,.0f}")
+        print(f"{'shipper: the file transaction':52s} {txn_s:8.2f} {rate(flows, txn_s):12,.0f}")
+        print(f"{'plain consumer (confluent-kafka, no decode)':52s} {raw_s:8.2f} {rate(total, raw_s):12,.0f}"
+              f"  ({n_msgs / raw_s:,.0f} msgs/s)")
+        print(f"{'flowlake ingest --once (decode + Parquet + publish)':52s} {ingest_s:8.2f} {rate(total, ingest_s):12,.0f}")
+        print(f"lake: {lake_bytes / total:.1f} bytes/flow (zstd Parquet)")
+        print(f"ratio ingest/shipper: {rate(total, ingest_s) / rate(flows, ship_s):.2f} "
+              f"(goal >= 1); ingest/plain consumer: {raw_s / ingest_s:.2f}")
+        print(f"target 300,000 flows/s Kafka to lake: {'met' if rate(total, ingest_s) >= 300_000 else 'NOT met'}")
+        print(f"load average during the run: {os.getloadavg()[0]:.1f}", flush=True)
+        if args.alternatives:
+            secs, n = spark_writer_alternative(spark, cfg, work / "alt-spark-writer")
+            assert n == total, n
+            print(f"{'alt: FlowBatch, rows to Spark Parquet writer':52s} {secs:8.2f} {rate(total, secs):12,.0f}",
+                  flush=True)
+            kafka_admin_topic(cfg, "flows.avro")
+            t_v1_ship, _ = ship_file(cfg, big, extra=["--format", "avro", "--topic", "flows.avro", "--force"])
+            secs, n = avro_row_alternative(spark, cfg, work / "alt-avro")
+            assert n == flows, n
+            print(f"{'alt: format 1 (Avro per flow), Spark from_avro':52s} {secs:8.2f} {rate(flows, secs):12,.0f}")
+            print(f"{'alt: shipper writing format 1, whole process':52s} {t_v1_ship:8.2f} {rate(flows, t_v1_ship):12,.0f}")
+            print(f"load average at the end: {os.getloadavg()[0]:.1f}")
+
     finally:
         kafka.stop(cfg)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def kafka_admin_topic(cfg, topic: str) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(cfg.kafka_client_conf())
+    admin.create_topics([NewTopic(topic, cfg.kafka.partitions, 1)])[topic].result(30)
 
 
 if __name__ == "__main__":

@@ -183,7 +183,7 @@ def component_state(cfg, name: str) -> dict:
 
 def counts(cfg) -> dict:
     from .collectors import nfcapd
-    from .pipelines import ingest
+    from .pipelines import ingest, ingest_lag
 
     out: dict = {"nfcapd": nfcapd.received(cfg), "spool": nfcapd.spool_usage(cfg),
                  "collector_rejected": nfcapd.rejected(cfg)}
@@ -196,6 +196,7 @@ def counts(cfg) -> dict:
     out["kafka"] = kafka_offsets(cfg)
     out["lake"] = ingest.counts(cfg)
     out["compaction"] = compaction_status(cfg)
+    out["ingest"] = ingest_lag.status(cfg)
     q_files = list((cfg.lake / "quarantine" / "nfcapd").glob("*.reason")) if cfg.lake.exists() else []
     from .pipelines import lake_check
 
@@ -349,6 +350,21 @@ def down() -> None:
     click.echo("stack is down", err=True)
 
 
+def ingest_table(lag: dict):
+    """The ingest's lag behind Kafka and its rate, per topic (pipelines/ingest_lag.py)."""
+    from rich.table import Table
+
+    t = Table(title="ingest: lag behind Kafka and rate")
+    for col in ("topic", "offsets behind", "flows behind (est.)", "flows/s last min", "flows/s busy", "flows/msg"):
+        t.add_column(col, justify="left" if col == "topic" else "right")
+    fmt = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
+    for info in lag.values():
+        t.add_row(info["topic"], fmt(info.get("offsets_behind")), fmt(info.get("flows_behind_estimate")),
+                  fmt(info.get("rows_per_s_last_minute")), fmt(info.get("rows_per_s_while_busy")),
+                  fmt(info.get("flows_per_message")))
+    return t
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status(as_json: bool) -> None:
@@ -356,7 +372,8 @@ def status(as_json: bool) -> None:
 
     \b
     Stages: flows nfcapd received (and its sequence errors) -> flows in shipped files
-    -> messages in Kafka -> rows in the lake; plus quarantined files and messages.
+    -> messages in Kafka -> rows in the lake; plus quarantined files and messages, and
+    the ingest's lag per topic (offsets and estimated flows behind) and its rate.
     Exporters: per router (address, observation domain) its latest interval's flows/s
     and bytes/s, sequence failures (datagrams lost on the way), templates, samplers and
     sampling rates, clock skew, last flow seen, and SILENT after
@@ -413,6 +430,7 @@ def status(as_json: bool) -> None:
         from .cluster import print_status
 
         print_status(st["cluster"], console)
+    console.print(ingest_table(c.get("ingest", {})))
     if c["spool"].get("warning"):
         console.print(f"[bold red]WARNING: {c['spool']['warning']}[/]")
     from .retention import report

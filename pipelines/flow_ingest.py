@@ -191,6 +191,7 @@ def make_handler(cfg, stream, row_group_rows: int = 262144):
                 spark.conf.set(conf_key, before)
         rows = sum(r.rows for r in results if r.kind == "file")
         messages = sum(r.messages for r in results if r.kind == "task")
+        tasks = sum(1 for r in results if r.kind == "task")
         bad = [r for r in results if r.kind == "bad"]
         q_staged = quarantine_writer.staging(batch_id)
         if bad:
@@ -200,7 +201,7 @@ def make_handler(cfg, stream, row_group_rows: int = 262144):
         quarantine_writer.publish(batch_id, q_staged, {"rows": len(bad)})
         seconds = time.monotonic() - started
         lake_writer.publish(batch_id, staged, {"rows": rows, "quarantined": len(bad), "messages": messages,
-                                               "seconds": round(seconds, 3)})
+                                               "tasks": tasks, "seconds": round(seconds, 3)})
         log.info("%s batch %d: %d rows from %d messages into the lake, %d quarantined, %.1fs (%.0f rows/s)",
                  stream.table, batch_id, rows, messages, len(bad), seconds, rows / max(seconds, 1e-6))
 
