@@ -110,6 +110,9 @@ def start_queries(spark, cfg, once: bool = False):
         "kafka.isolation.level": "read_committed",
         "startingOffsets": "earliest",
         "maxOffsetsPerTrigger": str(cfg.spark.max_offsets_per_trigger),
+        # FlowBatch messages are up to a few MB: fetch many per round trip (defaults: 1 MB)
+        "kafka.max.partition.fetch.bytes": str(16 << 20),
+        "kafka.fetch.max.bytes": str(64 << 20),
     }
     for key, value in cfg.kafka_java_conf().items():
         kafka_opts[f"kafka.{key}"] = value

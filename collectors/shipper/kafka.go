@@ -178,7 +178,11 @@ func newProducer(ctx context.Context, k *KafkaConf, txnID string, o *ShipOptions
 		return nil, err
 	}
 	codec := kgo.Lz4Compression()
-	switch o.Compression {
+	compression := o.Compression
+	if o.Format == "arrow" {
+		compression = "none" // FlowBatch bodies are zstd-compressed by Arrow already
+	}
+	switch compression {
 	case "none":
 		codec = kgo.NoCompression()
 	case "zstd":

@@ -93,7 +93,7 @@ func parseShipFlags(args []string, serve bool) (*ShipOptions, []string, error) {
 	fset.IntVar(&o.MaxBuffered, "max-buffered", 65536, "records buffered before Produce blocks")
 	fset.IntVar(&o.BatchBytes, "batch-bytes", 1<<20, "max bytes of one record batch (the broker's message.max.bytes must allow it)")
 	fset.StringVar(&o.Format, "format", "arrow", "message format: arrow (FlowBatch, many flows per message) or avro (one record per flow, format 1)")
-	fset.IntVar(&o.FlowsPerMessage, "flows-per-message", 4096, "arrow: at most this many flows per Kafka message")
+	fset.IntVar(&o.FlowsPerMessage, "flows-per-message", 16384, "arrow: at most this many flows per Kafka message")
 	fset.StringVar(&o.Compression, "compression", "lz4", "lz4, zstd, snappy, gzip or none")
 	fset.DurationVar(&o.TxnTimeout, "txn-timeout", 5*time.Minute, "transaction timeout (one file must ship within it)")
 	fset.DurationVar(&o.DeliveryTimeout, "delivery-timeout", 2*time.Minute, "give up a file's transaction when Kafka does not ack for this long (retried later)")
