@@ -31,20 +31,42 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 
-def ship_file(cfg, path: Path, extra=()) -> tuple[float, float]:
-    """(whole shipper process seconds, the file's transaction seconds)."""
-    import subprocess
+def ship_file(cfg, path: Path, extra=()) -> tuple[float, float, float]:
+    """(whole shipper process seconds, the file's transaction seconds, shipper CPU seconds)."""
+    import resource
 
     from flowlake.collectors import ship
 
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     res = subprocess.run(ship.ship_argv(cfg, [path], extra=extra), capture_output=True, text=True,
                          env=ship.child_env(cfg))
     wall = time.perf_counter() - t0
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
     if res.returncode != 0:
         sys.exit(f"shipper failed:\n{res.stderr[-2000:]}")
     shipped = next(json.loads(line) for line in res.stdout.splitlines() if '"shipped"' in line)
-    return wall, shipped["seconds"]
+    return wall, shipped["seconds"], cpu
+
+
+def tree_cpu(skip: set[int]) -> float:
+    """CPU seconds of this process and its descendants (Spark's JVM, Python workers),
+    leaving out the subtrees in `skip` (the Kafka broker)."""
+    import psutil
+
+    total, todo = 0.0, [psutil.Process()]
+    while todo:
+        p = todo.pop()
+        if p.pid in skip:
+            continue
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+            todo += p.children()
+        except psutil.Error:
+            pass
+    return total
 
 
 def plain_consumer(cfg, topic: str) -> tuple[float, int, int]:
@@ -154,15 +176,18 @@ def main() -> None:
         ingest.run(cfg, once=True)
         warm_rows = ingest.counts(cfg)["flows"]["rows"]
 
-        ship_s, txn_s = ship_file(cfg, big)
+        ship_s, txn_s, ship_cpu = ship_file(cfg, big)
+        c0 = time.process_time()
         raw_s, n_msgs, n_bytes = plain_consumer(cfg, cfg.kafka.flows_topic)
+        raw_cpu = time.process_time() - c0
         total = flows + warm_rows
         print(f"Kafka holds {n_msgs:,} FlowBatch messages, {n_bytes / 1e6:.0f} MB, "
               f"{total / n_msgs:,.0f} flows and {n_bytes / total:.0f} bytes per flow", flush=True)
 
-        t0 = time.perf_counter()
+        broker = {kafka.managed(cfg).pid()}
+        c0, t0 = tree_cpu(broker), time.perf_counter()
         ingest.run(cfg, once=True)
-        ingest_s = time.perf_counter() - t0
+        ingest_s, ingest_cpu = time.perf_counter() - t0, tree_cpu(broker) - c0
         rows = ingest.counts(cfg)["flows"]["rows"]
         assert rows == total, f"lake has {rows} rows, expected {total}"
         markers = sorted(cfg.path("state", "ingest", "flows").glob("*.done"))
@@ -171,15 +196,19 @@ def main() -> None:
 
         rate = lambda n, t: n / t  # noqa: E731
         print()
-        print(f"{'stage (' + format(flows, ',') + ' flows)':52s} {'seconds':>8s} {'flows/s':>12s}")
-        print(f"{'shipper: nfcapd file -> Kafka, whole process':52s} {ship_s:8.2f} {rate(flows, ship_s):12,.0f}")
+        mcpu = lambda c, n: f"{c / n * 1e6:8.2f}"  # noqa: E731
+        print(f"{'stage (' + format(flows, ',') + ' flows)':52s} {'seconds':>8s} {'flows/s':>12s} {'CPU-s/M flows':>14s}")
+        print(f"{'shipper: nfcapd file -> Kafka, whole process':52s} {ship_s:8.2f} {rate(flows, ship_s):12,.0f} "
+              f"{mcpu(ship_cpu, flows):>14s}")
         print(f"{'shipper: the file transaction':52s} {txn_s:8.2f} {rate(flows, txn_s):12,.0f}")
-        print(f"{'plain consumer (confluent-kafka, no decode)':52s} {raw_s:8.2f} {rate(total, raw_s):12,.0f}"
-              f"  ({n_msgs / raw_s:,.0f} msgs/s)")
-        print(f"{'flowlake ingest --once (query start to finish)':52s} {ingest_s:8.2f} {rate(flows, ingest_s):12,.0f}")
+        print(f"{'plain consumer (confluent-kafka, no decode)':52s} {raw_s:8.2f} {rate(total, raw_s):12,.0f} "
+              f"{mcpu(raw_cpu, total):>14s}  ({n_msgs / raw_s:,.0f} msgs/s)")
+        print(f"{'flowlake ingest --once (query start to finish)':52s} {ingest_s:8.2f} {rate(flows, ingest_s):12,.0f} "
+              f"{mcpu(ingest_cpu, flows):>14s}")
         print(f"{'  of which its micro-batch (decode, Parquet, publish)':52s} {batch_s:8.2f} {rate(flows, batch_s):12,.0f}")
         print(f"lake: {lake_bytes / total:.1f} bytes/flow (zstd Parquet)")
-        print(f"ratio ingest/shipper: {ship_s / ingest_s:.2f} (goal >= 1); ingest/plain consumer: {raw_s / ingest_s:.2f}")
+        print(f"ratio ingest/shipper: {ship_s / ingest_s:.2f} (goal >= 1); ingest/plain consumer: {raw_s / ingest_s:.2f}; "
+              f"CPU per flow ingest/shipper: {ingest_cpu / ship_cpu:.2f}")
         print(f"target 300,000 flows/s Kafka to lake: {'met' if rate(flows, ingest_s) >= 300_000 else 'NOT met'}")
         print(f"load average during the run: {os.getloadavg()[0]:.1f}", flush=True)
         if args.alternatives:
@@ -188,7 +217,7 @@ def main() -> None:
             print(f"{'alt: FlowBatch, rows to Spark Parquet writer':52s} {secs:8.2f} {rate(total, secs):12,.0f}",
                   flush=True)
             kafka_admin_topic(cfg, "flows.avro")
-            t_v1_ship, _ = ship_file(cfg, big, extra=["--format", "avro", "--topic", "flows.avro", "--force"])
+            t_v1_ship, _, _ = ship_file(cfg, big, extra=["--format", "avro", "--topic", "flows.avro", "--force"])
             secs, n = avro_row_alternative(spark, cfg, work / "alt-avro")
             assert n == flows, n
             print(f"{'alt: format 1 (Avro per flow), Spark from_avro':52s} {secs:8.2f} {rate(flows, secs):12,.0f}")

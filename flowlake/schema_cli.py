@@ -8,7 +8,7 @@ import click
 
 
 @click.command()
-@click.argument("view", type=click.Choice(["avro", "spark", "markdown", "sql", "list"]))
+@click.argument("view", type=click.Choice(["avro", "spark", "markdown", "sql", "list", "arrow", "formats"]))
 @click.argument("name", required=False)
 def schema(view: str, name: str | None) -> None:
     """Print a generated VIEW of record NAME (or every record).
@@ -18,9 +18,14 @@ def schema(view: str, name: str | None) -> None:
       flowlake schema list
       flowlake schema avro Flow > flow.avsc
       flowlake schema markdown          # the docs table of every record
+      flowlake schema formats           # wire formats of the flows topic, by version
+      flowlake schema arrow Flow        # the columns of a FlowBatch message
     """
-    from flowlake.schemas import registry
+    from flowlake.schemas import messages, registry
 
+    if view == "formats":
+        click.echo(messages.markdown())
+        return
     records = registry()
     if view == "list":
         for rname, rec in sorted(records.items()):
@@ -34,6 +39,8 @@ def schema(view: str, name: str | None) -> None:
             click.echo(rec.avro_json())
         elif view == "spark":
             click.echo(rec.spark_ddl())
+        elif view == "arrow":
+            click.echo(messages.arrow_schema(rec).to_string(show_schema_metadata=False))
         elif view == "sql":
             click.echo(", ".join(f"{n} {t}" for n, t in rec.sql_columns()))
         else:

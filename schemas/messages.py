@@ -4,7 +4,8 @@ Format 1 (`avro`): one Flow per message, Avro single-object encoding
     C3 01 | 8-byte CRC-64-AVRO fingerprint of Flow | Avro binary body
 Format 2 (`arrow`, the shipper's default): a FlowBatch, many flows per message
     "FLAR" | version byte 2 | the same 8-byte fingerprint of Flow | Arrow IPC stream
-    whose columns are Flow's fields in order (types from `arrow_schema(FLOW)`).
+    whose columns are Flow's fields in order (types from `arrow_schema(FLOW)`), record
+    batch bodies zstd-compressed (Kafka compression is off for these messages).
 
 The ingest reads both, so messages written before an upgrade still land; a message of
 neither form, or naming another record's fingerprint, is quarantined with the reason.
@@ -31,9 +32,9 @@ class WireFormat:
 
 
 FLOW_FORMATS = (
-    WireFormat(1, "avro", "C3 01 | fingerprint(8) | Avro binary Flow",
+    WireFormat(1, "avro", "C3 01 + fingerprint(8) + Avro binary Flow",
                "one Flow per message, Avro single-object encoding (the ingest decodes it row by row)"),
-    WireFormat(2, "arrow", "'FLAR' | 0x02 | fingerprint(8) | Arrow IPC stream of Flow columns",
+    WireFormat(2, "arrow", "'FLAR' + 0x02 + fingerprint(8) + Arrow IPC stream of Flow columns (zstd bodies)",
                "FlowBatch: up to shipper.flows_per_message flows of one nfcapd file and one partition "
                "per message, decoded a column at a time"),
 )
@@ -67,7 +68,7 @@ def encode_flow_batch(record: Record, rows: list[dict]) -> bytes:
     schema = arrow_schema(record)
     table = pa.Table.from_pylist(rows, schema=schema)
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, schema) as writer:
+    with pa.ipc.new_stream(sink, schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
         writer.write_table(table)
     return flow_batch_header(record) + sink.getvalue().to_pybytes()
 
