@@ -24,7 +24,7 @@ from pathlib import Path
 
 log = logging.getLogger("flowlake.ingest")
 
-RESULT_DDL = ("kind string, path string, rows long, messages long, topic string, `partition` int, "
+RESULT_DDL = ("kind string, path string, rows long, messages long, offsets long, topic string, `partition` int, "
               "`offset` long, `timestamp` timestamp, key binary, value binary, reason string")
 # Arrow batches of Kafka rows handed to a task: FlowBatch messages are up to a few MB.
 MESSAGES_PER_ARROW_BATCH = "8"
@@ -117,8 +117,13 @@ def land_task(staged: str, row_group_rows: int):
         legacy: list[dict] = []
         bad: list[dict] = []
         messages = 0
+        first = last = None  # offsets this task read (transaction markers between them count)
         for rb in batches:
             values = rb.column("value")
+            if rb.num_rows:
+                offsets = rb.column("offset")
+                first = offsets[0].as_py() if first is None else first
+                last = offsets[rb.num_rows - 1].as_py()
             for i in range(rb.num_rows):
                 kind, payload = decoder.decode(values[i].as_py())
                 if kind == BATCH:
@@ -136,7 +141,7 @@ def land_task(staged: str, row_group_rows: int):
         if legacy:
             files.add(decoder.rows_table(legacy))
         out = [{"kind": "file", "path": path, "rows": rows} for path, rows in files.close()]
-        out.append({"kind": "task", "messages": messages})
+        out.append({"kind": "task", "messages": messages, "offsets": 0 if first is None else last - first + 1})
         out += [{"kind": "bad", **b} for b in bad]
         yield pa.RecordBatch.from_pylist(out, schema=_result_schema())
 
@@ -148,6 +153,7 @@ def _result_schema():
 
     return pa.schema([
         ("kind", pa.string()), ("path", pa.string()), ("rows", pa.int64()), ("messages", pa.int64()),
+        ("offsets", pa.int64()),
         ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
         ("timestamp", pa.timestamp("us", tz="UTC")), ("key", pa.binary()), ("value", pa.binary()),
         ("reason", pa.string()),
@@ -198,6 +204,7 @@ def make_handler(cfg, stream, row_group_rows: int = 262144):
         rows = sum(r.rows for r in results if r.kind == "file")
         messages = sum(r.messages for r in results if r.kind == "task")
         tasks = sum(1 for r in results if r.kind == "task")
+        offsets = sum(r.offsets for r in results if r.kind == "task")
         bad = [r for r in results if r.kind == "bad"]
         q_staged = quarantine_writer.staging(batch_id)
         if bad:
@@ -207,7 +214,7 @@ def make_handler(cfg, stream, row_group_rows: int = 262144):
         quarantine_writer.publish(batch_id, q_staged, {"rows": len(bad)})
         seconds = time.monotonic() - started
         lake_writer.publish(batch_id, staged, {"rows": rows, "quarantined": len(bad), "messages": messages,
-                                               "tasks": tasks, "seconds": round(seconds, 3)})
+                                               "offsets": offsets, "tasks": tasks, "seconds": round(seconds, 3)})
         log.info("%s batch %d: %d rows from %d messages into the lake, %d quarantined, %.1fs (%.0f rows/s)",
                  stream.table, batch_id, rows, messages, len(bad), seconds, rows / max(seconds, 1e-6))
 

@@ -4,7 +4,7 @@ Position: the end offsets of the last micro-batch the ingest committed (its Spar
 checkpoint, offsets/<batch> once commits/<batch> exists). End: what a read_committed
 consumer can read now. Offsets behind count transaction markers too (one per partition
 and shipped file), so they are an upper bound on messages. Flows behind are estimated
-from the flows per message of the recent batches (a FlowBatch message holds thousands,
+from the flows per offset of the recent batches (a FlowBatch message holds thousands,
 a legacy Avro message one). Rates come from the batches' done-markers.
 """
 from __future__ import annotations
@@ -48,10 +48,13 @@ def rates(batches: list[dict], now: float | None = None) -> dict:
     rows_busy = sum(b.get("rows", 0) for b in busy)
     secs = sum(b["seconds"] for b in busy)
     msgs = sum(b.get("messages", 0) for b in batches)
+    offsets = sum(b.get("offsets", 0) for b in batches)
     return {
         "rows_per_s_last_minute": round(minute / 60, 1),
         "rows_per_s_while_busy": round(rows_busy / secs, 1) if secs else None,
         "flows_per_message": round(sum(b.get("rows", 0) for b in batches) / msgs, 1) if msgs else None,
+        # per offset: what lag in offsets (markers included) means in flows
+        "flows_per_offset": round(sum(b.get("rows", 0) for b in batches) / offsets, 1) if offsets else None,
         "last_batch_at": max((b.get("at", 0) for b in batches), default=None),
     }
 
@@ -78,8 +81,9 @@ def status(cfg) -> dict:
             info["partitions"] = {p: {"end": ends[p][1], "ingested": pos.get(p, ends[p][0]), "behind": b}
                                   for p, b in behind.items()}
             info["offsets_behind"] = sum(behind.values())
-            per = info["flows_per_message"] or (1 if info["offsets_behind"] == 0 else None)
-            info["flows_behind_estimate"] = round(info["offsets_behind"] * per) if per else None
+            per = info["flows_per_offset"] or info["flows_per_message"]
+            info["flows_behind_estimate"] = (0 if info["offsets_behind"] == 0 else
+                                             round(info["offsets_behind"] * per) if per else None)
         out[stream.table] = info
     return out
 
