@@ -20,7 +20,7 @@ from confluent_kafka import Producer
 
 sys.path.insert(0, str(Path(__file__).parent))
 import pcapgen  # noqa: E402
-from test_shipper import collect, dump  # noqa: E402
+from test_shipper import collect, dump_as_shipped  # noqa: E402
 
 pytestmark = pytest.mark.integration
 COLS = ["time_start", "exporter", "src_addr", "dst_addr", "src_port", "dst_port", "proto", "packets", "bytes",
@@ -42,6 +42,9 @@ def fcfg(kafka, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def nffile(tmp_path_factory) -> Path:
+    from flowlake.collectors import ship as ship_mod
+
+    ship_mod.build_binary()  # current with its sources (a test may run before test_shipper's build)
     d = tmp_path_factory.mktemp("formats-nf")
     pcap = d / "f.pcap"
     pcapgen.write_pcap(pcap, 600, seed=31, ipv6_share=0.3, packets_per_flow=2)
@@ -79,7 +82,7 @@ def test_topic_with_both_formats_lands_every_flow_once(fcfg, nffile, spark):
     ship(cfg, new, "--format", "arrow", "--flows-per-message", "64")
 
     # Broken FlowBatch messages beside them: each is quarantined with its reason.
-    want = dump(nffile)
+    want = dump_as_shipped(nffile)  # times checked as `ship` does
     when = dt.datetime(2026, 11, 20, tzinfo=dt.timezone.utc)
     rows = [{**w, "source_file": "bad", "time_start": when, "time_end": when} for w in want[:3]]
     good = messages.encode_flow_batch(FLOW, rows)
