@@ -247,7 +247,7 @@ func (s *Shipper) batchEmitter(ctx context.Context, name string, promise func(*k
 		rec := &kgo.Record{Topic: s.o.FlowsTopic, Partition: int32(part), Value: value,
 			Key: []byte(fmt.Sprintf("%s#%d#%d", name, part, seq))}
 		s.cl.Produce(ctx, rec, promise)
-		if s.o.Throttle > 0 {
+		if s.o.Throttle > 0 { // testing: the file's time spent after each message, so a kill finds it open
 			time.Sleep(time.Duration(flows) * time.Second / time.Duration(s.o.Throttle))
 		}
 		return nil

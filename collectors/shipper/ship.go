@@ -370,7 +370,7 @@ func (s *Shipper) shipAs(ctx context.Context, path string, id fileID) (*Stats, e
 	var packets, bytes, shipped uint64
 	times := map[string]*ExporterTimeCounts{}
 	var rejected []byte // JSON lines of quarantined flows, written once the file committed
-	emit := s.batchEmitter(ctx, name, promise)
+	emit := s.batchEmitter(ctx, id.Source, promise)
 	if s.batch != nil {
 		s.batch.Start(s.enc, s.parts)
 	}
@@ -414,22 +414,25 @@ func (s *Shipper) shipAs(ctx context.Context, path string, id fileID) (*Stats, e
 		h.Write(a)
 		h.Write(b)
 		if s.batch != nil {
-			return s.batch.Add(f, h.Sum64(), name, emit)
+			if err := s.batch.Add(f, h.Sum64(), id.Source, emit); err != nil {
+				return err
+			}
+		} else {
+			start := len(slab)
+			slab = binary.BigEndian.AppendUint64(slab, h.Sum64())
+			keyEnd := len(slab)
+			slab = s.enc.Append(slab, f, srcFile)
+			rec := &recs[0]
+			recs = recs[1:]
+			rec.Topic = s.o.FlowsTopic
+			rec.Key = slab[start:keyEnd:keyEnd]
+			rec.Value = slab[keyEnd:len(slab):len(slab)]
+			s.cl.Produce(ctx, rec, promise)
 		}
-		start := len(slab)
-		slab = binary.BigEndian.AppendUint64(slab, h.Sum64())
-		keyEnd := len(slab)
-		slab = s.enc.Append(slab, f, srcFile)
-		rec := &recs[0]
-		recs = recs[1:]
-		rec.Topic = s.o.FlowsTopic
-		rec.Key = slab[start:keyEnd:keyEnd]
-		rec.Value = slab[keyEnd:len(slab):len(slab)]
-		s.cl.Produce(ctx, rec, promise)
 		if id.OnFlow != nil {
 			id.OnFlow(f)
 		}
-		if s.o.Throttle > 0 {
+		if s.o.Throttle > 0 && s.batch == nil { // FlowBatch: after each message (batchEmitter)
 			time.Sleep(time.Second / time.Duration(s.o.Throttle))
 		}
 		if s.events != nil && (f.Seq+1)%100000 == 0 && time.Since(lastNote) > 200*time.Millisecond {
