@@ -206,8 +206,8 @@ type Shipper struct {
 	events  *json.Encoder
 	eventMu sync.Mutex
 	res     *Resolver
-	origin  string // ledger entries of this kind count in its state ("" live, "import")
-	copyBad bool   // quarantine a copy and leave the file (import: the archive is the operator's)
+	origin  string         // ledger entries of this kind count in its state ("" live, "import")
+	copyBad bool           // quarantine a copy and leave the file (import: the archive is the operator's)
 	health  *healthTracker // nil: no health rows (health.go)
 }
 
