@@ -119,16 +119,20 @@ def lake_from(rows, lake: Path) -> None:
     con.execute(f"COPY f TO '{lake / 'flows'}' (FORMAT parquet, PARTITION_BY (date, hour), OVERWRITE_OR_IGNORE)")
 
 
-def test_flowlake_anonymise_and_query_anonymise(files, cfg, tmp_path):
+def test_flowlake_anonymise_and_query_anonymise(files, tmp_path):
     orig, anon = files
-    lake_from(orig, cfg.lake)
+    # a home of its own: the suite's shared lake must not gain these flows (test_query counts it)
+    home = tmp_path / "home"
+    lake = home / "lake"
+    own = dict(os.environ, FLOWLAKE_HOME=str(home))
+    lake_from(orig, lake)
     keyfile = tmp_path / "anon.key"
     keyfile.write_text(KEY + "\n")
     out = tmp_path / "share"
-    res = run([FLOWLAKE, "anonymise", "--key-file", str(keyfile), "--date", DAY, "--out", str(out)])
+    res = run([FLOWLAKE, "anonymise", "--key-file", str(keyfile), "--date", DAY, "--out", str(out)], env=own)
     assert "300 flows in 2 files" in res.stdout
-    src_files = sorted((cfg.lake / "flows" / f"date={DAY}").rglob("*.parquet"))
-    pairs = [(f, out / "flows" / f.relative_to(cfg.lake / "flows")) for f in src_files]
+    src_files = sorted((lake / "flows" / f"date={DAY}").rglob("*.parquet"))
+    pairs = [(f, out / "flows" / f.relative_to(lake / "flows")) for f in src_files]
     got = {}
     for a, b in pairs:
         ta, tb = pq.ParquetFile(a).read(), pq.ParquetFile(b).read()
@@ -143,7 +147,7 @@ def test_flowlake_anonymise_and_query_anonymise(files, cfg, tmp_path):
         s2, d2 = got[(o["src_addr"], o["dst_addr"])]
         assert s2 == a["src_addr"] and (d2 == a["dst_addr"]) == (":" not in o["dst_addr"])
     # query: the filter sees real addresses, the output shows pseudonyms (key from the environment)
-    env = dict(os.environ, FLOWLAKE_ANON_KEY=KEY)
+    env = dict(own, FLOWLAKE_ANON_KEY=KEY)
     v6 = next(r for r in orig if ":" in r["src_addr"])
     res = run([FLOWLAKE, "query", f"src ip {v6['src_addr']} or src net 10.0.0.0/24", "--format", "json",
                "--limit", "0", "--anonymise"], env=env)
