@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schema": ("flowlake.schema_cli:schema", "Print generated views (Avro, Spark, Markdown) of a record."),
     "retention": ("flowlake.retention.cli:retention", "Expire old data per tier ([retention]); --dry-run shows what goes."),
     "config": ("flowlake.schema_cli:config_cmd", "Print the effective configuration."),
+    "notify": ("flowlake.pipelines.alerts.notify_cli:notify", "Alert notifications (webhook, e-mail): `notify test` checks [notify]."),
     "anonymise": ("flowlake.anonymise:anonymise", "Write a day of flows with addresses anonymised (Crypto-PAn, as nfanon)."),
 }
 

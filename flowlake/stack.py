@@ -275,7 +275,17 @@ def status_dict(cfg=None) -> dict:
 
     return {"home": str(cfg.home_dir), "components": comps, "counts": counts(cfg), "sampling": sampling.status(cfg),
             "retention": retention_status(cfg), "query": _query_status(cfg),
-            "exporters": health.status(cfg), "cluster": cluster_state(cfg)}
+            "exporters": health.status(cfg), "cluster": cluster_state(cfg), "notify": notify_status(cfg)}
+
+
+def notify_status(cfg) -> dict:
+    """Alert notifications per channel: sent, failed, retrying, dropped; the last `notify test`."""
+    from .pipelines.alerts import notify_status as ns
+
+    try:
+        return ns.status(cfg)
+    except Exception as exc:  # status must never crash on a damaged state file
+        return {"error": str(exc)}
 
 
 def _query_status(cfg) -> dict:
@@ -378,6 +388,8 @@ def status(as_json: bool) -> None:
     and bytes/s, sequence failures (datagrams lost on the way), templates, samplers and
     sampling rates, clock skew, last flow seen, and SILENT after
     health.silent_after_seconds without a flow (`--json`: key "exporters").
+    Notifications: per channel (webhook, email) alerts sent, failed, retrying, dropped
+    from a full queue, and the last `flowlake notify test` (`--json`: key "notify").
     """
     st = status_dict()
     if as_json:
@@ -436,3 +448,9 @@ def status(as_json: bool) -> None:
     from .retention import report
 
     report.render_status(console, st["retention"])
+    if "error" in st["notify"]:
+        console.print(f"[bold red]notifications: status unavailable: {st['notify']['error']}[/]")
+    else:
+        from .pipelines.alerts import notify_status as ns
+
+        ns.render(console, st["notify"])
