@@ -137,17 +137,22 @@ class CryptoPAn:
         return self.strings([address])[address]
 
 
-def anonymise_table(table, cp: CryptoPAn, columns=ADDRESS_COLUMNS):
-    """pyarrow Table -> the same table (schema and order kept) with address columns anonymised."""
+def anonymise_table(table, cp: CryptoPAn, columns=ADDRESS_COLUMNS, list_columns=()):
+    """pyarrow Table -> the same table (schema and order kept) with address columns anonymised;
+    `list_columns` hold comma-separated addresses ("a,b,c"). Values that are not addresses stay."""
     import pyarrow as pa
 
-    for name in columns:
+    for name in (*columns, *list_columns):
         if name not in table.column_names:
             continue
         values = table.column(name).to_pylist()
-        mapping = cp.strings(values)
-        col = pa.array([mapping.get(v, v) if v is not None else None for v in values],
-                       type=table.schema.field(name).type)
+        if name in list_columns:
+            mapping = cp.strings(a for v in values if v for a in v.split(","))
+            new = [None if v is None else ",".join(mapping.get(a, a) for a in v.split(",")) for v in values]
+        else:
+            mapping = cp.strings(values)
+            new = [mapping.get(v, v) if v is not None else None for v in values]
+        col = pa.array(new, type=table.schema.field(name).type)
         table = table.set_column(table.schema.get_field_index(name), table.schema.field(name), col)
     return table
 
@@ -201,22 +206,36 @@ def _chunks(rows: Iterable[dict], size: int) -> Iterator[list[dict]]:
         yield chunk
 
 
+def key_options(what: str):
+    """`--anonymise` and `--key-file` for a command; it receives `key`: the key's bytes, or None
+    without --anonymise. `what` completes the help: "Print/Write ... anonymised"."""
+    import functools
+
+    def decorate(f):
+        @click.option("--anonymise", "anonymise", is_flag=True,
+                      help=f"{what} Crypto-PAn anonymised as nfanon does (key: --key-file or ${ENV_KEY}).")
+        @click.option("--key-file", "key_file", type=click.Path(dir_okay=False), default=None,
+                      help="File holding the anonymisation key (32 characters or 0x + 64 hex digits).")
+        @functools.wraps(f)
+        def wrapper(*args, anonymise, key_file, **kwargs):
+            key = None
+            if anonymise:
+                try:
+                    key = load_key(key_file)
+                except KeyError_ as exc:
+                    raise click.BadParameter(str(exc), param_hint="--key-file") from None
+            return f(*args, key=key, **kwargs)
+        return wrapper
+    return decorate
+
+
 def query_options(f):
     """`--anonymise` and `--key-file` for a command; it receives `anon`, a rows -> rows function."""
     import functools
 
-    @click.option("--anonymise", "anonymise", is_flag=True,
-                  help=f"Print src/dst addresses Crypto-PAn anonymised as nfanon does (key: --key-file or ${ENV_KEY}).")
-    @click.option("--key-file", "key_file", type=click.Path(dir_okay=False), default=None,
-                  help="File holding the anonymisation key (32 characters or 0x + 64 hex digits).")
+    @key_options("Print src/dst addresses")
     @functools.wraps(f)
-    def wrapper(*args, anonymise, key_file, **kwargs):
-        key = None
-        if anonymise:
-            try:
-                key = load_key(key_file)
-            except KeyError_ as exc:
-                raise click.BadParameter(str(exc), param_hint="--key-file") from None
+    def wrapper(*args, key, **kwargs):
         return f(*args, anon=rows_anonymiser(key), **kwargs)
     return wrapper
 

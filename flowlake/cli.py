@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "retention": ("flowlake.retention.cli:retention", "Expire old data per tier ([retention]); --dry-run shows what goes."),
     "config": ("flowlake.schema_cli:config_cmd", "Print the effective configuration."),
     "notify": ("flowlake.pipelines.alerts.notify_cli:notify", "Alert notifications (webhook, e-mail): `notify test` checks [notify]."),
+    "reports": ("flowlake.report_export:reports", "Export a report table's day (CSV, JSON, Parquet), optionally anonymised."),
     "anonymise": ("flowlake.anonymise:anonymise", "Write a day of flows with addresses anonymised (Crypto-PAn, as nfanon)."),
 }
 

@@ -7,7 +7,7 @@ ACTIVE_SUMMARY = Record(
     name="active_summary", namespace="flowlake.reports",
     doc="PingER-style summary of RTT tests per target, per hour (period='hour') and per day (period='day').",
     fields=(
-        Field("target", "string", "destination of the tests"),
+        Field("target", "string", "destination of the tests", address="one"),
         Field("period", "string", "hour or day"),
         Field("period_start", "timestamp_ms", "start of the hour/day (UTC)"),
         Field("tests", "long", "RTT tests in the period"),
@@ -40,8 +40,8 @@ BULK_TRANSFERS = Record(
         Field("exporter", "string", "exporting router"),
         Field("input_if", "long", "input interface"),
         Field("output_if", "long", "output interface"),
-        Field("src_addr", "string", "source address"),
-        Field("dst_addr", "string", "destination address"),
+        Field("src_addr", "string", "source address", address="one"),
+        Field("dst_addr", "string", "destination address", address="one"),
         Field("src_port", "int", "source port"),
         Field("dst_port", "int", "destination port"),
         Field("proto", "int", "IP protocol"),
@@ -61,7 +61,7 @@ BULK_IMPACT = Record(
     name="bulk_impact", namespace="flowlake.reports",
     doc="Per target: RTT tests while bulk transfers ran (loaded) vs while none ran (unloaded).",
     fields=(
-        Field("target", "string", "destination of the RTT tests"),
+        Field("target", "string", "destination of the RTT tests", address="one"),
         Field("tests_unloaded", "long", "tests overlapping no bulk transfer"),
         Field("tests_loaded", "long", "tests overlapping a bulk transfer"),
         Field("rtt_median_unloaded_ms", "double", "median of test mean RTTs", "ms", nullable=True),
@@ -90,7 +90,7 @@ BULK_IMPACT_THROUGHPUT = Record(
     name="bulk_impact_throughput", namespace="flowlake.reports",
     doc="Each throughput test against the cross-traffic the flows show during it.",
     fields=(
-        Field("target", "string", "destination of the throughput test"),
+        Field("target", "string", "destination of the throughput test", address="one"),
         Field("source", "string", "source of the test"),
         Field("start", "timestamp_ms", "test start"),
         Field("end", "timestamp_ms", "test end"),

@@ -24,6 +24,9 @@ TYPES = {
 }
 
 
+ADDRESS_KINDS = ("", "one", "list")
+
+
 @dataclass(frozen=True)
 class Field:
     name: str
@@ -32,10 +35,15 @@ class Field:
     unit: str = ""
     nullable: bool = False
     default: object = None
+    # Holds host addresses, which `--anonymise` replaces (flowlake/anonymise.py): "one" = an
+    # address (or a host name, left as it is), "list" = comma-separated addresses; "" = none.
+    address: str = ""
 
     def __post_init__(self):
         if self.type not in TYPES:
             raise ValueError(f"field {self.name}: unknown type {self.type!r}")
+        if self.address not in ADDRESS_KINDS:
+            raise ValueError(f"field {self.name}: address={self.address!r}, expected one of {ADDRESS_KINDS}")
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,10 @@ class Record:
     @property
     def names(self) -> list[str]:
         return [f.name for f in self.fields]
+
+    def address_fields(self, kind: str = "one") -> list[str]:
+        """Names of the fields declared to hold addresses of this kind (anonymised on export)."""
+        return [f.name for f in self.fields if f.address == kind]
 
     def field(self, name: str) -> Field:
         for f in self.fields:

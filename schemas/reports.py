@@ -39,8 +39,8 @@ TOP_TALKERS = Record(
         Field("by", "string", "key: src (source address), dst (destination address) or pair (both)"),
         Field("metric", "string", "ranking metric: bytes / packets / flows"),
         Field("rank", "int", "1 = largest metric value; 1..top_n (reports.top_n)"),
-        Field("src_addr", "string", "source address (null when by = dst)", nullable=True),
-        Field("dst_addr", "string", "destination address (null when by = src)", nullable=True),
+        Field("src_addr", "string", "source address (null when by = dst)", nullable=True, address="one"),
+        Field("dst_addr", "string", "destination address (null when by = src)", nullable=True, address="one"),
         *_VOLUMES,
         Field("share", "double", "this key's value of `metric` / total of `metric` in the same hour and direction", "fraction 0..1"),
         Field("rank_change", "int", "previous day's rank minus today's rank for the same hour, direction, by, metric and key "

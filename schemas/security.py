@@ -19,7 +19,7 @@ SCANNERS = Record(
          "scan_min_destinations hosts or scan_min_ports ports on one host and at least "
          "scan_min_small_share of all its flows are probes."),
     fields=(
-        Field("src_addr", "string", "the scanning source"),
+        Field("src_addr", "string", "the scanning source", address="one"),
         Field("kind", "string", "horizontal (many hosts), vertical (many ports of one host) or both"),
         Field("probe_flows", "long", "small flows from this source", "flows"),
         Field("flows", "long", "all flows from this source", "flows"),
@@ -30,7 +30,7 @@ SCANNERS = Record(
         Field("top_port", "int", "destination port probed most often"),
         Field("packets", "long", "packets of the probe flows", "packets"),
         Field("bytes", "long", "bytes of the probe flows", "bytes"),
-        Field("sample_targets", "string", "up to [security] sample_size probed destinations, comma separated"),
+        Field("sample_targets", "string", "up to [security] sample_size probed destinations, comma separated", address="list"),
         Field("sample_ports", "string", "up to sample_size probed ports, ascending, comma separated"),
         *_SEEN,
         REPORT_DATE,
@@ -45,7 +45,7 @@ FAN_IN = Record(
          "(MAD = 0: 1.2533 * mean absolute deviation). Listed when z >= fan_in_min_z and the count "
          ">= fan_in_min_sources."),
     fields=(
-        Field("dst_addr", "string", "the destination"),
+        Field("dst_addr", "string", "the destination", address="one"),
         Field("sources", "long", "distinct source addresses"),
         Field("flows", "long", "flows to this destination", "flows"),
         Field("packets", "long", "packets to this destination", "packets"),
@@ -54,7 +54,7 @@ FAN_IN = Record(
         Field("median_sources", "double", "median distinct-source count over all destinations of the day"),
         Field("mad_sources", "double", "median absolute deviation of that count"),
         Field("robust_z", "double", "(sources - median) / scale, see the table doc"),
-        Field("sample_sources", "string", "up to sample_size sources, comma separated"),
+        Field("sample_sources", "string", "up to sample_size sources, comma separated", address="list"),
         *_SEEN,
         REPORT_DATE,
     ),
@@ -66,7 +66,7 @@ DAILY_HOSTS = Record(
     doc=("Every address seen on the day (as source or destination) with its totals: the compact "
          "history new_talkers compares against instead of re-reading N days of flows."),
     fields=(
-        Field("address", "string", "IPv4 or IPv6 address"),
+        Field("address", "string", "IPv4 or IPv6 address", address="one"),
         Field("flows", "long", "flows with the address at either end", "flows"),
         Field("bytes", "long", "bytes of those flows", "bytes"),
         *_SEEN,
@@ -80,7 +80,7 @@ NEW_TALKERS = Record(
     doc=("Addresses seen today but in none of the previous [security] new_talker_days days "
          "(from daily_hosts of those days; a day without daily_hosts is rebuilt from its flows)."),
     fields=(
-        Field("address", "string", "IPv4 or IPv6 address"),
+        Field("address", "string", "IPv4 or IPv6 address", address="one"),
         Field("role", "string", "src, dst or both: at which end of today's flows it appeared"),
         Field("flows", "long", "today's flows with the address at either end", "flows"),
         Field("bytes", "long", "bytes of those flows", "bytes"),
