@@ -301,3 +301,15 @@ def test_notify_test_command_reports_each_channel(tmp_path, smtp, receiver):
     nothing = {k: v for k, v in env.items() if not k.startswith("FLOWLAKE_NOTIFY_")}
     res = subprocess.run(cmd, capture_output=True, text=True, env=nothing, timeout=120)
     assert res.returncode == 2 and "no notification channel is configured" in res.stderr
+
+
+def test_counters_that_cannot_be_written_do_not_stop_delivery(tmp_path, receiver):
+    from flowlake.pipelines.alerts.notify import Notifier
+    from flowlake.pipelines.alerts.webhook import Webhook
+
+    blocker = tmp_path / "state"
+    blocker.write_text("a file where the state folder should be")
+    notifier = Notifier([Webhook(receiver.url, SECRET.encode())], state_file=blocker / "notify.json")
+    notifier.submit(alert(8))
+    assert notifier.close(timeout=60)["webhook"]["sent"] == 1
+    assert [a["alert"]["id"] for a in receiver.accepted()] == ["a008"]

@@ -134,8 +134,9 @@ class _Sender:
                 if len(self.queue) >= self.queue_size:
                     old = self.queue.popleft()
                     self.counts["dropped"] += 1
-                    log.warning("%s: queue full (%d), dropped the oldest alert %s", self.channel.name,
-                                self.queue_size, idempotency_key(old))
+                    if self.counts["dropped"] % 100 == 1:  # a flood against a dead receiver: not a log line per alert
+                        log.warning("%s: queue full (%d), dropped the oldest alert %s (%d dropped so far)",
+                                    self.channel.name, self.queue_size, idempotency_key(old), self.counts["dropped"])
                 self.queue.append(alert)
             self.notifier._dirty = True
             self.cond.notify()
@@ -213,6 +214,7 @@ class Notifier:
         self._state_lock = threading.Lock()
         self._dirty = True
         self._written = 0.0
+        self._write_failed = False
         before = read_state(self.state_file).get("channels", {}) if (self.state_file and cumulative) else {}
         self._senders = {c.name: _Sender(c, queue_size, retry, self, before.get(c.name, {})) for c in channels}
 
@@ -267,7 +269,14 @@ class Notifier:
             self._dirty = False
             self._written = time.monotonic()
             data = {"updated": iso(_now()), "pid": os.getpid(), "channels": self.stats()}
-            write_state(self.state_file, data)
+            try:
+                write_state(self.state_file, data)
+            except OSError as exc:  # a full or read-only disk must not stop the senders
+                if not self._write_failed:
+                    log.error("cannot write notification counters to %s: %s", self.state_file, exc)
+                self._write_failed = True
+            else:
+                self._write_failed = False
 
 
 def read_state(path: Path | None) -> dict:
