@@ -49,8 +49,11 @@ def schema(view: str, name: str | None) -> None:
 
 @click.command("config")
 def config_cmd() -> None:
-    """Print the effective configuration as JSON (file + FLOWLAKE_* overrides)."""
+    """Print the effective configuration as JSON (file + FLOWLAKE_* overrides); passwords and
+    secrets show only whether they are set."""
     from . import config
 
     cfg = config.get()
-    click.echo(json.dumps({"source": str(cfg.source) if cfg.source else None, **cfg.as_dict()}, indent=2))
+    data = {k: ({sk: "(set, not shown)" if sk.endswith(("_password", "_secret")) and sv else sv for sk, sv in v.items()}
+                if isinstance(v, dict) else v) for k, v in cfg.as_dict().items()}  # secrets stay off screens and logs
+    click.echo(json.dumps({"source": str(cfg.source) if cfg.source else None, **data}, indent=2))

@@ -114,6 +114,12 @@ def test_config_errors_name_the_key(tmp_path):
                                    smtp_username="u")[0])
     with pytest.raises(ConfigError, match="smtp_min_severity = 'loud'"):
         build_notifier(private_cfg(tmp_path, smtp_host="127.0.0.1", smtp_to="a@b", smtp_min_severity="loud")[0])
+    # `flowlake config` says a secret is set without printing it
+    _, env = private_cfg(tmp_path, webhook_secret="hush-123", smtp_password="pw-456", smtp_to="a@b,c@d")
+    res = subprocess.run([sys.executable, "-m", "flowlake.cli", "config"], capture_output=True, text=True, env=env, timeout=60)
+    shown = json.loads(res.stdout)["notify"]
+    assert shown["webhook_secret"] == shown["smtp_password"] == "(set, not shown)" and shown["smtp_to"] == ["a@b", "c@d"]
+    assert "hush-123" not in res.stdout and "pw-456" not in res.stdout
 
 
 def test_webhook_signed_json_and_forgeries_rejected(tmp_path, receiver):
