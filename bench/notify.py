@@ -58,7 +58,7 @@ def main() -> None:
     t = per_call(down.submit, items)
     st = down.close(timeout=0)["webhook"]
     print(f"submit, receiver down:  {t * 1e6:.1f} us ({t / ref:.1f}x reference); "
-          f"{st['dropped']} of {args.n} dropped from the full queue, {st['retries']} retries meanwhile")
+          f"{st['dropped']} of {args.n} dropped (full queue, then left at close), {st['retries']} retries meanwhile")
 
     with tempfile.TemporaryDirectory() as tmp:
         secret = Path(tmp) / "s"
