@@ -319,4 +319,6 @@ def test_counters_that_cannot_be_written_do_not_stop_delivery(tmp_path, receiver
     notifier.submit(alert(8))
     notifier.submit(alert(9))  # the sender tried to write its counters after the first: it must live on
     assert notifier.close(timeout=60)["webhook"]["sent"] == 2
+    with pytest.raises(RuntimeError, match="after close"):
+        notifier.submit(alert(10))
     assert [a["alert"]["id"] for a in receiver.accepted()] == ["a008", "a009"]

@@ -215,6 +215,7 @@ class Notifier:
         self._dirty = True
         self._written = 0.0
         self._write_failed = False
+        self._closed = False
         before = read_state(self.state_file).get("channels", {}) if (self.state_file and cumulative) else {}
         self._senders = {c.name: _Sender(c, queue_size, retry, self, before.get(c.name, {})) for c in channels}
 
@@ -224,6 +225,8 @@ class Notifier:
 
     def submit(self, alert: dict) -> None:
         """Queue an alert for every channel and return at once (never waits for a receiver)."""
+        if self._closed:
+            raise RuntimeError("submit() after close(): this Notifier has stopped its senders")
         alert = normalise(alert)
         for sender in self._senders.values():
             sender.put(alert)
@@ -237,6 +240,7 @@ class Notifier:
     def close(self, timeout: float = 10.0) -> dict:
         """Deliver what is queued, waiting at most `timeout` seconds in all; whatever is left then
         counts as dropped. Returns the final stats."""
+        self._closed = True
         deadline = time.monotonic() + timeout
         for s in self._senders.values():
             with s.cond:
