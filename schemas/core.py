@@ -120,7 +120,8 @@ class Record:
                  "| column | type | unit | meaning |", "|---|---|---|---|"]
         for f in self.fields:
             null = " (nullable)" if f.nullable else ""
-            lines.append(f"| `{f.name}` | {f.type}{null} | {f.unit} | {f.doc} |")
+            anon = {"one": " (address: anonymised on export)", "list": " (addresses: anonymised on export)"}.get(f.address, "")
+            lines.append(f"| `{f.name}` | {f.type}{null} | {f.unit} | {f.doc}{anon} |")
         if self.partition_by:
             lines += ["", "Partitioned by " + ", ".join(f"`{p}`" for p in self.partition_by) + "."]
         return "\n".join(lines) + "\n"
