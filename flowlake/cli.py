@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("flowlake.schema_cli:config_cmd", "Print the effective configuration."),
     "notify": ("flowlake.pipelines.alerts.notify_cli:notify", "Alert notifications (webhook, e-mail): `notify test` checks [notify]."),
     "reports": ("flowlake.report_export:reports", "Export a report table's day (CSV, JSON, Parquet), optionally anonymised."),
+    "snmp": ("flowlake.collectors.snmp.cli:snmp", "SNMP poller: interface names and counters per exporter."),
     "anonymise": ("flowlake.anonymise:anonymise", "Write a day of flows with addresses anonymised (Crypto-PAn, as nfanon)."),
 }
 

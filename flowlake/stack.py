@@ -18,7 +18,7 @@ from . import config as _config
 from .services.process import Managed, port_open, wait_until
 
 log = logging.getLogger("flowlake.stack")
-ORDER = ["kafka", "ingest", "shipper", "sampling-tap", "nfcapd", "retention", "compactor", "superset"]
+ORDER = ["kafka", "ingest", "shipper", "sampling-tap", "nfcapd", "snmp", "retention", "compactor", "superset"]
 
 
 def _python_argv(*args: str) -> list[str]:
@@ -107,6 +107,10 @@ def up_stack(cfg=None, with_superset: bool = True) -> dict:
 
     steps = [("kafka", kafka.start), ("ingest", start_ingest), ("shipper", start_shipper),
              ("sampling-tap", sampling.start), ("nfcapd", nfcapd.start), ("retention", start_retention)]
+    from .collectors.snmp import service as snmp_service, settings as snmp_settings
+
+    if snmp_settings.enabled(cfg):  # an exporter has SNMP ([exporters."ADDR"] snmp, [snmp] poll_seen)
+        steps.insert(5, ("snmp", snmp_service.start))
     if cfg.compaction.enabled:
         steps.append(("compactor", start_compactor))
     paused = (disk.paused(cfg) or {}).get("components", [])
@@ -142,6 +146,9 @@ def down_stack(cfg=None) -> None:
     if sup is not None:
         sup.stop(cfg)
     compactor_managed(cfg).stop(timeout=60)
+    from .collectors.snmp import service as snmp_service
+
+    snmp_service.stop(cfg)
     nfcapd.stop(cfg)
     from .collectors import sampling
 
@@ -167,6 +174,7 @@ def component_state(cfg, name: str) -> dict:
         "sampling-tap": Managed("sampling-tap", cfg.path("run"), cfg.path("log")),
         "retention": retention_managed(cfg),
         "compactor": compactor_managed(cfg),
+        "snmp": Managed("snmp", cfg.path("run"), cfg.path("log")),
     }[name]
     pid = managed.pid()
     port = {"kafka": cfg.kafka.port, "nfcapd": cfg.collector.port, "superset": cfg.superset.port}.get(name)
@@ -275,7 +283,8 @@ def status_dict(cfg=None) -> dict:
 
     return {"home": str(cfg.home_dir), "components": comps, "counts": counts(cfg), "sampling": sampling.status(cfg),
             "retention": retention_status(cfg), "query": _query_status(cfg),
-            "exporters": health.status(cfg), "cluster": cluster_state(cfg), "notify": notify_status(cfg)}
+            "exporters": health.status(cfg), "cluster": cluster_state(cfg), "notify": notify_status(cfg),
+            "snmp": snmp_status(cfg)}
 
 
 def notify_status(cfg) -> dict:
@@ -286,6 +295,16 @@ def notify_status(cfg) -> dict:
         return ns.status(cfg)
     except Exception as exc:  # status must never crash on a damaged state file
         return {"error": str(exc)}
+
+
+def snmp_status(cfg) -> dict:
+    """The SNMP poller per exporter and flow coverage warnings (collectors/snmp)."""
+    from .collectors.snmp import service as snmp_service
+
+    try:
+        return snmp_service.status(cfg)
+    except Exception as exc:  # status must never crash on a damaged poller state
+        return {"error": str(exc), "exporters": {}, "errors": 0}
 
 
 def _query_status(cfg) -> dict:
@@ -390,6 +409,9 @@ def status(as_json: bool) -> None:
     health.silent_after_seconds without a flow (`--json`: key "exporters").
     Notifications: per channel (webhook, email) alerts sent, failed, retrying, dropped
     from a full queue, and the last `flowlake notify test` (`--json`: key "notify").
+    SNMP poller: per exporter its agent, sysName, interfaces, last poll and last error
+    (timeout, wrong community, authentication), and flow coverage warnings: hours whose
+    flow bytes / counter bytes is outside 1 +/- snmp.coverage_tolerance (`--json`: "snmp").
     """
     st = status_dict()
     if as_json:
@@ -438,6 +460,12 @@ def status(as_json: bool) -> None:
                       + f"; the lake holds {qs['hours']} hours in {qs['files']} files (at most {qs['max_files_per_hour']} an hour); "
                       f"index {qs['index_hours']} hours, {qs['index_bytes']:,} bytes (last {qs['index_days']} days)")
     _print_exporters(console, st["exporters"])
+    from .collectors.snmp import service as snmp_service
+
+    if "error" in st["snmp"]:
+        console.print(f"[bold red]SNMP poller status: {st['snmp']['error']}[/]")
+    else:
+        snmp_service.print_status(console, st["snmp"])
     if st.get("cluster"):
         from .cluster import print_status
 

@@ -141,6 +141,9 @@ def lake_tiers(cfg, today: dt.date | None = None) -> list[Tier]:
     # exporter health history (a row per exporter and nfcapd file): a series like the 5m rollups
     keyed.append(("exporter_health", dated_units("exporter_health", lake / "exporter_health"),
                   int(r.rollup_5m_days)))
+    # SNMP interface counters (collectors/snmp): a row per interface and poll
+    keyed.append(("interface_counters", dated_units("interface_counters", lake / "interface_counters"),
+                  int(r.interface_counters_days)))
     tiers = []
     for name, units, keep in keyed:
         t = Tier(name, limit_text(keep), units)

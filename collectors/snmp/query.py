@@ -1,0 +1,166 @@
+"""The SNMP requests, with pysnmp (asyncio high-level API), numeric OIDs only: Debian's
+net-snmp ships no MIB files, and numbers need none.
+
+One `SnmpEngine` serves every agent of a poll round; each column is a GETBULK walk
+that stops at the end of its subtree.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from flowlake.schemas.snmp import COUNTERS
+
+from .settings import Agent
+
+SYS_UPTIME = "1.3.6.1.2.1.1.3.0"
+SYS_NAME = "1.3.6.1.2.1.1.5.0"
+IF_NAME = "1.3.6.1.2.1.31.1.1.1.1"
+IF_ALIAS = "1.3.6.1.2.1.31.1.1.1.18"
+IF_HIGH_SPEED = "1.3.6.1.2.1.31.1.1.1.15"   # Mbit/s
+IF_SPEED = "1.3.6.1.2.1.2.2.1.5"            # bit/s, Gauge32 (caps at 4.29 Gbit/s)
+IF_OPER_STATUS = "1.3.6.1.2.1.2.2.1.8"
+IF_DESCR = "1.3.6.1.2.1.2.2.1.2"            # the name when ifName is missing (old agents)
+
+
+class SnmpError(RuntimeError):
+    """An agent did not answer as asked; the message says what to check."""
+
+
+@dataclass
+class Inventory:
+    sys_name: str
+    interfaces: dict[int, dict] = field(default_factory=dict)  # ifIndex -> name, description, speed_mbps, oper_status
+
+
+@dataclass
+class Sample:
+    sys_uptime_cs: int
+    counters: dict[int, dict[str, int]] = field(default_factory=dict)  # ifIndex -> counter name -> raw value
+
+
+def _auth(agent: Agent):
+    from pysnmp.hlapi.v3arch import asyncio as hl
+
+    if agent.version == "2c":
+        return hl.CommunityData(agent.community, mpModel=1)
+    auth = {"MD5": hl.usmHMACMD5AuthProtocol, "SHA": hl.usmHMACSHAAuthProtocol,
+            "SHA224": hl.usmHMAC128SHA224AuthProtocol, "SHA256": hl.usmHMAC192SHA256AuthProtocol,
+            "SHA384": hl.usmHMAC256SHA384AuthProtocol, "SHA512": hl.usmHMAC384SHA512AuthProtocol}[agent.auth_protocol]
+    priv = {"DES": hl.usmDESPrivProtocol, "3DES": hl.usm3DESEDEPrivProtocol, "AES": hl.usmAesCfb128Protocol,
+            "AES128": hl.usmAesCfb128Protocol, "AES192": hl.usmAesCfb192Protocol,
+            "AES256": hl.usmAesCfb256Protocol}[agent.priv_protocol]
+    return hl.UsmUserData(agent.user, agent.auth_password, agent.priv_password, authProtocol=auth, privProtocol=priv)
+
+
+def _explain(agent: Agent, indication) -> str:
+    text = str(indication)
+    if "timeout" in text.lower():
+        hint = ("agent down or unreachable, or a wrong community (SNMPv2c agents do not answer one)"
+                if agent.version == "2c" else "agent down or unreachable, or an unknown user")
+        return (f"timeout: no answer from {agent.describe()} within {agent.timeout_seconds:g} s "
+                f"x {agent.retries + 1} tries ({hint})")
+    if "digest" in text.lower() or "decrypt" in text.lower() or "unknown user" in text.lower():
+        return f"authentication failed at {agent.describe()}: {text} (check the user's passwords and protocols)"
+    return f"{agent.describe()}: {text}"
+
+
+class Session:
+    """Requests to one agent over one engine."""
+
+    def __init__(self, engine, agent: Agent):
+        self.engine, self.agent = engine, agent
+        self.target = None
+
+    async def _target(self):
+        from pysnmp.hlapi.v3arch import asyncio as hl
+
+        if self.target is None:
+            cls = hl.Udp6TransportTarget if ":" in self.agent.address else hl.UdpTransportTarget
+            try:
+                self.target = await cls.create((self.agent.address, self.agent.port),
+                                               timeout=self.agent.timeout_seconds, retries=self.agent.retries)
+            except Exception as exc:  # a name that does not resolve, a bad address
+                raise SnmpError(f"{self.agent.describe()}: bad agent address: {exc}") from None
+        return self.target
+
+    async def get(self, *oids: str) -> list:
+        from pysnmp.hlapi.v3arch import asyncio as hl
+
+        err, status, index, binds = await hl.get_cmd(
+            self.engine, _auth(self.agent), await self._target(), hl.ContextData(),
+            *(hl.ObjectType(hl.ObjectIdentity(o)) for o in oids))
+        if err:
+            raise SnmpError(_explain(self.agent, err))
+        if status:
+            raise SnmpError(f"{self.agent.describe()}: {status.prettyPrint()} at {oids[int(index) - 1] if index else '?'}")
+        return [value for _, value in binds]
+
+    async def walk(self, oid: str) -> dict[int, object]:
+        """{ifIndex (last sub-identifier): value} of one table column."""
+        from pysnmp.hlapi.v3arch import asyncio as hl
+
+        out = {}
+        async for err, status, index, binds in hl.bulk_walk_cmd(
+                self.engine, _auth(self.agent), await self._target(), hl.ContextData(), 0, 50,
+                hl.ObjectType(hl.ObjectIdentity(oid)), lexicographicMode=False):
+            if err:
+                raise SnmpError(_explain(self.agent, err))
+            if status:
+                raise SnmpError(f"{self.agent.describe()}: {status.prettyPrint()} walking {oid}")
+            for name, value in binds:
+                out[int(tuple(name)[-1])] = value
+        return out
+
+
+def _present(value) -> bool:
+    """False for noSuchObject / noSuchInstance / endOfMibView (and empty values)."""
+    from pysnmp.proto.rfc1905 import EndOfMibView, NoSuchInstance, NoSuchObject
+
+    return not isinstance(value, (NoSuchObject, NoSuchInstance, EndOfMibView))
+
+
+def _text(value) -> str:
+    if not _present(value):
+        return ""
+    raw = bytes(value.asOctets()) if hasattr(value, "asOctets") else str(value).encode()
+    return raw.decode("utf-8", errors="replace")
+
+
+async def inventory(session: Session) -> Inventory:
+    (name,) = await session.get(SYS_NAME)
+    names = await session.walk(IF_NAME) or await session.walk(IF_DESCR)
+    aliases = await session.walk(IF_ALIAS)
+    high = await session.walk(IF_HIGH_SPEED)
+    low = await session.walk(IF_SPEED)
+    oper = await session.walk(IF_OPER_STATUS)
+    out = Inventory(sys_name=_text(name))
+    for idx in sorted(set(names) | set(oper) | set(high) | set(low)):
+        if idx in high and _present(high[idx]) and int(high[idx]):
+            speed = int(high[idx])
+        elif idx in low and _present(low[idx]):
+            speed = int(low[idx]) // 1_000_000
+        else:
+            speed = 0
+        out.interfaces[idx] = {"name": _text(names.get(idx, "")) if idx in names else "",
+                               "description": _text(aliases[idx]) if idx in aliases else "",
+                               "speed_mbps": speed,
+                               "oper_status": int(oper[idx]) if idx in oper and _present(oper[idx]) else 0}
+    return out
+
+
+async def sample(session: Session) -> Sample:
+    (uptime,) = await session.get(SYS_UPTIME)
+    if not _present(uptime):
+        raise SnmpError(f"{session.agent.describe()}: no sysUpTime ({SYS_UPTIME})")
+    out = Sample(sys_uptime_cs=int(uptime))
+    for name, oid, _bits in COUNTERS:
+        for idx, value in (await session.walk(oid)).items():
+            if _present(value):
+                out.counters.setdefault(idx, {})[name] = int(value)
+    return out
+
+
+def new_engine():
+    from pysnmp.hlapi.v3arch import asyncio as hl
+
+    return hl.SnmpEngine()

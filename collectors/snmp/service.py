@@ -1,0 +1,246 @@
+"""The poll loop (`flowlake snmp serve`, started and supervised by `flowlake up` like the
+other services), one-off polls, and the poller's lines in `flowlake status`.
+
+Every exporter is polled on its own schedule: counters every [snmp] poll_interval_seconds,
+names/aliases/speeds/states every refresh_interval_seconds, and soon (within a second)
+after the enricher asks for a refresh. All due exporters of a round are asked at once
+(asyncio), so one dead agent's timeouts never delay the others.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+
+from flowlake import config as _config
+from flowlake.services.process import Managed
+
+from . import deltas, query, settings, store
+
+log = logging.getLogger("flowlake.snmp")
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Poller:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.agents = settings.agents(cfg)
+        known = store.load_interfaces(cfg)
+        self.cache = {a: known.get(a, {"sys_name": "", "polled_ms": 0, "error": "", "interfaces": {}})
+                      for a in self.agents}
+        self.prev = store.last_samples(cfg, self.agents)
+        old = store.read_json(store.poller_file(cfg)).get("exporters") or {}
+        self.state = {a: old.get(a, {}) for a in self.agents}
+        self.next_counters = {a: 0.0 for a in self.agents}
+        self.next_inventory = {a: 0.0 for a in self.agents}
+        self.engine = None
+
+    # ---- one exporter ----------------------------------------------------------------
+    async def poll(self, addr: str, inventory: bool, counters: bool) -> None:
+        agent = self.agents[addr]
+        session = query.Session(self.engine, agent)
+        st = self.state.setdefault(addr, {})
+        entry = self.cache[addr]
+        st["agent"] = agent.describe()
+        t = now_ms()
+        try:
+            if inventory:
+                inv = await query.inventory(session)
+                entry.update(sys_name=inv.sys_name, interfaces=inv.interfaces, polled_ms=now_ms(), error="")
+                st["last_inventory"] = store.iso(entry["polled_ms"])
+                st["interfaces"] = len(inv.interfaces)
+            if counters:
+                sample = await query.sample(session)
+                cur = {"time_ms": now_ms(), "sys_uptime_cs": sample.sys_uptime_cs, "counters": sample.counters}
+                rows = deltas.rows(self.prev.get(addr), cur)
+                for r in rows:
+                    i = entry["interfaces"].get(r["if_index"], {})
+                    r.update(if_name=i.get("name", ""), speed_mbps=int(i.get("speed_mbps", 0)),
+                             oper_status=int(i.get("oper_status", 0)))
+                store.write_counters(self.cfg, addr, cur["time_ms"], rows)
+                self.prev[addr] = cur
+                st["last_counters"] = store.iso(cur["time_ms"])
+                st["counter_rows"] = st.get("counter_rows", 0) + len(rows)
+                st["resets"] = st.get("resets", 0) + (1 if rows and rows[0]["reset"] else 0)
+                unknown = sorted(set(sample.counters) - set(entry["interfaces"]))
+                if unknown and not inventory:  # a new interface appeared: names soon
+                    self.next_inventory[addr] = 0.0
+            entry["error"] = ""
+            st.update(error="", consecutive_failures=0)
+        except query.SnmpError as exc:
+            entry["error"] = str(exc)
+            st.update(error=str(exc), last_error=store.iso(t), consecutive_failures=st.get("consecutive_failures", 0) + 1,
+                      failures=st.get("failures", 0) + 1)
+            log.warning("snmp %s: %s", addr, exc)
+        st["last_attempt"] = store.iso(t)
+
+    # ---- one round -------------------------------------------------------------------
+    async def round(self, force_inventory=(), everything: bool = False) -> list[str]:
+        """Poll what is due (or everything); return the exporters asked."""
+        if self.engine is None:
+            self.engine = query.new_engine()
+        c = self.cfg.snmp
+        mono = time.monotonic()
+        wanted = set(force_inventory) | set(store.refresh_requests(self.cfg, self.agents))
+        jobs = {}
+        for addr in self.agents:
+            inv = everything or addr in wanted or mono >= self.next_inventory[addr]
+            cnt = everything or mono >= self.next_counters[addr]
+            if inv or cnt:
+                jobs[addr] = (inv, cnt)
+                if inv:
+                    self.next_inventory[addr] = mono + float(c.refresh_interval_seconds)
+                if cnt:
+                    self.next_counters[addr] = mono + float(c.poll_interval_seconds)
+        if jobs:
+            await asyncio.gather(*(self.poll(a, inv, cnt) for a, (inv, cnt) in jobs.items()))
+            self.save()
+            for addr, (inv, _) in jobs.items():
+                if inv and addr in wanted:
+                    store.done_refresh(self.cfg, addr)
+        return sorted(jobs)
+
+    def save(self) -> None:
+        store.write_json(store.interfaces_file(self.cfg), store.interfaces_doc(self.cache))
+        store.write_json(store.poller_file(self.cfg), {"updated": store.iso(now_ms()), "exporters": self.state})
+
+    def close(self) -> None:
+        if self.engine is not None:
+            self.engine.close_dispatcher()
+            self.engine = None
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        self.save()  # status and `flowlake up` see the service at once
+        while not stop.is_set():
+            await self.round()
+            try:
+                await asyncio.wait_for(stop.wait(), 1.0)  # refresh requests are looked for every second
+            except asyncio.TimeoutError:
+                pass
+
+
+def poll_once(cfg=None, exporters=None) -> dict:
+    """Poll every exporter (or the named ones) now: names and counters. Returns poller.json's content."""
+    cfg = cfg or _config.get()
+    p = Poller(cfg)
+    if exporters:
+        missing = sorted(set(exporters) - set(p.agents))
+        if missing:
+            raise _config.ConfigError(f"not polled by SNMP: {', '.join(missing)} (polled: {', '.join(p.agents) or 'none'})")
+        p.agents = {a: p.agents[a] for a in exporters}
+
+    async def go():
+        try:
+            await p.round(everything=True)
+        finally:
+            p.close()
+    asyncio.run(go())
+    return {"exporters": {a: p.state[a] for a in p.agents}}
+
+
+def serve(cfg=None) -> None:
+    cfg = cfg or _config.get()
+    p = Poller(cfg)
+    log.info("snmp poller: %d exporters: %s", len(p.agents), ", ".join(a.describe() for a in p.agents.values()))
+
+    async def go():
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for s in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(s, stop.set)
+        try:
+            await p.serve(stop)
+        finally:
+            p.close()
+    asyncio.run(go())
+
+
+# ---- supervision -------------------------------------------------------------------
+
+def managed(cfg) -> Managed:
+    return Managed("snmp", cfg.path("run"), cfg.path("log"))
+
+
+def start(cfg=None, timeout: float = 30.0) -> int | None:
+    """Start the poller service (`flowlake up` does when an exporter has SNMP)."""
+    import sys
+
+    from flowlake.services.process import wait_until
+
+    cfg = cfg or _config.get()
+    if not settings.enabled(cfg):
+        return None
+    settings.agents(cfg)  # a bad [snmp] / [exporters] setting fails here, naming the key
+    proc = managed(cfg)
+    if proc.running():
+        return proc.pid()
+    state = store.poller_file(cfg)
+    before = state.stat().st_mtime if state.exists() else 0
+    pid = proc.start([sys.executable, "-m", "flowlake.cli", "snmp", "serve"])
+    wait_until(lambda: state.exists() and state.stat().st_mtime > before, timeout,
+               "the SNMP poller to start", interval=0.25, proc=proc)
+    return pid
+
+
+def stop(cfg=None) -> bool:
+    return managed(cfg or _config.get()).stop(timeout=15)
+
+
+# ---- status ------------------------------------------------------------------------
+
+def status(cfg=None) -> dict:
+    """Per exporter: agent, last poll, interfaces, last error; coverage warnings (reports)."""
+    cfg = cfg or _config.get()
+    out: dict = {"enabled": False, "exporters": {}, "interfaces_file": str(store.interfaces_file(cfg)),
+                 "errors": 0, "pending_refresh": [], "unknown_refresh": [], "coverage": {}}
+    try:
+        agents = settings.agents(cfg)
+        out["enabled"] = settings.enabled(cfg)
+    except _config.ConfigError as exc:
+        out["config_error"] = str(exc)
+        agents = {}
+    doc = store.read_json(store.interfaces_file(cfg)).get("exporters") or {}
+    st = store.read_json(store.poller_file(cfg)).get("exporters") or {}
+    for addr in sorted(set(agents) | set(doc)):
+        d, s = doc.get(addr, {}), st.get(addr, {})
+        error = d.get("error", "") or s.get("error", "")
+        out["errors"] += bool(error)
+        out["exporters"][addr] = {
+            "agent": agents[addr].describe() if addr in agents else "(no longer configured)",
+            "sys_name": d.get("sys_name", ""), "polled": d.get("polled", ""),
+            "interfaces": len(d.get("interfaces") or {}), "last_counters": s.get("last_counters", ""),
+            "last_attempt": s.get("last_attempt", ""), "error": error,
+            "failures": s.get("failures", 0), "counter_rows": s.get("counter_rows", 0), "resets": s.get("resets", 0)}
+    out["pending_refresh"] = store.refresh_requests(cfg, agents)
+    out["unknown_refresh"] = [p.name for p in store.unknown_requests(cfg, agents)]
+    from .coverage import coverage_status
+
+    out["coverage"] = coverage_status(cfg)
+    return out
+
+
+def print_status(console, st: dict) -> None:
+    from rich.table import Table
+
+    if not st["exporters"] and not st.get("config_error"):
+        return
+    t = Table(title=f"SNMP poller ({len(st['exporters'])} exporters, {st['errors']} with errors)")
+    for col in ("exporter", "sysName", "interfaces", "last poll", "last counters", "error"):
+        t.add_column(col)
+    for addr, e in st["exporters"].items():
+        err = f"[bold red]{e['error']}[/]" if e["error"] else "[green]ok[/]"
+        t.add_row(addr, e["sys_name"] or "-", str(e["interfaces"]), e["polled"] or "never",
+                  e["last_counters"] or "never", err)
+    console.print(t)
+    if st.get("config_error"):
+        console.print(f"[bold red]SNMP configuration: {st['config_error']}[/]")
+    if st["unknown_refresh"]:
+        console.print(f"SNMP refresh requested for exporters not polled: {', '.join(st['unknown_refresh'])} "
+                      "(add [exporters.\"ADDR\"] snmp = true, or [snmp] poll_seen = true)")
+    cov = st.get("coverage") or {}
+    for w in cov.get("warnings", []):
+        console.print(f"[bold red]WARNING: {w}[/]")
