@@ -47,7 +47,7 @@ def _free_udp_port() -> int:
 class Lab:
     """Namespaces, link and processes of one run; close() undoes all of it."""
 
-    def __init__(self, rate: str):
+    def __init__(self, rate: str | None):  # rate None: a plain link, no bottleneck
         tag = uuid.uuid4().hex[:6]
         self.ns_a, self.ns_b = f"fl-lab-a-{tag}", f"fl-lab-b-{tag}"
         self.veth_a, self.veth_b = f"fla{tag}", f"flb{tag}"
@@ -69,6 +69,8 @@ class Lab:
         _sh("ip", "-n", self.ns_b, "addr", "add", f"{self.addr_b}/24", "dev", self.veth_b)
         _sh("ip", "-n", self.ns_a, "link", "set", self.veth_a, "up")
         _sh("ip", "-n", self.ns_b, "link", "set", self.veth_b, "up")
+        if self.rate is None:
+            return
         # The bottleneck: a token bucket on the sender's side; `latency` sizes its queue,
         # which is where the pings wait behind the bulk transfer.
         _sh("ip", "netns", "exec", self.ns_a, "tc", "qdisc", "add", "dev", self.veth_a, "root", "tbf",

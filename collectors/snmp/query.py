@@ -1,8 +1,7 @@
 """The SNMP requests, with pysnmp (asyncio high-level API), numeric OIDs only: Debian's
 net-snmp ships no MIB files, and numbers need none.
 
-One `SnmpEngine` serves every agent of a poll round; each column is a GETBULK walk
-that stops at the end of its subtree.
+Each column is a GETBULK walk that stops at the end of its subtree.
 """
 from __future__ import annotations
 

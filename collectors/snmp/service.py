@@ -37,12 +37,14 @@ class Poller:
         self.state = {a: old.get(a, {}) for a in self.agents}
         self.next_counters = {a: 0.0 for a in self.agents}
         self.next_inventory = {a: 0.0 for a in self.agents}
-        self.engine = None
 
     # ---- one exporter ----------------------------------------------------------------
     async def poll(self, addr: str, inventory: bool, counters: bool) -> None:
         agent = self.agents[addr]
-        session = query.Session(self.engine, agent)
+        # an engine per exporter: USM keeps one key set per user name in an engine, and two
+        # exporters may use the same user name with different passwords
+        engine = query.new_engine()
+        session = query.Session(engine, agent)
         st = self.state.setdefault(addr, {})
         entry = self.cache[addr]
         st["agent"] = agent.describe()
@@ -76,13 +78,13 @@ class Poller:
             st.update(error=str(exc), last_error=store.iso(t), consecutive_failures=st.get("consecutive_failures", 0) + 1,
                       failures=st.get("failures", 0) + 1)
             log.warning("snmp %s: %s", addr, exc)
+        finally:
+            engine.close_dispatcher()
         st["last_attempt"] = store.iso(t)
 
     # ---- one round -------------------------------------------------------------------
     async def round(self, force_inventory=(), everything: bool = False) -> list[str]:
         """Poll what is due (or everything); return the exporters asked."""
-        if self.engine is None:
-            self.engine = query.new_engine()
         c = self.cfg.snmp
         mono = time.monotonic()
         wanted = set(force_inventory) | set(store.refresh_requests(self.cfg, self.agents))
@@ -108,11 +110,6 @@ class Poller:
         store.write_json(store.interfaces_file(self.cfg), store.interfaces_doc(self.cache))
         store.write_json(store.poller_file(self.cfg), {"updated": store.iso(now_ms()), "exporters": self.state})
 
-    def close(self) -> None:
-        if self.engine is not None:
-            self.engine.close_dispatcher()
-            self.engine = None
-
     async def serve(self, stop: asyncio.Event) -> None:
         self.save()  # status and `flowlake up` see the service at once
         while not stop.is_set():
@@ -133,12 +130,7 @@ def poll_once(cfg=None, exporters=None) -> dict:
             raise _config.ConfigError(f"not polled by SNMP: {', '.join(missing)} (polled: {', '.join(p.agents) or 'none'})")
         p.agents = {a: p.agents[a] for a in exporters}
 
-    async def go():
-        try:
-            await p.round(everything=True)
-        finally:
-            p.close()
-    asyncio.run(go())
+    asyncio.run(p.round(everything=True))
     return {"exporters": {a: p.state[a] for a in p.agents}}
 
 
@@ -152,10 +144,7 @@ def serve(cfg=None) -> None:
         loop = asyncio.get_running_loop()
         for s in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(s, stop.set)
-        try:
-            await p.serve(stop)
-        finally:
-            p.close()
+        await p.serve(stop)
     asyncio.run(go())
 
 

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+NS_CACHE_TIMEOUT = "1.3.6.1.4.1.8072.1.5.3.1.2"  # NET-SNMP-AGENT-MIB::nsCacheTimeout.<table OID>
+IF_TABLE = "1.3.6.1.2.1.2.2"
 V3_AUTH = ("SHA", "MD5", "SHA-224", "SHA-256", "SHA-384", "SHA-512")
 V3_PRIV = ("AES", "DES")
 
@@ -35,8 +37,12 @@ class Snmpd:
     port: int = 0
     community: str = "public"
     sys_name: str = "flowlake-lab"
+    rw_community: str = ""  # a write community for loopback sources only (tests set ifAlias with it)
     users: list[V3User] = field(default_factory=list)
     netns: str | None = None
+    # net-snmp reloads the interface table at most every 3 s (nsCacheTimeout of ifTable); 0 = on
+    # every request, so a test's snmpget and the poller see the counters of that instant
+    if_cache_seconds: int | None = None
     proc: subprocess.Popen | None = None
 
     @property
@@ -50,6 +56,8 @@ class Snmpd:
     def write_conf(self) -> Path:
         lines = [f"rocommunity {self.community} default", f"sysName {self.sys_name}",
                  "sysLocation flowlake test lab", "sysContact nobody"]
+        if self.rw_community:
+            lines.append(f"rwcommunity {self.rw_community} 127.0.0.0/8")
         for u in self.users:
             if u.auth_protocol not in V3_AUTH or u.priv_protocol not in V3_PRIV:
                 raise ValueError(f"snmpd user {u.name}: auth {u.auth_protocol} / priv {u.priv_protocol} not supported")
@@ -84,6 +92,9 @@ class Snmpd:
                 raise RuntimeError(f"snmpd exited ({self.proc.returncode}): {self.proc.stderr.read().decode()[-800:]}"
                                    f"\n{self.log.read_text()[-800:] if self.log.exists() else ''}")
             if self.get("1.3.6.1.2.1.1.5.0", check=False).returncode == 0:
+                if self.if_cache_seconds is not None:
+                    self.tool("snmpset", f"{NS_CACHE_TIMEOUT}.{IF_TABLE}", "i", str(self.if_cache_seconds),
+                              community=self.rw_community)
                 return self
             time.sleep(0.2)
         self.stop()
@@ -111,6 +122,10 @@ class Snmpd:
         if check and res.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed ({res.returncode}): {res.stderr.strip()}")
         return res
+
+    def set_alias(self, if_index: int, alias: str) -> None:
+        """ifAlias by SNMP SET (net-snmp keeps it; the kernel's `ip link alias` is not what it serves)."""
+        self.tool("snmpset", f"1.3.6.1.2.1.31.1.1.1.18.{if_index}", "s", alias, community=self.rw_community)
 
     def get(self, *oids: str, **kw) -> subprocess.CompletedProcess:
         return self.tool("snmpget", *oids, **kw)
