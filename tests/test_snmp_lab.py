@@ -288,3 +288,40 @@ def test_service_answers_refresh_requests(snmplab):
     finally:
         snmplab.lab.stop(serve)
     assert serve.returncode == 0, serve.stderr.read()
+
+
+def test_poller_service_is_supervised_like_the_others(tmp_path, monkeypatch):
+    """What `flowlake up` / `down` do with the poller when an exporter has SNMP: a managed
+    service with a pid file and log, idempotent start, a line in status, a clean stop.
+    (An agent on loopback in this namespace: it serves this host's interfaces.)"""
+    from flowlake import config, stack
+    from flowlake.collectors.snmp import service
+    from flowlake.services.ports import private_env
+
+    agent = Snmpd(tmp_path / "agent", address="127.0.0.2").start()
+    cfg = None
+    try:
+        toml = tmp_path / "flowlake.toml"
+        toml.write_text(f'[snmp]\nport = {agent.port}\n[exporters."127.0.0.2"]\nsnmp = true\n')
+        for k, v in {**private_env(tmp_path / "home"), "FLOWLAKE_CONFIG": str(toml)}.items():
+            monkeypatch.setenv(k, v)
+        cfg = config.load()
+        assert stack.component_state(cfg, "snmp")["state"] == "stopped"
+        pid = service.start(cfg)
+        assert pid and service.start(cfg) == pid, "a second start leaves the running poller alone"
+        assert stack.component_state(cfg, "snmp")["state"] == "running"
+        deadline = time.monotonic() + 30
+        path = cfg.path("state", "snmp", "interfaces.json")
+        while not (path.exists() and json.loads(path.read_text())["exporters"].get("127.0.0.2", {}).get("polled")):
+            assert time.monotonic() < deadline, "the service never polled"
+            time.sleep(0.2)
+        names = {i["name"] for i in json.loads(path.read_text())["exporters"]["127.0.0.2"]["interfaces"].values()}
+        assert "lo" in names and names == set(agent.walk(IF_NAME).values())
+        st = stack.status_dict(cfg)
+        assert st["components"]["snmp"]["state"] == "running"
+        assert st["snmp"]["exporters"]["127.0.0.2"]["error"] == "" and st["snmp"]["errors"] == 0
+    finally:
+        if cfg is not None:
+            service.stop(cfg)
+        agent.stop()
+    assert stack.component_state(cfg, "snmp")["state"] == "stopped"

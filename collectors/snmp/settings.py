@@ -69,11 +69,11 @@ def _overrides(addr: str, table: dict) -> dict:
     return out
 
 
-def _has_snmp(table: dict) -> bool | None:
+def _has_snmp(addr: str, table: dict) -> bool | None:
     """True/False when the table decides, None when it says nothing about SNMP."""
     if "snmp" in table:
         if not isinstance(table["snmp"], bool):
-            raise _config.ConfigError(f"snmp = {table['snmp']!r} in an [exporters] table: expected true or false")
+            raise _config.ConfigError(f'[exporters."{addr}"] snmp = {table["snmp"]!r}: expected true or false')
         return table["snmp"]
     return True if any(k.startswith("snmp_") for k in table) else None
 
@@ -97,9 +97,9 @@ def agents(cfg=None) -> dict[str, Agent]:
     star = tables.get("*", {})
     base.update(_overrides("*", star))
     _check("", base)
-    chosen = {a for a, t in tables.items() if a != "*" and _has_snmp(t)}
-    if cfg.snmp.poll_seen or _has_snmp(star):
-        chosen |= {a for a in seen_exporters(cfg) if _has_snmp(tables.get(a, {})) is not False}
+    chosen = {a for a, t in tables.items() if a != "*" and _has_snmp(a, t)}
+    if cfg.snmp.poll_seen or _has_snmp("*", star):
+        chosen |= {a for a in seen_exporters(cfg) if _has_snmp(a, tables.get(a, {})) is not False}
     out = {}
     for addr in sorted(chosen):
         table = tables.get(addr, {})
@@ -120,4 +120,4 @@ def enabled(cfg=None) -> bool:
     """Whether `flowlake up` starts the poller: some exporter has SNMP, or poll_seen is on."""
     cfg = cfg or _config.get()
     tables = {a: t for a, t in (cfg.data.get("exporters") or {}).items() if isinstance(t, dict)}
-    return bool(cfg.snmp.poll_seen) or any(_has_snmp(t) for t in tables.values())
+    return bool(cfg.snmp.poll_seen) or any(_has_snmp(a, t) for a, t in tables.items())

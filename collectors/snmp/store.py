@@ -134,7 +134,8 @@ def write_counters(cfg, exporter: str, time_ms: int, rows: list[dict]) -> Path |
     folder = counters_dir(cfg) / f"date={day}"
     folder.mkdir(parents=True, exist_ok=True)
     schema = file_schema()
-    table = pa.Table.from_pylist([{**r, "time": dt.datetime.fromtimestamp(time_ms / 1000, dt.timezone.utc),
+    unknown = {"if_name": "", "speed_mbps": 0, "oper_status": 0}  # before the first inventory answer
+    table = pa.Table.from_pylist([{**unknown, **r, "time": dt.datetime.fromtimestamp(time_ms / 1000, dt.timezone.utc),
                                    "exporter": exporter} for r in rows], schema=schema)
     path = folder / f"{safe_name(exporter)}-{time_ms}.parquet"
     tmp = folder / f".{path.name}.tmp"  # hidden: readers' *.parquet globs skip it
