@@ -156,3 +156,19 @@ def test_counters_continue_from_the_lake_after_a_restart(tmp_path):
     assert deltas.rows(back["2001:db8::1"], nxt)[0]["in_octets"] == 5
     files = list((cfg.lake / "interface_counters").rglob("*"))
     assert not [f for f in files if f.name.startswith(".")], "no temporary file left behind"
+
+
+def test_counters_are_bounded_by_their_retention_key(tmp_path):
+    import datetime as dt
+
+    from flowlake.retention import tiers
+
+    cfg = cfg_from(tmp_path, "[retention]\ninterface_counters_days = 10\n")
+    today = dt.date(2026, 11, 25)
+    for age in (3, 10, 11, 40):
+        d = cfg.lake / "interface_counters" / f"date={today - dt.timedelta(days=age)}"
+        d.mkdir(parents=True)
+        (d / "192.0.2.1-1.parquet").write_bytes(b"x" * 100)
+    tier = next(t for t in tiers.lake_tiers(cfg, today) if t.name == "interface_counters")
+    assert tier.limit == "10 days" and len(tier.units) == 4
+    assert sorted(u.path.name for u in tier.expire) == ["date=2026-10-16", "date=2026-11-14"]
