@@ -97,7 +97,7 @@ FLOW_COVERAGE = Record(
     namespace="flowlake.reports",
     doc=("Flow coverage per interface, side and hour (job interface_capacity): sampling-corrected flow bytes "
          "(flows with input_if = if_index for in, output_if for out, hour of time_start) divided by the "
-         "interface's counter bytes. Far from 1: a wrong sampling rate, lost export datagrams or an "
+         "interface's counter bytes; hour null = the whole day. Far from 1: a wrong sampling rate, lost export datagrams or an "
          "interface not exporting (`flowlake status` warns). Flow bytes are layer 3, counters layer 2, so "
          "full coverage reads slightly below 1."),
     fields=(
@@ -106,7 +106,10 @@ FLOW_COVERAGE = Record(
         Field("flow_bytes", "double", "bytes of the hour's flows on the interface (sampling-corrected)", "bytes"),
         Field("flows", "long", "flow records counted", "flows"),
         Field("counter_bytes", "double", "octets the interface's counters saw in the hour", "bytes"),
-        Field("coverage", "double", "flow_bytes / counter_bytes (null: no counter bytes)", "ratio", nullable=True),
+        Field("counter_seconds", "double", "seconds of the hour (day) the counter polls cover", "s"),
+        Field("coverage", "double", "flow_bytes / counter_bytes; null when the counters saw nothing or cover "
+                                    "less than 95 % of the hour (day): a partial hour would read too high", "ratio",
+              nullable=True),
         REPORT_DATE,
     ),
     partition_by=("date",),
