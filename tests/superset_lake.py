@@ -144,6 +144,60 @@ def write_rollups(cfg) -> dict:
     return rollups.write_days(cfg, "demo_flows", con)
 
 
+COVERAGE = {("192.0.2.2", 2): 0.5}  # the demo's one interface whose flows miss half its traffic
+
+
+def write_interface_capacity(cfg) -> dict:
+    """SNMP counters consistent with the demo flows (each interface's counters saw its flows'
+    bytes / 0.97, polled every 5 minutes; one interface / 0.5), deltas by the poller's own
+    code, then the interface_capacity job over them: real utilisation and coverage tables."""
+    import shutil
+
+    import duckdb
+
+    from flowlake.collectors.snmp import deltas, store
+    from flowlake.jobs.context import JobContext
+    from flowlake.jobs.interface_capacity import run
+
+    lake = cfg.lake
+    glob = str(lake / "flows" / "**" / "*.parquet").replace("'", "''")
+    per = duckdb.sql(f"""SELECT exporter, side, if_index, epoch_ms(time_start) // 300000 AS b, sum(bytes) AS bytes
+        FROM (SELECT exporter, 'in_octets' AS side, input_if AS if_index, time_start, bytes FROM read_parquet('{glob}')
+              UNION ALL SELECT exporter, 'out_octets', output_if, time_start, bytes FROM read_parquet('{glob}'))
+        GROUP BY ALL""").fetchall()
+    moved: dict = {}
+    for exporter, side, idx, b, nbytes in per:
+        moved.setdefault(exporter, {}).setdefault(int(b), {}).setdefault(int(idx), {})[side] = \
+            nbytes / COVERAGE.get((exporter, int(idx)), 0.97)
+    shutil.rmtree(lake / "interface_counters", ignore_errors=True)  # write_reports' random rows
+    rows_by_day: dict = {}
+    for exporter, buckets in moved.items():
+        raw = {i: {"in_octets": 0, "out_octets": 0} for i in (1, 2, 3, 4)}
+        first = int(dt.datetime.combine(DAYS[0], dt.time(), dt.timezone.utc).timestamp() * 1000) // 300_000
+        prev = None
+        for b in range(first, first + 288 * len(DAYS) + 1):  # a poll at every 5-minute boundary
+            for idx, sides in buckets.get(b - 1, {}).items():  # the bytes of the bucket that just ended
+                for side, v in sides.items():
+                    raw[idx][side] += int(v)
+            cur = {"time_ms": b * 300_000, "sys_uptime_cs": (b - first) * 30_000 + 100,
+                   "counters": {i: dict(c) for i, c in raw.items()}}
+            for r in deltas.rows(prev, cur):
+                r.update(time=dt.datetime.fromtimestamp(cur["time_ms"] / 1000, dt.timezone.utc), exporter=exporter,
+                         if_name=f"xe-0/0/{r['if_index']}", speed_mbps=1, oper_status=1)
+                rows_by_day.setdefault(r["time"].date(), []).append(r)
+            prev = cur
+    for day, rows in rows_by_day.items():
+        part = lake / "interface_counters" / f"date={day.isoformat()}"
+        part.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(rows, schema=store.file_schema()), part / "demo.parquet")
+    out = {}
+    for day in DAYS:
+        ctx = JobContext(spark=None, cfg=cfg, date=day)
+        run(ctx)
+        out[day.isoformat()] = sum(1 for _ in (lake / "reports" / "flow_coverage" / f"date={day}").glob("*.parquet"))
+    return out
+
+
 # ---- the one Superset of the test run ---------------------------------------------------
 _STATE: dict = {}
 
@@ -163,6 +217,7 @@ def superset_up(cfg, pytest_config=None) -> dict:
         _STATE["flows"] = write_flows(lake)
         _STATE["tables"] = write_reports(lake)
         _STATE["rollups"] = write_rollups(cfg)
+        _STATE["interface_capacity"] = write_interface_capacity(cfg)
         superset_cli.start(cfg)
         _STATE["provision"] = superset_cli.provision(cfg)
         _STATE["creds"] = superset_cli.credentials(cfg)
