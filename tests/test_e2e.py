@@ -8,6 +8,7 @@ import datetime as dt
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import pcapgen  # noqa: E402
-from flowlake.services.ports import private_env  # noqa: E402
+from flowlake.services.ports import free_port, private_env  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 FLOWLAKE = [sys.executable, "-m", "flowlake.cli"]
@@ -27,7 +28,11 @@ FLOWLAKE = [sys.executable, "-m", "flowlake.cli"]
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     home = tmp_path_factory.mktemp("e2e-home")
-    env = {**os.environ, **private_env(home), "TZ": "UTC"}
+    env = {**os.environ, **private_env(home), "TZ": "UTC",
+           # SNMP for every exporter that sends flows, at an agent that never answers (nothing
+           # listens on the port): the poller runs as a service, the flows land all the same
+           "FLOWLAKE_SNMP_POLL_SEEN": "true", "FLOWLAKE_SNMP_PORT": str(free_port(socket.SOCK_DGRAM)),
+           "FLOWLAKE_SNMP_TIMEOUT_SECONDS": "0.5", "FLOWLAKE_SNMP_RETRIES": "0"}
     up = subprocess.run([*FLOWLAKE, "up", "--no-superset"], env=env, capture_output=True, text=True, timeout=400)
     try:
         assert up.returncode == 0, f"flowlake up failed:\n{up.stdout}\n{up.stderr}"
@@ -176,6 +181,17 @@ def test_real_netflow_lands_exactly(stack, tmp_path):
         time.sleep(2)
     assert got == ref2["flows"]
     assert {e["exporter"] for e in st["exporters"]["exporters"]} == {"127.0.0.1"}
+    # the exporter's SNMP agent is unreachable: the flows above landed anyway, the enricher's
+    # file holds no names for it, and status says why
+    for _ in range(30):
+        snmp = status(stack)["snmp"]
+        if snmp["exporters"].get("127.0.0.1", {}).get("error"):
+            break
+        time.sleep(1)
+    assert st["components"]["snmp"]["state"] == "running"
+    assert "timeout" in snmp["exporters"]["127.0.0.1"]["error"] and snmp["errors"] == 1
+    names = json.loads((stack["home"] / "state" / "snmp" / "interfaces.json").read_text())["exporters"]["127.0.0.1"]
+    assert names["interfaces"] == {} and names["sys_name"] == "" and "timeout" in names["error"]
 
 
 def _kill(stack, name: str):

@@ -25,18 +25,35 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
+SEEN_EVERY_S = 10.0  # with poll_seen, how often exporters that started sending flows are looked for
+
+
 class Poller:
     def __init__(self, cfg):
         self.cfg = cfg
-        self.agents = settings.agents(cfg)
-        known = store.load_interfaces(cfg)
-        self.cache = {a: known.get(a, {"sys_name": "", "polled_ms": 0, "error": "", "interfaces": {}})
-                      for a in self.agents}
-        self.prev = store.last_samples(cfg, self.agents)
-        old = store.read_json(store.poller_file(cfg)).get("exporters") or {}
-        self.state = {a: old.get(a, {}) for a in self.agents}
-        self.next_counters = {a: 0.0 for a in self.agents}
-        self.next_inventory = {a: 0.0 for a in self.agents}
+        self.agents: dict = {}
+        self.cache: dict = {}
+        self.prev: dict = {}
+        self.state: dict = {}
+        self.next_counters: dict = {}
+        self.next_inventory: dict = {}
+        self.next_seen = 0.0
+        self.add_agents(settings.agents(cfg))
+
+    def add_agents(self, agents: dict) -> None:
+        """Start polling these exporters, from what the files say about them (a restart
+        continues where the poller stopped)."""
+        new = {a: v for a, v in agents.items() if a not in self.agents}
+        if not new:
+            return
+        known = store.load_interfaces(self.cfg)
+        old = store.read_json(store.poller_file(self.cfg)).get("exporters") or {}
+        self.prev.update(store.last_samples(self.cfg, new))
+        for a, agent in new.items():
+            self.agents[a] = agent
+            self.cache[a] = known.get(a, {"sys_name": "", "polled_ms": 0, "error": "", "interfaces": {}})
+            self.state[a] = old.get(a, {})
+            self.next_counters[a] = self.next_inventory[a] = 0.0
 
     # ---- one exporter ----------------------------------------------------------------
     async def poll(self, addr: str, inventory: bool, counters: bool) -> None:
@@ -87,6 +104,9 @@ class Poller:
         """Poll what is due (or everything); return the exporters asked."""
         c = self.cfg.snmp
         mono = time.monotonic()
+        if c.poll_seen and mono >= self.next_seen:  # routers that began exporting since
+            self.next_seen = mono + SEEN_EVERY_S
+            self.add_agents(settings.agents(self.cfg))
         wanted = set(force_inventory) | set(store.refresh_requests(self.cfg, self.agents))
         jobs = {}
         for addr in self.agents:
@@ -129,6 +149,7 @@ def poll_once(cfg=None, exporters=None) -> dict:
         if missing:
             raise _config.ConfigError(f"not polled by SNMP: {', '.join(missing)} (polled: {', '.join(p.agents) or 'none'})")
         p.agents = {a: p.agents[a] for a in exporters}
+    p.next_seen = float("inf")  # a one-off poll: the exporters known now
 
     asyncio.run(p.round(everything=True))
     return {"exporters": {a: p.state[a] for a in p.agents}}
