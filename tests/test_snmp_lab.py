@@ -141,7 +141,8 @@ snmp = false
         return {"rc": res.returncode, **json.loads(res.stdout)}
 
     def interfaces(self) -> dict:
-        return json.loads((self.home / "state" / "snmp" / "interfaces.json").read_text())
+        path = self.home / "state" / "snmp" / "interfaces.json"
+        return json.loads(path.read_text()) if path.exists() else {"exporters": {}}
 
     def counter_rows(self, exporter: str) -> list[list[dict]]:
         """Every poll's rows for one exporter, oldest first."""
@@ -261,7 +262,7 @@ def test_service_answers_refresh_requests(snmplab):
     """`flowlake snmp serve` (the service): polls at start, then an enricher's refresh
     request (an empty file named after the exporter) makes it poll that exporter again soon."""
     state = snmplab.home / "state" / "snmp"
-    polled = snmplab.interfaces()["exporters"][snmplab.exporter]["polled"]
+    polled = snmplab.interfaces()["exporters"].get(snmplab.exporter, {}).get("polled", "")
     serve = snmplab.lab.spawn(snmplab.lab.ns_a, "env", f"FLOWLAKE_CONFIG={snmplab.config}",
                               f"FLOWLAKE_HOME={snmplab.home}", sys.executable, "-m", "flowlake.cli", "snmp", "serve")
     try:
@@ -273,7 +274,8 @@ def test_service_answers_refresh_requests(snmplab):
                 assert time.monotonic() < deadline, f"timed out waiting for {what}"
                 time.sleep(0.2)
 
-        wait(lambda: snmplab.interfaces()["exporters"][snmplab.exporter]["polled"] > polled, "the first round")
+        wait(lambda: snmplab.interfaces()["exporters"].get(snmplab.exporter, {}).get("polled", "") > polled,
+             "the first round")
         first = snmplab.interfaces()["exporters"][snmplab.exporter]["polled"]
         (state / "refresh").mkdir(exist_ok=True)
         request = state / "refresh" / snmplab.exporter

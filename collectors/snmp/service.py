@@ -26,6 +26,10 @@ def now_ms() -> int:
 
 
 SEEN_EVERY_S = 10.0  # with poll_seen, how often exporters that started sending flows are looked for
+# a refresh request is answered at once, but at most this often per exporter: an enricher
+# asking again and again about an ifIndex the agent does not have (or a dead agent) costs
+# one walk per REFRESH_MIN_S, not one per request
+REFRESH_MIN_S = 5.0
 
 
 class Poller:
@@ -37,6 +41,7 @@ class Poller:
         self.state: dict = {}
         self.next_counters: dict = {}
         self.next_inventory: dict = {}
+        self.last_inventory: dict = {}  # monotonic time of each exporter's last inventory poll
         self.next_seen = 0.0
         self.add_agents(settings.agents(cfg))
 
@@ -107,7 +112,8 @@ class Poller:
         if c.poll_seen and mono >= self.next_seen:  # routers that began exporting since
             self.next_seen = mono + SEEN_EVERY_S
             self.add_agents(settings.agents(self.cfg))
-        wanted = set(force_inventory) | set(store.refresh_requests(self.cfg, self.agents))
+        asked = store.refresh_requests(self.cfg, self.agents)
+        wanted = set(force_inventory) | {a for a in asked if mono >= self.last_inventory.get(a, -REFRESH_MIN_S) + REFRESH_MIN_S}
         jobs = {}
         for addr in self.agents:
             inv = everything or addr in wanted or mono >= self.next_inventory[addr]
@@ -116,13 +122,14 @@ class Poller:
                 jobs[addr] = (inv, cnt)
                 if inv:
                     self.next_inventory[addr] = mono + float(c.refresh_interval_seconds)
+                    self.last_inventory[addr] = mono
                 if cnt:
                     self.next_counters[addr] = mono + float(c.poll_interval_seconds)
         if jobs:
             await asyncio.gather(*(self.poll(a, inv, cnt) for a, (inv, cnt) in jobs.items()))
             self.save()
             for addr, (inv, _) in jobs.items():
-                if inv and addr in wanted:
+                if inv and addr in asked:  # names just read: the request is answered
                     store.done_refresh(self.cfg, addr)
         return sorted(jobs)
 
