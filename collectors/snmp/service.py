@@ -95,11 +95,12 @@ class Poller:
                     self.next_inventory[addr] = 0.0
             entry["error"] = ""
             st.update(error="", consecutive_failures=0)
-        except query.SnmpError as exc:
-            entry["error"] = str(exc)
-            st.update(error=str(exc), last_error=store.iso(t), consecutive_failures=st.get("consecutive_failures", 0) + 1,
+        except Exception as exc:  # noqa: BLE001 - one exporter's trouble never stops the others
+            text = str(exc) if isinstance(exc, query.SnmpError) else f"{agent.describe()}: {type(exc).__name__}: {exc}"
+            entry["error"] = text
+            st.update(error=text, last_error=store.iso(t), consecutive_failures=st.get("consecutive_failures", 0) + 1,
                       failures=st.get("failures", 0) + 1)
-            log.warning("snmp %s: %s", addr, exc)
+            log.warning("snmp %s: %s", addr, text, exc_info=not isinstance(exc, query.SnmpError))
         finally:
             engine.close_dispatcher()
         st["last_attempt"] = store.iso(t)
