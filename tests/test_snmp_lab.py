@@ -327,3 +327,27 @@ def test_poller_service_is_supervised_like_the_others(tmp_path, monkeypatch):
             service.stop(cfg)
         agent.stop()
     assert stack.component_state(cfg, "snmp")["state"] == "stopped"
+
+
+def test_ipv6_agent_and_exporter(tmp_path):
+    """An exporter known by an IPv6 address, its agent on ::1 (UDP over IPv6): names arrive
+    under the exporter's address, and its refresh request file uses '_' for ':'."""
+    from flowlake import config
+    from flowlake.collectors.snmp import service, store
+
+    agent = Snmpd(tmp_path / "agent6", address="::1").start()
+    try:
+        toml = tmp_path / "flowlake.toml"
+        toml.write_text(f'home = "{tmp_path / "home"}"\n[snmp]\nport = {agent.port}\n'
+                        f'[exporters."2001:db8::7"]\nsnmp_agent = "::1"\n')
+        cfg = config.load(toml, env={})
+        (store.refresh_dir(cfg)).mkdir(parents=True)
+        (store.refresh_dir(cfg) / "2001_db8__7").touch()
+        result = service.poll_once(cfg)
+        assert result["exporters"]["2001:db8::7"]["error"] == ""
+        doc = json.loads(store.interfaces_file(cfg).read_text())["exporters"]["2001:db8::7"]
+        assert {i["name"] for i in doc["interfaces"].values()} == set(agent.walk(IF_NAME).values())
+        assert not (store.refresh_dir(cfg) / "2001_db8__7").exists(), "the poll answered the request"
+        assert list((cfg.lake / "interface_counters").glob("date=*/2001_db8__7-*.parquet"))
+    finally:
+        agent.stop()

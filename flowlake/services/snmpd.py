@@ -53,11 +53,18 @@ class Snmpd:
     def log(self) -> Path:
         return self.workdir / "snmpd.log"
 
+    @property
+    def endpoint(self) -> str:
+        """net-snmp's transport address: udp:A:P, or udp6:[A]:P for IPv6."""
+        return f"udp6:[{self.address}]:{self.port}" if ":" in self.address else f"udp:{self.address}:{self.port}"
+
     def write_conf(self) -> Path:
         lines = [f"rocommunity {self.community} default", f"sysName {self.sys_name}",
                  "sysLocation flowlake test lab", "sysContact nobody"]
         if self.rw_community:
             lines.append(f"rwcommunity {self.rw_community} 127.0.0.0/8")
+        if ":" in self.address:  # IPv6: rocommunity covers IPv4 sources only
+            lines.append(f"rocommunity6 {self.community} default")
         for u in self.users:
             if u.auth_protocol not in V3_AUTH or u.priv_protocol not in V3_PRIV:
                 raise ValueError(f"snmpd user {u.name}: auth {u.auth_protocol} / priv {u.priv_protocol} not supported")
@@ -69,7 +76,7 @@ class Snmpd:
 
     def argv(self) -> list[str]:
         exe = shutil.which("snmpd") or "/usr/sbin/snmpd"
-        cmd = [exe, "-f", "-C", "-c", str(self.conf), "-Lf", str(self.log), f"udp:{self.address}:{self.port}"]
+        cmd = [exe, "-f", "-C", "-c", str(self.conf), "-Lf", str(self.log), self.endpoint]
         return (["ip", "netns", "exec", self.netns] if self.netns else []) + cmd
 
     def start(self, timeout: float = 15.0) -> "Snmpd":
@@ -115,7 +122,7 @@ class Snmpd:
         auth = (["-v3", "-l", "authPriv", "-u", user.name, "-a", user.auth_protocol, "-A", user.auth_password,
                  "-x", user.priv_protocol, "-X", user.priv_password] if user else
                 ["-v2c", "-c", community or self.community])
-        cmd = [tool, *auth, "-On", "-Oq", "-Ot", "-Oe", "-t", "2", "-r", "1", f"udp:{self.address}:{self.port}", *args]
+        cmd = [tool, *auth, "-On", "-Oq", "-Ot", "-Oe", "-t", "2", "-r", "1", self.endpoint, *args]
         if self.netns:
             cmd = ["ip", "netns", "exec", self.netns, *cmd]
         res = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "MIBS": ""})
