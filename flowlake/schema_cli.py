@@ -54,6 +54,15 @@ def config_cmd() -> None:
     from . import config
 
     cfg = config.get()
-    data = {k: ({sk: "(set, not shown)" if sk.endswith(("_password", "_secret")) and sv else sv for sk, sv in v.items()}
-                if isinstance(v, dict) else v) for k, v in cfg.as_dict().items()}  # secrets stay off screens and logs
+    data = {k: _masked(v) if isinstance(v, dict) else v for k, v in cfg.as_dict().items()}
     click.echo(json.dumps({"source": str(cfg.source) if cfg.source else None, **data}, indent=2))
+
+
+SECRET_KEYS = ("_password", "_secret", "community")  # SNMP communities are passwords too
+
+
+def _masked(table: dict) -> dict:
+    """Secrets show only that they are set, at any depth ([exporters."ADDR"] snmp_* keys):
+    they stay off screens and logs."""
+    return {k: _masked(v) if isinstance(v, dict) else "(set, not shown)" if k.endswith(SECRET_KEYS) and v else v
+            for k, v in table.items()}

@@ -172,3 +172,23 @@ def test_counters_are_bounded_by_their_retention_key(tmp_path):
     tier = next(t for t in tiers.lake_tiers(cfg, today) if t.name == "interface_counters")
     assert tier.limit == "10 days" and len(tier.units) == 4
     assert sorted(u.path.name for u in tier.expire) == ["date=2026-10-16", "date=2026-11-14"]
+
+
+def test_flowlake_config_hides_communities_and_passwords_at_any_depth(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    toml = tmp_path / "flowlake.toml"
+    toml.write_text('[snmp]\ncommunity = "c0mmunity-x"\n[exporters."192.0.2.3"]\nsnmp_version = "3"\nsnmp_user = "poller"\n'
+                    'snmp_auth_password = "auth-pw-123"\nsnmp_priv_password = "priv-pw-456"\nsnmp_community = "other-c"\n')
+    res = subprocess.run([sys.executable, "-m", "flowlake.cli", "config"], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "FLOWLAKE_CONFIG": str(toml), "FLOWLAKE_HOME": str(tmp_path / "home")})
+    assert res.returncode == 0, res.stderr
+    shown = json.loads(res.stdout)
+    assert shown["snmp"]["community"] == shown["exporters"]["192.0.2.3"]["snmp_auth_password"] == "(set, not shown)"
+    assert shown["exporters"]["192.0.2.3"]["snmp_user"] == "poller"
+    for secret in ("c0mmunity-x", "auth-pw-123", "priv-pw-456", "other-c"):
+        assert secret not in res.stdout
+    agent = settings.agents(config.load(toml, env={}))["192.0.2.3"]
+    assert "other-c" not in agent.describe() and "auth-pw" not in agent.describe()

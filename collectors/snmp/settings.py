@@ -35,8 +35,8 @@ class Agent:
     retries: int = 1
 
     def describe(self) -> str:
-        who = f"community {self.community!r}" if self.version == "2c" else f"user {self.user!r} authPriv"
-        return f"{self.address}:{self.port} SNMPv{self.version} {who}"
+        who = "" if self.version == "2c" else f" user {self.user!r} authPriv"  # never the community: a password
+        return f"{self.address}:{self.port} SNMPv{self.version}{who}"
 
 
 def _check(addr: str, values: dict) -> None:
