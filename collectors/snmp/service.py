@@ -104,6 +104,7 @@ class Poller:
         finally:
             engine.close_dispatcher()
         st["last_attempt"] = store.iso(t)
+        st["last_poll_seconds"] = round((now_ms() - t) / 1000, 3)  # a slow agent shows here
 
     # ---- one round -------------------------------------------------------------------
     async def round(self, force_inventory=(), everything: bool = False) -> list[str]:
@@ -231,7 +232,7 @@ def status(cfg=None) -> dict:
             "agent": agents[addr].describe() if addr in agents else "(no longer configured)",
             "sys_name": d.get("sys_name", ""), "polled": d.get("polled", ""),
             "interfaces": len(d.get("interfaces") or {}), "last_counters": s.get("last_counters", ""),
-            "last_attempt": s.get("last_attempt", ""), "error": error,
+            "last_attempt": s.get("last_attempt", ""), "last_poll_seconds": s.get("last_poll_seconds"), "error": error,
             "failures": s.get("failures", 0), "counter_rows": s.get("counter_rows", 0), "resets": s.get("resets", 0)}
     out["pending_refresh"] = store.refresh_requests(cfg, agents)
     out["unknown_refresh"] = [p.name for p in store.unknown_requests(cfg, agents)]
