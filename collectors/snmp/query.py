@@ -56,10 +56,11 @@ def _auth(agent: Agent):
 def _explain(agent: Agent, indication) -> str:
     text = str(indication)
     if "timeout" in text.lower():
-        hint = ("agent down or unreachable, or a wrong community (SNMPv2c agents do not answer one)"
+        hint = ("agent down or unreachable, or a wrong community: SNMPv2c agents do not answer one"
                 if agent.version == "2c" else "agent down or unreachable, or an unknown user")
+        tries = agent.retries + 1
         return (f"timeout: no answer from {agent.describe()} within {agent.timeout_seconds:g} s "
-                f"x {agent.retries + 1} tries ({hint})")
+                f"x {tries} {'try' if tries == 1 else 'tries'} ({hint})")
     if "digest" in text.lower() or "decrypt" in text.lower() or "unknown user" in text.lower():
         return f"authentication failed at {agent.describe()}: {text} (check the user's passwords and protocols)"
     return f"{agent.describe()}: {text}"
