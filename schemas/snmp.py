@@ -2,7 +2,8 @@
 
 The SNMP poller (collectors/snmp/) reads each exporter's IF-MIB counters every
 [snmp] poll_interval_seconds and writes one Parquet file per exporter and poll into
-`lake/interface_counters/date=YYYY-MM-DD/`: per interface the raw counters and their
+`lake/interface_counters/date=YYYY-MM-DD/` (merged into one file per day once the day is
+two days old): per interface the raw counters and their
 deltas since the previous poll (counter wraps undone; an agent restart, sysUpTime going
 back, gives null deltas and `reset` = true).
 """

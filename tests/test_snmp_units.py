@@ -192,3 +192,32 @@ def test_flowlake_config_hides_communities_and_passwords_at_any_depth(tmp_path):
         assert secret not in res.stdout
     agent = settings.agents(config.load(toml, env={}))["192.0.2.3"]
     assert "other-c" not in agent.describe() and "auth-pw" not in agent.describe()
+
+
+def test_old_days_merge_into_one_file_and_recent_ones_stay(tmp_path):
+    import datetime as dt
+
+    import pyarrow.parquet as pq
+
+    cfg = cfg_from(tmp_path, "")
+    today = dt.date(2026, 11, 25)
+    for day_offset in (3, 1, 0):
+        t0 = int(dt.datetime.combine(today - dt.timedelta(days=day_offset), dt.time(12),
+                                     dt.timezone.utc).timestamp() * 1000)
+        prev = None
+        for k in range(3):
+            for exporter in ("192.0.2.1", "2001:db8::1"):
+                cur = sample(t0 + 60_000 * k, 100 + 6000 * k, {1: {"in_octets": 1000 * k}, 2: {"in_octets": 7 * k}})
+                store.write_counters(cfg, exporter, cur["time_ms"], deltas.rows(prev, cur))
+            prev = cur
+    root = cfg.lake / "interface_counters"
+    before = pq.read_table(root / "date=2026-11-22").to_pylist()
+    assert store.compact_old_days(cfg, today) == ["2026-11-22"]
+    assert [p.name for p in (root / "date=2026-11-22").iterdir()] == ["merged.parquet"]
+    after = pq.read_table(root / "date=2026-11-22").to_pylist()
+    key = lambda r: (r["exporter"], r["if_index"], r["time"])  # noqa: E731
+    assert sorted(after, key=key) == sorted(before, key=key) and len(after) == 12
+    assert len(list((root / "date=2026-11-24").glob("*.parquet"))) == 6  # yesterday: the poller's memory
+    assert len(list((root / "date=2026-11-25").glob("*.parquet"))) == 6
+    assert store.compact_old_days(cfg, today) == []  # nothing left to merge
+    assert not [p for p in root.rglob("*") if ".staging" in str(p) and p.is_file()]

@@ -30,6 +30,7 @@ SEEN_EVERY_S = 10.0  # with poll_seen, how often exporters that started sending 
 # asking again and again about an ifIndex the agent does not have (or a dead agent) costs
 # one walk per REFRESH_MIN_S, not one per request
 REFRESH_MIN_S = 5.0
+COMPACT_EVERY_S = 3600.0  # how often old days' counter files are looked at for merging
 
 
 class Poller:
@@ -141,8 +142,13 @@ class Poller:
 
     async def serve(self, stop: asyncio.Event) -> None:
         self.save()  # status and `flowlake up` see the service at once
+        next_compaction = 0.0
         while not stop.is_set():
             await self.round()
+            if time.monotonic() >= next_compaction:  # after midnight, the day before yesterday's files merge
+                next_compaction = time.monotonic() + COMPACT_EVERY_S
+                for day in store.compact_old_days(self.cfg):
+                    log.info("snmp: merged the counter files of %s", day)
             try:
                 await asyncio.wait_for(stop.wait(), 1.0)  # refresh requests are looked for every second
             except asyncio.TimeoutError:

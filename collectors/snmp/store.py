@@ -173,3 +173,38 @@ def last_samples(cfg, exporters) -> dict[str, dict]:
             "counters": {int(r["if_index"]): {c: (unsigned64(r[f"{c}_counter"]) if bits == 64 else r[f"{c}_counter"])
                                               for c, _oid, bits in COUNTERS} for r in t}}
     return out
+
+
+def compact_old_days(cfg, today: dt.date | None = None) -> list[str]:
+    """Merge each day's per-poll files into one, for days before yesterday (the poller
+    writes only today's; yesterday's stay as they are for last_samples): 1,440 files per
+    exporter and day would otherwise pile up for [retention] interface_counters_days.
+    The partition is swapped whole (jobs.context.replace_partition): readers see the poll
+    files or the merged one, never both. Returns the days merged."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from flowlake.jobs.context import replace_partition
+
+    root = counters_dir(cfg)
+    today = today or dt.datetime.now(dt.timezone.utc).date()
+    done = []
+    for part in sorted(root.glob("date=*")) if root.is_dir() else []:
+        try:
+            day = dt.date.fromisoformat(part.name.split("=", 1)[1])
+        except ValueError:
+            continue
+        files = sorted(p for p in part.glob("*.parquet") if not p.name.startswith("."))
+        if day >= today - dt.timedelta(days=1) or len(files) < 2:
+            continue
+        table = pa.concat_tables(pq.read_table(f, schema=file_schema()) for f in files)
+        table = table.sort_by([("exporter", "ascending"), ("if_index", "ascending"), ("time", "ascending")])
+
+        def produce(staging, table=table):
+            staging.mkdir(parents=True)
+            pq.write_table(table, staging / "merged.parquet", compression="zstd")
+            return table.num_rows
+
+        replace_partition(root, day, produce)
+        done.append(day.isoformat())
+    return done
