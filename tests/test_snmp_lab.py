@@ -27,8 +27,13 @@ from flowlake.collectors.active.lab import Lab, _sh
 from flowlake.services.ports import free_port
 from flowlake.services.snmpd import Snmpd, V3User
 
-if os.geteuid() != 0 or not shutil.which("snmpd") and not Path("/usr/sbin/snmpd").exists():
-    pytest.fail("the SNMP lab needs root (network namespaces) and snmpd (`make setup` installs it)", pytrace=False)
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _root_and_snmpd():
+    if os.geteuid() != 0 or not (shutil.which("snmpd") or Path("/usr/sbin/snmpd").exists()):
+        pytest.fail("the SNMP lab needs root (network namespaces) and snmpd (`make setup` installs it)", pytrace=False)
 
 V3 = V3User("flowlake-v3", "auth-pass-1234", "priv-pass-5678")
 ALIAS = "Transit: lab-peer"
