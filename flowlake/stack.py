@@ -275,7 +275,8 @@ def status_dict(cfg=None) -> dict:
 
     return {"home": str(cfg.home_dir), "components": comps, "counts": counts(cfg), "sampling": sampling.status(cfg),
             "retention": retention_status(cfg), "query": _query_status(cfg),
-            "exporters": health.status(cfg), "cluster": cluster_state(cfg), "notify": notify_status(cfg)}
+            "exporters": health.status(cfg), "cluster": cluster_state(cfg), "notify": notify_status(cfg),
+            "pinger": _pinger_status(cfg)}
 
 
 def notify_status(cfg) -> dict:
@@ -286,6 +287,12 @@ def notify_status(cfg) -> dict:
         return ns.status(cfg)
     except Exception as exc:  # status must never crash on a damaged state file
         return {"error": str(exc)}
+
+
+def _pinger_status(cfg) -> dict:
+    from .jobs import pinger_regions
+
+    return pinger_regions.status(cfg)
 
 
 def _query_status(cfg) -> dict:
@@ -438,6 +445,9 @@ def status(as_json: bool) -> None:
                       + f"; the lake holds {qs['hours']} hours in {qs['files']} files (at most {qs['max_files_per_hour']} an hour); "
                       f"index {qs['index_hours']} hours, {qs['index_bytes']:,} bytes (last {qs['index_days']} days)")
     _print_exporters(console, st["exporters"])
+    from .jobs import pinger_regions
+
+    console.print(pinger_regions.status_line(st["pinger"]))
     if st.get("cluster"):
         from .cluster import print_status
 

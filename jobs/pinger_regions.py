@@ -64,3 +64,43 @@ def read(path: Path) -> Regions:
                                    f"{out.hosts[key]['region']!r}, here {vals['region']!r}")
             out.hosts[key] = vals
     return out
+
+
+STATUS_NAMES = 20  # unknown hosts named in status at most (the count is always whole)
+
+
+def status(cfg) -> dict:
+    """`flowlake status`: the regions file and how many hosts of the newest day of active
+    results it maps. Never raises (an error is reported in the dict)."""
+    out = {"regions_file": str(path_of(cfg) or ""), "hosts_in_file": 0, "date": None,
+           "hosts_seen": 0, "mapped": 0, "unknown": 0, "unknown_hosts": []}
+    try:
+        regions = load(cfg)
+        out["hosts_in_file"] = len(regions.hosts)
+        days = sorted(p for p in (cfg.lake / "active").glob("date=*") if any(p.rglob("*.parquet")))
+        if not days:
+            return out
+        import pyarrow.dataset as ds
+
+        table = ds.dataset(str(days[-1]), format="parquet").to_table(columns=["source", "destination"])
+        hosts = {h for col in ("source", "destination") for h in table.column(col).to_pylist() if h}
+        unknown = sorted(h for h in hosts if h.strip().lower() not in regions.hosts)
+        out.update(date=days[-1].name.split("=", 1)[1], hosts_seen=len(hosts), mapped=len(hosts) - len(unknown),
+                   unknown=len(unknown), unknown_hosts=unknown[:STATUS_NAMES])
+    except Exception as exc:  # status must never crash on a bad file or lake
+        out["error"] = str(exc)
+    return out
+
+
+def status_line(st: dict) -> str:
+    if st.get("error"):
+        return f"[red]pinger regions: {st['error']}[/red]"
+    src = st["regions_file"] or "not set ([pinger] regions)"
+    line = f"pinger regions: {src}, {st['hosts_in_file']} hosts"
+    if st["date"]:
+        line += f"; active results of {st['date']}: {st['mapped']} of {st['hosts_seen']} hosts mapped"
+        if st["unknown"]:
+            more = st["unknown"] - len(st["unknown_hosts"])
+            line += (f", [yellow]{st['unknown']} unknown[/yellow] ({', '.join(st['unknown_hosts'])}"
+                     + (f" and {more} more" if more > 0 else "") + ")")
+    return line

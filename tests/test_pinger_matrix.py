@@ -139,3 +139,42 @@ def test_regions_file_errors_name_file_and_line(tmp_path):
         pinger_regions.read(p)
     with pytest.raises(pinger_regions.RegionsError, match="cannot read"):
         pinger_regions.read(tmp_path / "missing.csv")
+
+
+def test_status_counts_mapped_and_unknown_hosts(spark, lake_cfg, tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, "FLOWLAKE_HOME": str(lake_cfg.home_dir), "FLOWLAKE_PINGER_REGIONS": str(tmp_path / "regions.csv"),
+           "FLOWLAKE_KAFKA_PORT": "1"}
+    res = subprocess.run([sys.executable, "-m", "flowlake.cli", "status", "--json"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    st = json.loads(res.stdout)["pinger"]
+    # the newest day of active results (2026-11-20): six host names, one unmapped
+    assert (st["date"], st["hosts_in_file"], st["hosts_seen"], st["mapped"], st["unknown"]) == (
+        "2026-11-20", 4, 6, 5, 1)
+    assert st["unknown_hosts"] == ["mystery.example.org"]
+    table = subprocess.run([sys.executable, "-m", "flowlake.cli", "status"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert "5 of 6 hosts mapped" in table.stdout and "mystery.example.org" in table.stdout
+
+
+def test_daily_set_runs_them_on_an_empty_date(spark, tmp_path):
+    """In the daily job set: a date without flows or active results writes empty tables
+    (behaviour_classes: every class with zeros), and nothing fails."""
+    import pyarrow.parquet as pq
+
+    from flowlake.jobs import runner
+
+    cfg = config.load(env={**os.environ, "FLOWLAKE_HOME": str(tmp_path / "home")})
+    found = runner.discover()
+    mine = ["pinger_matrix", "behaviour_classes", "behaviour_needs"]
+    outcomes = runner.run_jobs(spark, cfg, dt.date(2026, 3, 1), runner.order(found, mine))
+    assert [(o.job, o.status) for o in outcomes] == [(n, "ok") for n in ("behaviour_classes", "behaviour_needs",
+                                                                           "pinger_matrix")], outcomes
+    part = lambda t: pq.read_table(cfg.lake / "reports" / t / "date=2026-03-01")  # noqa: E731
+    assert part("pinger_matrix").num_rows == 0 and part("behaviour_needs").num_rows == 0
+    classes = part("behaviour_classes").to_pylist()
+    assert len(classes) == 9 and all(r["flows"] == r["bytes"] == 0 for r in classes)
