@@ -52,7 +52,7 @@ BEHAVIOUR_NEEDS = Record(
         "the measured active results (active RTT tests, one-way latency taken as RTT/2).",
     fields=(
         Field("class", "string", "behaviour class"),
-        Field("target", "string", "destination of the RTT tests"),
+        Field("target", "string", "destination of the RTT tests", address="one"),
         Field("flows", "long", "flows of the class seen that day (all targets)"),
         Field("latency_need_ms", "double", "one-way latency the class needs at most", "ms", nullable=True),
         Field("jitter_need_ms", "double", "jitter the class tolerates at most", "ms", nullable=True),
