@@ -37,7 +37,7 @@ def build_year(cfg, flows_per_day: int) -> int:
     from flowlake.pipelines import rollups
 
     p = model.ModelParams()
-    p.bulk, p.scanners, p.fanin = [], [], []
+    p.bulk, p.scanners, p.fanin, p.teleimmersion = [], [], [], []
     p.local_prefixes = list(cfg.site.local_prefixes)
     first_ms = int(dt.datetime.combine(FIRST, dt.time(), dt.timezone.utc).timestamp() * 1000)
     t0 = time.perf_counter()

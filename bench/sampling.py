@@ -53,7 +53,7 @@ def main() -> None:
     start = datetime(2026, 11, 20, tzinfo=timezone.utc)
     t0 = int(start.timestamp() * 1000)
     p = api.params_for("ipfix")
-    p.bulk, p.scanners, p.fanin = [], [], []
+    p.bulk, p.scanners, p.fanin, p.teleimmersion = [], [], [], []
     p.routers = [model.Router("sampled", "127.0.0.120", 1.0, sampling=SamplingPlan(
         "ipfix-302-309-310", [Sampler(1, 1000), Sampler(2, 250)], change_at_ms=t0 + 1_800_000, change_sampler=1,
         change_rate=500))]

@@ -284,7 +284,7 @@ def status_dict(cfg=None) -> dict:
     return {"home": str(cfg.home_dir), "components": comps, "counts": counts(cfg), "sampling": sampling.status(cfg),
             "retention": retention_status(cfg), "query": _query_status(cfg),
             "exporters": health.status(cfg), "cluster": cluster_state(cfg), "notify": notify_status(cfg),
-            "snmp": snmp_status(cfg)}
+            "snmp": snmp_status(cfg), "pinger": _pinger_status(cfg)}
 
 
 def notify_status(cfg) -> dict:
@@ -305,6 +305,12 @@ def snmp_status(cfg) -> dict:
         return snmp_service.status(cfg)
     except Exception as exc:  # status must never crash on a damaged poller state
         return {"error": str(exc), "exporters": {}, "errors": 0}
+
+
+def _pinger_status(cfg) -> dict:
+    from .jobs import pinger_regions
+
+    return pinger_regions.status(cfg)
 
 
 def _query_status(cfg) -> dict:
@@ -466,6 +472,9 @@ def status(as_json: bool) -> None:
         console.print(f"[bold red]SNMP poller status: {st['snmp']['error']}[/]")
     else:
         snmp_service.print_status(console, st["snmp"])
+    from .jobs import pinger_regions
+
+    console.print(pinger_regions.status_line(st["pinger"]))
     if st.get("cluster"):
         from .cluster import print_status
 

@@ -20,8 +20,9 @@ RTT_BANDS = ((64, "0-64"), (128, "64-128"), (256, "128-256"), (512, "256-512"))
 LOSS_BANDS = ((0.001, "0-0.1%"), (0.01, "0.1-1%"), (0.025, "1-2.5%"), (0.05, "2.5-5%"), (0.12, "5-12%"))
 
 
-def rtt_tests(active):
-    """Active records that are ping-style RTT tests, with the metrics as columns."""
+def rtt_tests(active, keep: tuple = ()):
+    """Active records that are ping-style RTT tests, with the metrics as columns (and the
+    active columns named in keep, e.g. source)."""
     from pyspark.sql import functions as F
 
     m = F.col("metrics")
@@ -30,7 +31,8 @@ def rtt_tests(active):
                     m.getItem("sent").alias("sent"), F.coalesce(m.getItem("received"), F.lit(0.0)).alias("received"),
                     m.getItem("rtt_min_ms").alias("rtt_min_ms"), m.getItem("rtt_avg_ms").alias("rtt_avg_ms"),
                     F.coalesce(m.getItem("rtt_median_ms"), m.getItem("rtt_avg_ms")).alias("rtt_median_ms"),
-                    m.getItem("rtt_max_ms").alias("rtt_max_ms"), m.getItem("jitter_ms").alias("jitter_ms")))
+                    m.getItem("rtt_max_ms").alias("rtt_max_ms"), m.getItem("jitter_ms").alias("jitter_ms"),
+                    *keep))
 
 
 def _band(col, bands, top):

@@ -127,7 +127,19 @@ def templates(cfg) -> dict[str, str]:
                        f"WHEN proto IN (1, 58) THEN 'ICMP' ELSE 'other' END"),
         "interface_speed": interface_speed_sql(cfg),
         "silent_after_seconds": repr(float(getattr(getattr(cfg, "health", None), "silent_after_seconds", 300))),
+        **pinger_band_lists(cfg),
     }
+
+
+def pinger_band_lists(cfg) -> dict[str, str]:
+    """${pinger_<metric>_bands}: [pinger] band names, best first, as a DuckDB list literal
+    (a band's position in it orders the heat-map colours)."""
+    pinger = getattr(cfg, "pinger", None)
+    out = {}
+    for metric in ("rtt", "loss", "ipdv"):
+        names = list(getattr(pinger, f"{metric}_band_names", None) or ["n/a"]) if pinger else ["n/a"]
+        out[f"pinger_{metric}_bands"] = "[" + ", ".join("'" + str(n).replace("'", "''") + "'" for n in names) + "]"
+    return out
 
 
 def interface_speed_sql(cfg, exporter: str = "exporter", if_index: str = "if_index") -> str:
@@ -284,7 +296,7 @@ def dataset_yaml(ds: Dataset, database_uuid: str) -> dict:
 # Time grains of Superset 6.1's DuckDB engine spec (db_engine_specs/duckdb.py): no PT5M.
 DUCKDB_GRAINS = ("PT1S", "PT1M", "PT1H", "P1D", "P1W", "P1M", "P3M", "P1Y")
 VIZ = {"table": "handlebars", "line": "echarts_timeseries_line", "bar": "echarts_timeseries_bar",
-       "big_number": "big_number_total", "pie": "pie"}
+       "big_number": "big_number_total", "pie": "pie", "heatmap": "heatmap_v2"}
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -312,7 +324,7 @@ def chart_payload(chart: dict, ds: Dataset, where: str) -> tuple[dict, dict]:
     if viz not in VIZ:
         raise BundleError(f"{where}: viz {viz!r} not one of {', '.join(VIZ)}")
     metrics = [_metric(m, f"{where}.metrics[{i}]") for i, m in enumerate(chart.get("metrics") or [])]
-    if viz in ("line", "bar", "big_number", "pie") and not metrics:
+    if viz in ("line", "bar", "big_number", "pie", "heatmap") and not metrics:
         raise BundleError(f"{where}: a {viz} chart needs metrics")
     groupby = list(chart.get("groupby") or [])
     limit = int(chart.get("limit", 1000))
@@ -374,11 +386,29 @@ def chart_payload(chart: dict, ds: Dataset, where: str) -> tuple[dict, dict]:
         params.update(groupby=groupby, metric=metrics[0], show_legend=True, show_labels=True,
                       label_type="key_percent", number_format="SMART_NUMBER", sort_by_metric=True)
         query.update(columns=groupby, metrics=[metrics[0]], orderby=[[metrics[0], False]])
+    elif viz == "heatmap":
+        heatmap(chart, params, query, metrics, where)
     query_context = {
         "datasource": {"id": 0, "type": "table"}, "force": False, "queries": [query],
         "form_data": params, "result_format": "json", "result_type": "full",
     }
     return params, query_context
+
+
+def heatmap(chart: dict, params: dict, query: dict, metrics: list[dict], where: str) -> None:
+    """ECharts heat map (heatmap_v2): x by y (`groupby`, one column), cells coloured by the
+    first metric over `bounds` [lo, hi] with `colors` (a sequential scheme)."""
+    x, ys = chart.get("x"), list(chart.get("groupby") or [])
+    if not x or len(ys) != 1:
+        raise BundleError(f"{where}: a heatmap needs x and exactly one groupby column (the y axis)")
+    bounds = chart.get("bounds") or [None, None]
+    params.update(x_axis=x, groupby=ys, metric=metrics[0], linear_color_scheme=chart.get("colors", "schemeYlOrRd"),
+                  normalize_across="heatmap", normalized=False, value_bounds=bounds, show_legend=True,
+                  legend_type="continuous", show_values=True, show_percentage=False, xscale_interval=-1,
+                  yscale_interval=-1, left_margin="auto", bottom_margin="auto", sort_x_axis="alpha_asc",
+                  sort_y_axis="alpha_asc", y_axis_format=chart.get("y_format", "SMART_NUMBER"))
+    query.update(columns=[x, ys[0]], metrics=[metrics[0]], orderby=[[x, True], [ys[0], True]],
+                 post_processing=[{"operation": "rank", "options": {"metric": metrics[0]["label"]}}])
 
 
 # ---- report tables ----------------------------------------------------------------------
@@ -482,6 +512,7 @@ FILTERS = {
     "time": ("Date range", "filter_time", None),
     "exporter": ("Exporter", "filter_select", "exporter"),
     "direction": ("Direction", "filter_select", "direction"),
+    "month": ("Month", "filter_select", "month"),
 }
 # Select filters: (multiple choice, default value or None, pre-filter of the offered values).
 # Direction is one required choice, 'all' by default: report tables hold an 'all' row beside
@@ -490,7 +521,9 @@ FILTERS = {
 SELECT_FILTERS = {
     "exporter": (True, None, "exporter IS NOT NULL AND exporter <> 'all'"),
     "direction": (False, "all", "direction IS NOT NULL"),
+    "month": (False, None, "month IS NOT NULL"),  # one month, the newest first (LATEST_FIRST)
 }
+LATEST_FIRST = {"month"}  # select filters offering their values newest first, the first preselected
 
 
 @dataclass
@@ -616,6 +649,9 @@ def _build_dashboard(bundle: Bundle, path: Path, datasets: dict[str, Dataset], d
             flt["controlValues"] = {"enableEmptyFilter": default is not None, "defaultToFirstItem": False,
                                     "multiSelect": multi, "searchAllOptions": False, "inverseSelection": False}
             flt["adhoc_filters"] = [{"clause": "WHERE", "expressionType": "SQL", "sqlExpression": prefilter}]
+            if key in LATEST_FIRST:
+                flt["controlValues"].update(defaultToFirstItem=True, enableEmptyFilter=True, sortAscending=False)
+                flt["requiredFirst"] = True  # charts wait for the first value (as the filter editor saves it)
             if default is not None:
                 flt["defaultDataMask"] = {
                     "extraFormData": {"filters": [{"col": column, "op": "IN", "val": [default]}]},

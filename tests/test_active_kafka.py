@@ -113,3 +113,60 @@ def test_spark_ingest_decoder_reads_our_messages(spark):
         utc = dt.datetime.fromtimestamp(rec["start"] / 1000, dt.timezone.utc)
         assert row.date == utc.strftime("%Y-%m-%d")
     assert len(rows) == len(recs)
+
+
+def _results_tree(root: Path) -> list[Path]:
+    """A results folder as operators keep them: formats mixed, nested by site and month,
+    plus a hidden editor file that must be left out."""
+    import shutil
+
+    layout = {"slac/2026-11/ping_D_c5.txt": "ping_D_c5.txt", "slac/2026-11/tput.json": "iperf3_tcp.json",
+              "cern/fping_C5.txt": "fping_C5.txt", "cern/deep/er/ps.json": "pscheduler_rtt.json",
+              "sweep.csv": "sweep_frame_size.csv"}
+    for rel, src in layout.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(DATA / src, root / rel)
+    (root / "slac" / ".tput.json.swp").write_text("not a result")
+    return sorted(root / rel for rel in layout)
+
+
+def test_parse_takes_directories_recursively(tmp_path):
+    files = _results_tree(tmp_path / "results")
+    res = CliRunner().invoke(active, ["parse", str(tmp_path / "results")])
+    assert res.exit_code == 0, res.output
+    got = [json.loads(line) for line in res.output.splitlines()]
+    # every file below the folder, each with its own format detected, the hidden one left out
+    from flowlake.collectors.active.result import to_json
+
+    expected = [to_json(r) for f in files for r in parse_file(f)]
+    assert got == expected and {r["tool"] for r in got} >= {"ping", "fping", "iperf3", "csv"}
+    # a directory and a file together; an empty directory is an error naming it
+    res = CliRunner().invoke(active, ["parse", str(tmp_path / "results" / "cern"), str(DATA / "ping_c5.txt")])
+    assert res.exit_code == 0 and len(res.output.splitlines()) == len(
+        [r for f in files if "cern" in f.parts for r in parse_file(f)]) + len(parse_file(DATA / "ping_c5.txt"))
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    res = CliRunner().invoke(active, ["parse", str(tmp_path / "empty")])
+    assert res.exit_code == 1 and f"{tmp_path / 'empty'}: directory holds no files" in res.output
+
+
+@pytest.mark.integration
+def test_import_takes_directories(kafka, cfg, tmp_path):
+    from confluent_kafka import Consumer
+
+    files = _results_tree(tmp_path / "results")
+    topic = cfg.kafka.active_topic
+    probe = Consumer({"bootstrap.servers": kafka, "group.id": "test-active-dir"})
+    before = _high_watermark(probe, topic)
+    res = CliRunner().invoke(active, ["import", str(tmp_path / "results")])
+    assert res.exit_code == 0, res.output
+    expected = [r for f in files for r in parse_file(f)]
+    assert f"published {len(expected)} records from {len(files)} files" in res.output
+    assert [decode(v) for v in _consume_from(kafka, topic, before, len(expected))] == expected
+    # a malformed file deep in the tree: named, and nothing published
+    bad = tmp_path / "results" / "cern" / "deep" / "bad.txt"
+    bad.write_text("PING h (1.2.3.4) 56(84) bytes of data.\n64 bytes from 1.2.3.4: icmp_seq=1 time=? ms\n")
+    after = _high_watermark(probe, topic)
+    res = CliRunner().invoke(active, ["import", str(tmp_path / "results")])
+    assert res.exit_code == 1 and f"{bad}:2" in res.output
+    assert _high_watermark(probe, topic) == after
+    probe.close()

@@ -272,7 +272,7 @@ def test_sampled_routers_land_scaled_per_sampler_and_unknown_rates_show(stack):
     t0 = int(start.timestamp() * 1000)
     forms = [("ipfix-302-309-310", True), ("ipfix-data-311", True), ("ipfix-48-34", False)]
     p = api.params_for("ipfix")
-    p.bulk, p.scanners, p.fanin = [], [], []
+    p.bulk, p.scanners, p.fanin, p.teleimmersion = [], [], [], []
     p.routers = [model.Router(form, f"127.0.0.{90 + i}", 1.0, sampling=SamplingPlan(
         form, [Sampler(1, 1000), Sampler(2, 250)], change_at_ms=t0 + 300_000, change_sampler=1, change_rate=500,
         announce=announce)) for i, (form, announce) in enumerate(forms)]

@@ -33,7 +33,7 @@ def year(tmp_path_factory):
     config.reset()
     cfg = config.get()
     p = model.ModelParams()
-    p.bulk, p.scanners, p.fanin = [], [], []  # events are single-day stories
+    p.bulk, p.scanners, p.fanin, p.teleimmersion = [], [], [], []  # events are single-day stories
     p.local_prefixes = list(cfg.site.local_prefixes)
     first_ms = int(dt.datetime.combine(FIRST, dt.time(), dt.timezone.utc).timestamp() * 1000)
     t0 = time.perf_counter()

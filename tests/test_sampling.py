@@ -68,7 +68,7 @@ def model_params(protocol: str, start_ms: int, duration_ms: int):
                             change_sampler=len(samplers) - 1, change_rate=50 + i)
         p.routers.append(model.Router(form, f"127.0.0.{70 + i}", 1.0, sampling_rate=samplers[0].rate, sampling=plan,
                                       lan_ifs=(10, 11, 12, 13)))
-    p.bulk, p.scanners, p.fanin = [], [], []
+    p.bulk, p.scanners, p.fanin, p.teleimmersion = [], [], [], []
     return p
 
 
@@ -162,7 +162,7 @@ def test_configured_and_forced_rates_and_unknown_samplers(tmp_path, nfdump_bin):
 
     start = datetime(2026, 11, 20, tzinfo=timezone.utc)
     p = api.params_for("v9")
-    p.bulk, p.scanners, p.fanin = [], [], []
+    p.bulk, p.scanners, p.fanin, p.teleimmersion = [], [], [], []
     p.routers = [model.Router("silent", "127.0.0.81", 1.0),
                  model.Router("forced", "127.0.0.82", 1.0, sampling=SamplingPlan("v9-48-34", [Sampler(1, 300)])),
                  model.Router("lost-options", "127.0.0.83", 1.0,

@@ -112,7 +112,8 @@ def test_jobs_run_refills_the_emptied_cache(superset, cfg):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("slug", ["daily-operations", "flow-sizes", "active-vs-passive", "capacity", "collection"])
+@pytest.mark.parametrize("slug", ["daily-operations", "flow-sizes", "active-vs-passive", "capacity", "collection",
+                                  "pinger-regions", "behaviour-classes"])
 def test_dashboard_renders_every_chart(page, superset, slug, figure):
     expected = superset["provision"]["dashboards"][slug]
     page.requested.clear()
@@ -219,6 +220,31 @@ def test_collection_shows_every_exporter_and_flags_the_silent(page, superset, cf
         assert int(r["seq_total"]) == sum(x["sequence_failures"] for x in rows
                                           if (x["exporter"], x["observation_domain"], x["version"]) == (
                                               want["exporter"], want["observation_domain"], want["version"]))
+
+
+@pytest.mark.integration
+def test_pinger_regions_show_the_newest_month(page, superset, cfg):
+    """The PingER dashboard opens on the newest month of the lake's matrices (the month
+    picker's first value): the table lists exactly that month's cells as of its newest
+    report date, and each heat map draws."""
+    import pyarrow.dataset as pads
+
+    rows = pads.dataset(str(cfg.lake / "reports" / "pinger_matrix"), format="parquet",
+                        partitioning="hive").to_table().to_pylist()
+    monthly = [r for r in rows if r["period"] == "month"]
+    newest_month = max(r["month"] for r in monthly)
+    newest_date = max(str(r["date"]) for r in monthly if r["month"] == newest_month)
+    want = sorted((r["src_region"], r["dst_region"], f"{r['loss_pct']:.2f}") for r in monthly
+                  if r["month"] == newest_month and str(r["date"]) == newest_date)
+    page.goto(f"{superset['creds']['url']}/superset/dashboard/pinger-regions/")
+    page.wait_for_function(ALL_CHARTS_SETTLED, timeout=180_000, polling=100)
+    holder = {h.evaluate(INSPECT)["title"]: h for h in page.locator('[data-test="dashboard-component-chart-holder"]').all()}
+    head, shown = holder["Region pairs this month"].evaluate(TABLE_TEXT)
+    shown = [dict(zip(head, r)) for r in shown]
+    assert {r["month"] for r in shown} == {newest_month}
+    assert sorted((r["src_region"], r["dst_region"], r["loss_pct"]) for r in shown) == want
+    for title in ("Loss band (0 = excellent)", "RTT band (0 = good)", "IPDV band (0 = good)"):
+        assert holder[title].evaluate(INSPECT)["canvases"], f"heat map {title!r} drew nothing"
 
 
 @pytest.mark.integration

@@ -36,7 +36,7 @@ def test_uptime_wrap_reboot_and_impossible_times(tmp_path, nfdump_bin):
     t0 = int(START.timestamp() * 1000)
     half = t0 + DURATION_S * 500
     p = api.params_for("v9")
-    p.bulk, p.scanners, p.fanin = [], [], []
+    p.bulk, p.scanners, p.fanin, p.teleimmersion = [], [], [], []
     p.routers = [model.Router("wraps", "127.0.0.101", 1.0, boot_ms=half - (1 << 32)),  # uptime wraps half way
                  model.Router("reboots", "127.0.0.102", 1.0, reboot_at_ms=half),
                  model.Router("broken", "127.0.0.103", 1.0, swap_times_every=5)]

@@ -28,9 +28,14 @@ FLOW_DTYPE = np.dtype([
     ("app", "u1"),        # index into ModelParams.apps
     ("inbound", "?"),     # remote -> local
     ("event", "u2"),      # 0 = background, else 1 + index into Events.all()
+    ("behaviour", "u1"),  # index into BEHAVIOURS: the EVL class the flow was drawn as
 ])
 
 CLASSES = ("tcp_in", "tcp_out", "udp", "icmp", "event")
+# EVL tele-immersion behaviour classes (issue 26; jobs/behaviour_classes.py classifies them)
+BEHAVIOURS = ("avatar", "audio", "video", "realtime_state", "state_update", "small_bulk", "large_bulk",
+              "streaming_bulk", "other")
+SMALL_BULK_BYTES, LARGE_BULK_BYTES = 1e6, 1e8  # a background flow this big is a transfer (small / large bulk)
 TCP, UDP, ICMP = 6, 17, 1
 # TCP flag combinations: a complete exchange, a reset one, and a bare SYN (scans)
 FLAGS_DONE, FLAGS_RESET, FLAGS_SYN = 0x1B, 0x16, 0x02
@@ -85,6 +90,10 @@ def default_apps() -> list[App]:
         App("iperf3", TCP, 5201, 5201, 0.002),
         App("icmp", ICMP, 0, 0, 0.03),
         App("other-tcp", TCP, 1024, 65535, 0.10), App("other-udp", UDP, 1024, 65535, 0.068),
+        # tele-immersion sessions only (weight 0: never drawn for the background)
+        *[App(f"ti-{b}", TCP if b in ("state_update", "small_bulk") else UDP, 48001 + i, 48001 + i, 0.0)
+          for i, b in enumerate(("avatar", "audio", "video", "realtime_state", "state_update", "small_bulk",
+                                 "streaming_bulk"))],
     ]
 
 
@@ -130,6 +139,43 @@ def default_bulk() -> list[Bulk]:
         Bulk("iperf3-test-am", "iperf3", 11.0, 15, 40e6, 1, True, 2),
         Bulk("iperf3-test-pm", "iperf3", 16.5, 15, 40e6, 1, False, 2),
     ]
+
+
+@dataclass
+class Stream:
+    """One flow kind of a tele-immersion session, both ways between the site and every
+    peer: pps packets/s of packet_bytes (each record +-pps_jitter, +-size_jitter), cut
+    into records at the routers' active timeout; for `minutes` (None: the whole session)."""
+    behaviour: str
+    pps: float
+    packet_bytes: float
+    size_jitter: float = 0.05
+    pps_jitter: float = 0.02
+    minutes: float | None = None
+
+
+def default_streams() -> list:
+    # EVL CAVERN/QUANTA-like flows (Leigh et al.): tracker/avatar updates at the tracker's
+    # 30 Hz in ~110-byte packets; audio 20 ms frames (G.711 160 B + RTP/UDP/IP 40 B);
+    # video ~4 Mbit/s in 1200-byte RTP packets; shared simulation state at 60 Hz; sparse
+    # event/database updates on a persistent TCP connection; a paced UDP (RBUDP-like)
+    # dataset stream at 100 Mbit/s for a few minutes.
+    return [Stream("avatar", 30, 110), Stream("audio", 50, 200), Stream("video", 417, 1200),
+            Stream("realtime_state", 60, 450), Stream("state_update", 1.0, 180, size_jitter=0.2, pps_jitter=0.2),
+            Stream("streaming_bulk", 8333, 1500, size_jitter=0.0, minutes=5)]
+
+
+@dataclass
+class TeleSession:
+    """A tele-immersion session between this site and `peers` remote sites; each peer
+    first fetches the shared scene (`scene_mb`, one TCP transfer: small bulk)."""
+    name: str
+    start_hour: float
+    minutes: float
+    peers: int
+    streams: list = field(default_factory=default_streams)
+    scene_mb: float = 40.0
+    scene_rate_bps: float = 50e6
 
 
 @dataclass
@@ -221,6 +267,8 @@ class ModelParams:
         Scanner("scanner-tcp-1", 4.5, 30, 0.01), Scanner("scanner-tcp-2", 13.0, 20, 0.008),
         Scanner("scanner-icmp", 20.0, 15, 0.004, kind="icmp-sweep")])
     fanin: list = field(default_factory=lambda: [FanIn("fanin-dns-burst", 9.25, 5, 0.01, 3000)])
+    teleimmersion: list = field(default_factory=lambda: [
+        TeleSession("tele-immersion-am", 9.0, 45, 2), TeleSession("tele-immersion-pm", 15.0, 90, 3)])
     ping: PingModel = field(default_factory=PingModel)
 
     def as_dict(self) -> dict:
@@ -418,6 +466,11 @@ def background(rng, n, start_ms, duration_ms, params, pools, allow_v6=True) -> n
     n_icmp_pk = rng.integers(1, 11, int(icmp.sum()))
     nbytes[icmp] = 84 * n_icmp_pk
     f["bytes"] = nbytes.astype(np.uint64)
+    # the flow's class is what it moved: a sampled router's record stands for rate x its bytes
+    real = nbytes * np.array([max(1, r.sampling_rate) for r in params.routers], float)[f["router"]]
+    f["behaviour"] = np.where(real >= LARGE_BULK_BYTES, BEHAVIOURS.index("large_bulk"),
+                              np.where(real >= SMALL_BULK_BYTES, BEHAVIOURS.index("small_bulk"),
+                                       BEHAVIOURS.index("other")))
     pk = _packets_for(nbytes, rng)
     pk[icmp] = n_icmp_pk
     f["packets"] = pk
@@ -462,6 +515,7 @@ def bulk_flows(rng, start_ms, duration_ms, params, pools, events: list) -> np.nd
         f["proto"] = app.proto
         f["app"] = app_index[b.app]
         f["klass"] = CLASSES.index("event")
+        f["behaviour"] = BEHAVIOURS.index("large_bulk")
         f["tos"] = app.tos
         f["event"] = len(events) + 1
         target = params.ping.targets[b.target]
@@ -505,6 +559,7 @@ def scanner_flows(rng, n_total, start_ms, duration_ms, params, pools, events: li
         f["src_as"] = remote_as_v4(f["src4"][:1])[0]
         f["dst_as"] = params.site_as
         f["klass"] = CLASSES.index("event")
+        f["behaviour"] = BEHAVIOURS.index("other")
         f["event"] = len(events) + 1
         f["packets"] = 1
         if s.kind == "icmp-sweep":
@@ -543,12 +598,84 @@ def scanner_flows(rng, n_total, start_ms, duration_ms, params, pools, events: li
         if b.proto == TCP:
             f["tcp_flags"] = FLAGS_SYN
         f["klass"] = CLASSES.index("event")
+        f["behaviour"] = BEHAVIOURS.index("other")
         f["event"] = len(events) + 1
         _interfaces(f, rng, params)
         parts.append(f)
         events.append({"kind": "fan-in", "name": b.name, "dst": str(ipaddress.IPv4Address(int(dst))),
                        "port": b.port, "proto": b.proto, "start_ms": int(t0), "end_ms": int(t1),
                        "flows": n, "distinct_sources": int(len(np.unique(f["src4"]))),
+                       "packets": int(f["packets"].sum()), "bytes": int(f["bytes"].sum())})
+    return np.concatenate(parts) if parts else np.zeros(0, FLOW_DTYPE)
+
+
+def _records(t0: int, t1: int, cut_ms: int) -> tuple[np.ndarray, np.ndarray]:
+    """A flow from t0 to t1 (ms) as a router exports it: one record per active timeout."""
+    starts = np.arange(t0, t1, cut_ms, dtype=np.int64)
+    return starts, np.minimum(starts + cut_ms, t1) - 1
+
+
+def tele_flows(rng, start_ms, duration_ms, params, pools, events: list) -> np.ndarray:
+    """Tele-immersion sessions (TeleSession): per peer and direction one flow per Stream,
+    cut at the active timeout, and the scene download at the start. Labelled with the
+    behaviour each was drawn as."""
+    parts = []
+    app_index = {a.name: i for i, a in enumerate(params.apps)}
+    cut_ms = int(params.active_timeout_s * 1000)
+    for s in params.teleimmersion:
+        t0, t1 = params.window(start_ms, duration_ms, s.start_hour, s.minutes)
+        local = pools["l4"][rng.integers(0, len(pools["l4"]))]
+        peers = remote_v4(rng, s.peers, params.local_prefixes)
+        flows = []
+        for peer in peers:
+            kinds = [(st, st.minutes) for st in s.streams] + [(None, None)]
+            for st, minutes in kinds:
+                behaviour = st.behaviour if st else "small_bulk"
+                app = params.apps[app_index[f"ti-{behaviour}"]]
+                if st is None:  # the scene: one TCP transfer to the peer at the session's start
+                    dur = int(s.scene_mb * 8e6 / s.scene_rate_bps * 1000)
+                    starts, ends = _records(t0, min(t1, t0 + max(dur, 1)), cut_ms)
+                    directions = (True,)
+                else:
+                    end = t1 if minutes is None else min(t1, t0 + max(1000, int(params.window(
+                        start_ms, duration_ms, 0, minutes)[1] - params.window(start_ms, duration_ms, 0, 0)[0])))
+                    starts, ends = _records(t0, end, cut_ms)
+                    directions = (True, False)
+                for outbound in directions:
+                    n = len(starts)
+                    f = np.zeros(n, FLOW_DTYPE)
+                    f["t_start"], f["t_end"] = starts, ends
+                    secs = (ends - starts + 1) / 1000.0
+                    if st is None:
+                        f["bytes"] = np.maximum(1500, (secs * s.scene_rate_bps / 8)).astype(np.uint64)
+                        f["packets"] = np.ceil(f["bytes"] / 1500).astype(np.uint64)
+                    else:
+                        pk = np.maximum(1, np.round(secs * st.pps * rng.uniform(1 - st.pps_jitter, 1 + st.pps_jitter, n)))
+                        size = st.packet_bytes * rng.uniform(1 - st.size_jitter, 1 + st.size_jitter, n)
+                        f["packets"] = pk.astype(np.uint64)
+                        f["bytes"] = np.round(pk * np.clip(size, 40, 1500)).astype(np.uint64)
+                    f["router"] = 0
+                    f["inbound"] = not outbound
+                    f["proto"] = app.proto
+                    f["app"] = app_index[app.name]
+                    f["klass"] = CLASSES.index("event")
+                    f["behaviour"] = BEHAVIOURS.index(behaviour)
+                    f["event"] = len(events) + 1
+                    f["src4"], f["dst4"] = (local, peer) if outbound else (peer, local)
+                    ras = remote_as_v4(np.array([peer], np.uint32))[0]
+                    f["src_as"], f["dst_as"] = (params.site_as, ras) if outbound else (ras, params.site_as)
+                    f["src_port"], f["dst_port"] = (40000 + len(flows), app.port_lo) if outbound else (
+                        app.port_lo, 40000 + len(flows))
+                    f["tcp_flags"] = FLAGS_DONE if app.proto == TCP else 0
+                    flows.append(f)
+        f = np.concatenate(flows)
+        _interfaces(f, rng, params)
+        parts.append(f)
+        per = {b: int((f["behaviour"] == i).sum()) for i, b in enumerate(BEHAVIOURS) if (f["behaviour"] == i).any()}
+        events.append({"kind": "teleimmersion", "name": s.name, "router": params.routers[0].name,
+                       "src": str(ipaddress.IPv4Address(int(local))),
+                       "peers": [str(ipaddress.IPv4Address(int(p))) for p in peers],
+                       "start_ms": int(t0), "end_ms": int(t1), "flows": int(len(f)), "flows_per_behaviour": per,
                        "packets": int(f["packets"].sum()), "bytes": int(f["bytes"].sum())})
     return np.concatenate(parts) if parts else np.zeros(0, FLOW_DTYPE)
 
@@ -564,11 +691,12 @@ def generate(params: ModelParams, start_ms: int, duration_ms: int, n_flows: int,
     events: list[dict] = []
     bulk = bulk_flows(rng, start_ms, duration_ms, params, pools, events)
     special = scanner_flows(rng, n_flows, start_ms, duration_ms, params, pools, events)
-    n_bg = n_flows - len(bulk) - len(special)
+    tele = tele_flows(np.random.default_rng([seed, 26]), start_ms, duration_ms, params, pools, events)
+    n_bg = n_flows - len(bulk) - len(special) - len(tele)
     if n_bg < 0:
-        raise ValueError(f"{n_flows} flows are fewer than the events need ({len(bulk) + len(special)}): "
+        raise ValueError(f"{n_flows} flows are fewer than the events need ({len(bulk) + len(special) + len(tele)}): "
                          "ask for more flows")
     flows = np.concatenate([background(rng, n_bg, start_ms, duration_ms, params, pools, allow_v6),
-                            bulk, special])
+                            bulk, special, tele])
     flows = flows[np.argsort(flows["t_end"], kind="stable")]
     return flows, events

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .model import CLASSES
+from .model import BEHAVIOURS, CLASSES
 
 
 def counts(f: np.ndarray) -> dict:
@@ -39,7 +39,10 @@ def summarize(flows: np.ndarray, params, exporters: list[dict]) -> dict:
     per_class = {c: counts(flows[flows["klass"] == i]) for i, c in enumerate(CLASSES)}
     per_app = {a.name: counts(flows[(flows["app"] == i) & (flows["event"] == 0)])
                for i, a in enumerate(params.apps)}
+    # the EVL behaviour class each flow was drawn as (jobs/behaviour_classes.py must find it)
+    per_behaviour = {b: counts(flows[flows["behaviour"] == i]) for i, b in enumerate(BEHAVIOURS)}
     return {"totals": counts(flows), "per_class": per_class, "per_app_background": per_app,
+            "per_behaviour": per_behaviour,
             "ipv6_flows": int(flows["ipv6"].sum()), "exporters": exporters}
 
 
