@@ -50,13 +50,18 @@ class DuckEngine:
 
     def __init__(self, cfg, start: dt.datetime | None = None, end: dt.datetime | None = None,
                  threads: int = 0, progress=None, use_index: bool = True):
-        from flowlake.jobs.duck import parquet_files
+        from flowlake.pipelines.lake_snapshot import Snapshot
 
         from . import index
         from .lake import partitions
 
         self.start, self.end, self.progress = start, end, progress
-        parts = [(p, parquet_files(p)) for p in partitions(cfg.lake, start, end)]
+        # The window's hours pinned (hard links) until close(): a compaction swap during the
+        # query cannot take the files listed from under DuckDB.
+        self.snapshot = Snapshot(cfg.lake)
+        hours = partitions(cfg.lake, start, end)
+        root, pinned = self.snapshot.pin(*hours)
+        parts = [(p, [f for f in pinned if f.startswith(f"{root / p.relative_to(cfg.lake)}/")]) for p in hours]
         # (hour folder, its Parquet files, its current index file or None)
         self.parts = [(p, f, index.lookup(cfg, p, f) if use_index else None) for p, f in parts if f]
         tmp = cfg.path("tmp", "duckdb")  # spills, as jobs/duck.connect
@@ -256,6 +261,7 @@ class DuckEngine:
 
     def close(self) -> None:
         self.con.close()
+        self.snapshot.close()
 
 
 class Progress:
