@@ -61,6 +61,7 @@ class DuckEngine:
         self.snapshot = Snapshot(cfg.lake)
         hours = partitions(cfg.lake, start, end)
         root, pinned = self.snapshot.pin(*hours)
+        self._unpin = (str(root), str(cfg.lake))  # errors name the lake's file, not the link
         parts = [(p, [f for f in pinned if f.startswith(f"{root / p.relative_to(cfg.lake)}/")]) for p in hours]
         # (hour folder, its Parquet files, its current index file or None)
         self.parts = [(p, f, index.lookup(cfg, p, f) if use_index else None) for p, f in parts if f]
@@ -126,9 +127,8 @@ class DuckEngine:
                 return self.con.execute(query)
             return self.progress.watch(lambda: self.con.execute(query), self.con.query_progress, label)
         except (duckdb.IOException, duckdb.InvalidInputException) as exc:
-            first = str(exc).splitlines()[0]  # DuckDB appends the SQL around the error: not for the analyst
-            raise LakeReadError(f"cannot read the lake: {first} (if an hour was just compacted, run the query "
-                                "again; `flowlake jobs run` quarantines unreadable files)") from None
+            first = str(exc).splitlines()[0].replace(*self._unpin)  # DuckDB appends the SQL: not for the analyst
+            raise LakeReadError(f"cannot read the lake: {first} (`flowlake jobs run` quarantines unreadable files)") from None
 
     def _run(self, query: str, label: str = "scanning") -> list[dict]:
         res = self._exec(query, label)
