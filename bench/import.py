@@ -97,6 +97,7 @@ def main() -> None:
     ap.add_argument("--seed-flows", type=int, default=50_000, help="flows per softflowd seed file (4 seeds)")
     ap.add_argument("--files", type=int, default=12, help="files per tree")
     ap.add_argument("--compressions", default="none,lz4,lzo,bz2", help="trees to time, comma separated")
+    ap.add_argument("--cpuprofile", metavar="DIR", help="write the importer's Go CPU profile per tree here (go tool pprof)")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="flowlake-bench-import-"))
@@ -134,6 +135,9 @@ def main() -> None:
                 os.environ["FLOWLAKE_KAFKA_LEDGER_TOPIC"] = env["FLOWLAKE_KAFKA_LEDGER_TOPIC"]
                 config.reset()
                 argv = archive.import_argv(config.get(), [tree])
+                if args.cpuprofile:
+                    Path(args.cpuprofile).mkdir(parents=True, exist_ok=True)
+                    argv[2:2] = ["--cpuprofile", str(Path(args.cpuprofile).resolve() / f"import-{comp}-{files}.pprof")]
                 secs, summary, ru = run_import(argv, env)
                 assert summary["flows"] == flows and summary["shipped"] == files, (summary, flows)
                 cpu_broker = broker_cpu(cfg) - broker0

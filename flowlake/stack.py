@@ -451,7 +451,8 @@ def status(as_json: bool) -> None:
         bpf = comp["bytes_per_flow"]
         ct.add_row("compacted (hour close)", f"{comp['rows']:,}",
                    f"{comp['hours_compacted']} hours compacted, {comp['hours_waiting']} waiting"
-                   + (f", {bpf} bytes/flow" if bpf else "") + (f", {comp['errors']} errors" if comp["errors"] else ""))
+                   + (f", {bpf} bytes/flow" if bpf else "") + (f", {comp['errors']} errors" if comp["errors"] else "")
+                   + (f", {comp['retired']['folders']} swapped-out hours kept for readers" if comp.get("retired", {}).get("folders") else ""))
         ct.add_row("rollups (1m/5m/1h/1d)", " / ".join(str(r["dates"]) for r in comp["rollups"].values()) + " days",
                    f"{comp['rollups']['1h']['first'] or '-'} .. {comp['rollups']['1h']['last'] or '-'} (1h)")
     q = c["quarantined"]

@@ -23,6 +23,16 @@ class JobContext:
     cfg: object
     date: dt.date
     results: dict = field(default_factory=dict)  # table -> rows written, for the summary
+    # What this run reads, pinned (pipelines/lake_snapshot.py): a compaction swap during a
+    # job cannot pull files from under its DataFrames. Shared by the jobs of one run.
+    snapshot: object = None
+
+    def lake_snapshot(self):
+        if self.snapshot is None:
+            from flowlake.pipelines.lake_snapshot import Snapshot
+
+            self.snapshot = Snapshot(self.lake)
+        return self.snapshot
 
     # ---- reading -------------------------------------------------------------------
     @property
@@ -53,10 +63,11 @@ class JobContext:
         part = base / f"date={date.isoformat()}"
         schema = record.spark_schema()
         lake_check.check(self.lake, rel, f"date={date.isoformat()}")  # bad files must not sink a report
-        if not part.exists() or not any(part.rglob("*.parquet")):
+        pinned, files = self.lake_snapshot().pin(part)
+        if not files:
             return self.spark.createDataFrame([], schema)
-        df = (self.spark.read.option("basePath", str(base)).schema(schema)
-              .parquet(str(part)))
+        df = (self.spark.read.option("basePath", str(pinned / rel)).schema(schema)
+              .parquet(str(pinned / rel / part.name)))
         return df
 
     # ---- writing -------------------------------------------------------------------

@@ -54,7 +54,7 @@ def partition_files(ctx, rel: str, date=None) -> list[str]:
 
     part = f"date={(date or ctx.date).isoformat()}"
     lake_check.check(ctx.lake, rel, part)
-    return parquet_files(ctx.lake / rel / part)
+    return ctx.lake_snapshot().files(ctx.lake / rel / part)  # pinned: compaction cannot swap them away
 
 
 def flow_files(ctx) -> list[str]:

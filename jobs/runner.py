@@ -107,8 +107,18 @@ def _context_class():
 
 def run_jobs(spark, cfg, date: dt.date, jobs: list[Job], progress=None) -> list[Outcome]:
     """Run jobs in the given order; never raises for a job's failure."""
+    from flowlake.pipelines.lake_snapshot import Snapshot
+
     Ctx = _context_class()
     shared: dict = {}  # state jobs may share within this run (e.g. the enriched flows)
+    snapshot = Snapshot(cfg.lake)  # one for the run: shared DataFrames outlive their job
+    try:
+        return _run_jobs(spark, cfg, date, jobs, progress, Ctx, shared, snapshot)
+    finally:
+        snapshot.close()
+
+
+def _run_jobs(spark, cfg, date, jobs, progress, Ctx, shared, snapshot) -> list[Outcome]:
     failed: set[str] = set()
     outcomes = []
     for job in jobs:
@@ -121,7 +131,7 @@ def run_jobs(spark, cfg, date: dt.date, jobs: list[Job], progress=None) -> list[
             outcomes.append(Outcome(job.name, "skipped", error=f"depends on failed job(s) {', '.join(bad)}"))
             failed.add(job.name)
             continue
-        ctx = Ctx(spark=spark, cfg=cfg, date=date)
+        ctx = Ctx(spark=spark, cfg=cfg, date=date, snapshot=snapshot)
         ctx.shared = shared
         if progress:
             progress(job.name)

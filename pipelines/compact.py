@@ -10,7 +10,10 @@ ranges of exporter and time (readers skip the rest).
 The swap is atomic for every reader that lists the folder (DuckDB, Superset's views,
 Spark): the new files are written into a hidden folder, then one renameat2 exchange
 puts that folder in the hour's place. A listing sees the old files or the new ones,
-never both and never neither.
+never both and never neither. The swapped-out folder is not deleted but retired
+(`lake/.retired/`) for `[compaction] retired_grace_minutes`: a reader that listed the
+hour just before the swap takes its snapshot from it (`lake_snapshot`), so reads that
+span a swap never fail and never count a row twice or miss one.
 
 Exactly once with the ingest:
 - only files of batches with a done-marker are rewritten. A batch that died mid-move (a
@@ -63,6 +66,7 @@ class Settings:
     row_group_rows: int
     zstd_level: int
     sort: tuple[str, ...]
+    retired_grace_s: float = 900.0
 
     @classmethod
     def from_config(cls, cfg) -> "Settings":
@@ -71,8 +75,10 @@ class Settings:
             raise ValueError("config [compaction] target_file_mb and row_group_rows must be positive")
         if not 1 <= c.zstd_level <= 22:
             raise ValueError(f"config [compaction] zstd_level = {c.zstd_level}: must be 1..22")
+        if c.retired_grace_minutes < 0:
+            raise ValueError("config [compaction] retired_grace_minutes must be >= 0")
         return cls(c.settle_minutes * 60.0, int(c.target_file_mb * 1024 * 1024), int(c.row_group_rows),
-                   int(c.zstd_level), tuple(c.sort))
+                   int(c.zstd_level), tuple(c.sort), c.retired_grace_minutes * 60.0)
 
 
 @dataclass
@@ -225,6 +231,37 @@ def staging_root(lake: Path, table: str) -> Path:
     return lake / ".compact" / table
 
 
+def retired_root(lake: Path, table: str) -> Path:
+    return lake / ".retired" / table
+
+
+def retire(lake: Path, table: str, old: Path, hour: Hour) -> Path:
+    """Move a swapped-out hour folder aside (named by when it was retired), for readers
+    that listed it before the swap to take their snapshot from."""
+    dest = retired_root(lake, table) / f"{int(time.time() * 1000):013d}-{hour.date}-{hour.hour:02d}-{uuid.uuid4().hex[:6]}"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    os.rename(old, dest)
+    return dest
+
+
+def expire_retired(lake: Path, table: str, grace_s: float, now: float | None = None) -> dict:
+    """Delete retired folders older than the grace (the bound); what is left, for status."""
+    now = time.time() if now is None else now
+    base = retired_root(lake, table)
+    out = {"removed": 0, "folders": 0, "bytes": 0}
+    if not base.is_dir():
+        return out
+    for d in sorted(base.iterdir()):
+        stamp = d.name.split("-", 1)[0]
+        if stamp.isdigit() and now - int(stamp) / 1000.0 >= grace_s:
+            shutil.rmtree(d, ignore_errors=True)
+            out["removed"] += 1
+        else:
+            out["folders"] += 1
+            out["bytes"] += sum(p.stat().st_size for p in d.iterdir() if p.is_file())
+    return out
+
+
 def compact_hour(cfg, table_dir: Path, hour: Hour, done, s: Settings, con=None, force: bool = False) -> dict | None:
     """Rewrite one hour's finished batches as a few sorted files and swap them in.
     Returns what was done, or None when the hour holds nothing to rewrite. force: rewrite
@@ -265,7 +302,8 @@ def compact_hour(cfg, table_dir: Path, hour: Hour, done, s: Settings, con=None, 
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
-    shutil.rmtree(stage, ignore_errors=True)  # the old files (open readers keep their inodes)
+    # The old files: kept aside for the grace, then expire_retired deletes them.
+    retire(cfg.lake, table_dir.name, stage, hour)
     out = {"date": hour.date, "hour": hour.hour, "rows": rows_after,
            "files_before": len(rewrite), "files_after": len(written), "carried": len(carried),
            "bytes_before": bytes_before, "bytes_after": sum(p.stat().st_size for p in written_now(hour)),

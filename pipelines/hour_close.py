@@ -84,7 +84,12 @@ def run(cfg=None, date: str | None = None, settle: bool = True, now: float | Non
         # ones already swapped out): nothing there is live, and no other pass runs now.
         shutil.rmtree(compact.staging_root(cfg.lake, TABLE), ignore_errors=True)
         state = read_state(cfg)
+        # Bounded: swapped-out folders past their grace, snapshots of readers that died.
+        from . import lake_snapshot
+
         now = time.time() if now is None else now
+        state["retired"] = compact.expire_retired(cfg.lake, TABLE, s.retired_grace_s, now)
+        lake_snapshot.sweep(cfg.lake)
         for hour in compact.hours(table_dir, date):
             if not (force or hour.needs_compaction()):
                 continue
@@ -134,7 +139,8 @@ def status(cfg) -> dict:
     return {"hours_compacted": len(hours), "hours_waiting": waiting, "rows": rows, "bytes": size, "rollups": roll,
             "bytes_per_flow": round(size / rows, 2) if rows else None,
             "last_run": state.get("last_run"), "runs": state.get("runs", 0),
-            "errors": state.get("errors", 0), "last_error": state.get("last_error")}
+            "errors": state.get("errors", 0), "last_error": state.get("last_error"),
+            "retired": state.get("retired", {"folders": 0, "bytes": 0})}
 
 
 @click.command("compact")

@@ -15,6 +15,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -47,7 +48,32 @@ type BatchEncoder struct {
 	perMsg int
 	mem    memory.Allocator
 	parts  []*partBatch
+	// One IPC writer for every message (see emit): its zstd encoders are made once. A
+	// fresh writer per message built a zstd encoder per column, each with its history
+	// window: a fifth of the importer's CPU went to clearing that memory (pprof).
+	w         *ipc.Writer
+	sink      *sliceWriter
+	schemaMsg []byte // the stream's schema message, the start of every message's stream
+	// Compression and producing run on a goroutine of their own, beside the file's
+	// decoding (a third of the CPU each): a bounded queue, messages in order.
+	queue chan batchJob
+	done  chan error
+	drop  atomic.Bool // Abort: the queued messages are dropped, not produced
 }
+
+type batchJob struct {
+	rec             arrow.RecordBatch
+	part, seq, rows int
+	emit            Emit
+}
+
+// sliceWriter appends to a slice the caller swaps per message.
+type sliceWriter struct{ buf []byte }
+
+func (s *sliceWriter) Write(p []byte) (int, error) { s.buf = append(s.buf, p...); return len(p), nil }
+
+// ipcEOS ends an Arrow IPC stream: continuation marker, zero length.
+var ipcEOS = []byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}
 
 type partBatch struct {
 	rb   *array.RecordBuilder
@@ -122,6 +148,9 @@ func (b *BatchEncoder) Start(enc *Encoder, partitions int) {
 		b.parts = append(b.parts, b.newPart(enc))
 	}
 	b.parts = b.parts[:partitions]
+	b.Abort() // an unfinished file's messages are never produced (its transaction aborts)
+	b.queue, b.done = make(chan batchJob, 2), make(chan error, 1)
+	go b.work(b.queue, b.done)
 	for _, p := range b.parts {
 		if p.n > 0 {
 			p.rb.NewRecordBatch().Release()
@@ -203,41 +232,109 @@ func flowInt(f *Flow, id fieldID) int64 {
 	return 0
 }
 
-// Flush emits every partition's partial batch (the end of a file).
+// Flush emits every partition's partial batch (the end of a file) and waits until
+// every message of the file went to the producer.
 func (b *BatchEncoder) Flush(emit Emit) error {
 	for part, p := range b.parts {
 		if p.n > 0 {
 			if err := b.emit(part, emit); err != nil {
+				_ = b.finish()
 				return err
 			}
 		}
 	}
-	return nil
+	return b.finish()
 }
 
+// finish closes the file's queue and waits for its worker; its first error.
+func (b *BatchEncoder) finish() error {
+	if b.queue == nil {
+		return nil
+	}
+	close(b.queue)
+	err := <-b.done
+	b.queue, b.done = nil, nil
+	return err
+}
+
+// Abort drops the file's queued messages and stops its worker: call it before aborting
+// the file's transaction, so none of them can be produced after (into the next one).
+func (b *BatchEncoder) Abort() {
+	b.drop.Store(true)
+	_ = b.finish()
+	b.drop.Store(false)
+}
+
+func (b *BatchEncoder) work(queue <-chan batchJob, done chan<- error) {
+	var first error
+	for j := range queue {
+		if first == nil && !b.drop.Load() {
+			first = b.encode(j)
+		}
+		j.rec.Release()
+	}
+	done <- first
+}
+
+// emit cuts partition part's batch and queues it (inline without a worker: tests).
 func (b *BatchEncoder) emit(part int, emit Emit) error {
 	p := b.parts[part]
-	rec := p.rb.NewRecordBatch()
-	defer rec.Release()
-	n := p.n
-	// A fresh buffer per message: the producer holds it until the broker acknowledged.
-	buf := bytes.NewBuffer(make([]byte, 0, 64*1024+n*160))
-	buf.Write(b.header)
-	// Columns zstd-compressed inside the message (Kafka compression is off for FlowBatch):
-	// the ingest's JVM then moves ~40 bytes a flow instead of ~200, and Arrow in the
-	// Python task decompresses them.
-	w := ipc.NewWriter(buf, ipc.WithSchema(b.schema), ipc.WithAllocator(b.mem), ipc.WithZstd())
-	if err := w.Write(rec); err != nil {
-		return fmt.Errorf("arrow batch: %v", err)
-	}
-	if err := w.Close(); err != nil {
-		return fmt.Errorf("arrow batch: %v", err)
-	}
-	seq := p.seq
+	j := batchJob{rec: p.rb.NewRecordBatch(), part: part, seq: p.seq, rows: p.n, emit: emit}
 	p.n = 0
 	p.seq++
 	p.rb.Reserve(b.perMsg)
-	return emit(part, seq, n, buf.Bytes())
+	if b.queue == nil {
+		defer j.rec.Release()
+		return b.encode(j)
+	}
+	select {
+	case b.queue <- j:
+		return nil
+	case err := <-b.done: // the worker stopped on an error: the file fails
+		b.queue, b.done = nil, nil
+		j.rec.Release()
+		return err
+	}
+}
+
+// encode writes one message (an Arrow IPC stream) and hands it to the producer.
+func (b *BatchEncoder) encode(j batchJob) error {
+	rec, n := j.rec, j.rows
+	if b.w == nil {
+		// The schema message as a writer of no batches writes it (Close: schema, then EOS).
+		var schema bytes.Buffer
+		sw := ipc.NewWriter(&schema, ipc.WithSchema(b.schema), ipc.WithAllocator(b.mem))
+		if err := sw.Close(); err != nil {
+			return fmt.Errorf("arrow schema: %v", err)
+		}
+		b.schemaMsg = bytes.Clone(schema.Bytes()[:schema.Len()-len(ipcEOS)])
+		// Columns zstd-compressed inside the message (Kafka compression is off for FlowBatch):
+		// the ingest's JVM then moves ~40 bytes a flow instead of ~200, and Arrow in the
+		// Python task decompresses them.
+		b.sink = &sliceWriter{}
+		b.w = ipc.NewWriter(b.sink, ipc.WithSchema(b.schema), ipc.WithAllocator(b.mem), ipc.WithZstd())
+		b.sink.buf = nil
+		empty := rec.NewSlice(0, 0)
+		err := b.w.Write(empty) // the writer's schema, written once, dropped
+		empty.Release()
+		if err != nil {
+			b.w = nil
+			return fmt.Errorf("arrow batch: %v", err)
+		}
+	}
+	// Every message is a whole IPC stream: schema, this batch, end of stream (the same
+	// bytes a writer of its own would give). A fresh buffer per message: the producer
+	// holds it until the broker acknowledged; ~40 bytes a flow once compressed.
+	buf := make([]byte, 0, len(b.header)+len(b.schemaMsg)+4096+n*64)
+	buf = append(append(buf, b.header...), b.schemaMsg...)
+	b.sink.buf = buf
+	if err := b.w.Write(rec); err != nil {
+		b.w = nil // a failed writer stays failed: make a new one for the next message
+		return fmt.Errorf("arrow batch: %v", err)
+	}
+	buf = append(b.sink.buf, ipcEOS...)
+	b.sink.buf = nil
+	return j.emit(j.part, j.seq, n, buf)
 }
 
 // batchEmitter produces each FlowBatch message of file `name` into its partition, keyed

@@ -442,6 +442,9 @@ func (s *Shipper) shipAs(ctx context.Context, path string, id fileID) (*Stats, e
 		return nil
 	})
 	abort := func() {
+		if s.batch != nil {
+			s.batch.Abort() // its queued messages must not reach the producer after the abort
+		}
 		actx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = s.cl.AbortBufferedRecords(actx)

@@ -50,13 +50,19 @@ class DuckEngine:
 
     def __init__(self, cfg, start: dt.datetime | None = None, end: dt.datetime | None = None,
                  threads: int = 0, progress=None, use_index: bool = True):
-        from flowlake.jobs.duck import parquet_files
+        from flowlake.pipelines.lake_snapshot import Snapshot
 
         from . import index
         from .lake import partitions
 
         self.start, self.end, self.progress = start, end, progress
-        parts = [(p, parquet_files(p)) for p in partitions(cfg.lake, start, end)]
+        # The window's hours pinned (hard links) until close(): a compaction swap during the
+        # query cannot take the files listed from under DuckDB.
+        self.snapshot = Snapshot(cfg.lake)
+        hours = partitions(cfg.lake, start, end)
+        root, pinned = self.snapshot.pin(*hours)
+        self._unpin = (str(root), str(cfg.lake))  # errors name the lake's file, not the link
+        parts = [(p, [f for f in pinned if f.startswith(f"{root / p.relative_to(cfg.lake)}/")]) for p in hours]
         # (hour folder, its Parquet files, its current index file or None)
         self.parts = [(p, f, index.lookup(cfg, p, f) if use_index else None) for p, f in parts if f]
         tmp = cfg.path("tmp", "duckdb")  # spills, as jobs/duck.connect
@@ -121,9 +127,8 @@ class DuckEngine:
                 return self.con.execute(query)
             return self.progress.watch(lambda: self.con.execute(query), self.con.query_progress, label)
         except (duckdb.IOException, duckdb.InvalidInputException) as exc:
-            first = str(exc).splitlines()[0]  # DuckDB appends the SQL around the error: not for the analyst
-            raise LakeReadError(f"cannot read the lake: {first} (if an hour was just compacted, run the query "
-                                "again; `flowlake jobs run` quarantines unreadable files)") from None
+            first = str(exc).splitlines()[0].replace(*self._unpin)  # DuckDB appends the SQL: not for the analyst
+            raise LakeReadError(f"cannot read the lake: {first} (`flowlake jobs run` quarantines unreadable files)") from None
 
     def _run(self, query: str, label: str = "scanning") -> list[dict]:
         res = self._exec(query, label)
@@ -256,6 +261,7 @@ class DuckEngine:
 
     def close(self) -> None:
         self.con.close()
+        self.snapshot.close()
 
 
 class Progress:

@@ -58,8 +58,6 @@ def lookup(cfg, part: Path, files: list[str]) -> Path | None:
 def build(cfg, now: dt.datetime | None = None, log=None) -> dict:
     """Index every closed hour of the last index_days days that has no current index;
     drop index files of rewritten hours and of days past the bound."""
-    from flowlake.jobs.duck import parquet_files, sql_list
-
     from .lake import partitions
 
     now = now or dt.datetime.now(dt.timezone.utc)
@@ -68,49 +66,63 @@ def build(cfg, now: dt.datetime | None = None, log=None) -> dict:
     out = {"built": 0, "fresh": 0, "removed": 0, "flows": 0}
     keep: set[Path] = set()
     if days > 0:
-        import duckdb
+        from flowlake.pipelines.lake_snapshot import Snapshot
 
         try:
             parts = partitions(cfg.lake, oldest, now - CLOSE_MARGIN)
         except FileNotFoundError:
             parts = []
-        for part in parts:
-            if _hour_of(part) + dt.timedelta(hours=1) > now - CLOSE_MARGIN:
-                continue  # still open: flows keep arriving
-            files = parquet_files(part)
-            if not files:
-                continue
-            target = index_file(cfg, part, files)
-            keep.add(target)
-            if target.exists():
-                out["fresh"] += 1
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            tmp.unlink(missing_ok=True)
-            con = duckdb.connect(str(tmp))
-            try:
-                # time order: a time window then skips row groups by their min/max
-                con.execute(f"CREATE TABLE flows AS SELECT * FROM read_parquet({sql_list(files)}, "
-                            "union_by_name = true) ORDER BY time_start")
-                n = con.execute("SELECT count(*) FROM flows").fetchone()[0]
-            finally:
-                con.close()
-            if index_file(cfg, part, files) != target:  # rewritten while we copied: next run
-                tmp.unlink(missing_ok=True)
-                keep.discard(target)
-                continue
-            os.replace(tmp, target)
-            out["built"] += 1
-            out["flows"] += n
-            if log:
-                log(f"indexed {part.parent.name}/{part.name}: {n:,} flows")
+        with Snapshot(cfg.lake) as snap:
+            _build_parts(cfg, parts, now, snap, keep, out, log)
     if root(cfg).exists():
         for f in root(cfg).rglob("*.duckdb"):
             if f not in keep and not _is_open_hour(f, now):
                 f.unlink(missing_ok=True)
                 out["removed"] += 1
     return out
+
+
+def _build_parts(cfg, parts, now, snap, keep: set, out: dict, log) -> None:
+    """Index the closed hours among `parts` that have no current index (see build)."""
+    import duckdb
+
+    from flowlake.jobs.duck import parquet_files, sql_list
+
+    for part in parts:
+        if _hour_of(part) + dt.timedelta(hours=1) > now - CLOSE_MARGIN:
+            continue  # still open: flows keep arriving
+        files = snap.files(part)  # pinned: a compaction swap while we copy cannot fail the read
+        if not files:
+            continue
+        target = index_file(cfg, part, files)
+        keep.add(target)
+        if target.exists():
+            out["fresh"] += 1
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        tmp.unlink(missing_ok=True)
+        con = duckdb.connect(str(tmp))
+        try:
+            # time order: a time window then skips row groups by their min/max
+            con.execute(f"CREATE TABLE flows AS SELECT * FROM read_parquet({sql_list(files)}, "
+                        "union_by_name = true) ORDER BY time_start")
+            n = con.execute("SELECT count(*) FROM flows").fetchone()[0]
+        finally:
+            con.close()
+        try:
+            current = index_file(cfg, part, parquet_files(part))
+        except OSError:  # a file vanished while listed (swapped just now)
+            current = None
+        if current != target:  # rewritten while we copied: next run
+            tmp.unlink(missing_ok=True)
+            keep.discard(target)
+            continue
+        os.replace(tmp, target)
+        out["built"] += 1
+        out["flows"] += n
+        if log:
+            log(f"indexed {part.parent.name}/{part.name}: {n:,} flows")
 
 
 def _is_open_hour(f: Path, now: dt.datetime) -> bool:

@@ -62,14 +62,24 @@ def partitions(lake: Path, start: dt.datetime | None = None, end: dt.datetime | 
     return out
 
 
-def read_flows(spark, lake: Path, start: dt.datetime | None = None, end: dt.datetime | None = None):
-    """Flows with start <= time_start < end. date/hour filters let Spark skip partitions."""
+def read_flows(spark, lake: Path, start: dt.datetime | None = None, end: dt.datetime | None = None,
+               snapshot=None):
+    """Flows with start <= time_start < end. date/hour filters let Spark skip partitions.
+    With a snapshot (pipelines/lake_snapshot.py) the window's hours are read pinned, so a
+    compaction swap while Spark reads cannot remove the files it listed."""
     from pyspark.sql import functions as F
 
     from flowlake.schemas import FLOWS_TABLE
 
     base = flows_dir(lake)
-    df = spark.read.schema(FLOWS_TABLE.spark_schema()).option("basePath", str(base)).parquet(str(base))
+    paths = [str(base)]
+    if snapshot is not None:
+        parts = partitions(lake, start, end)
+        root, files = snapshot.pin(*parts)
+        if files:
+            base = root / base.relative_to(lake)
+            paths = [str(root / p.relative_to(lake)) for p in parts if (root / p.relative_to(lake)).is_dir()]
+    df = spark.read.schema(FLOWS_TABLE.spark_schema()).option("basePath", str(base)).parquet(*paths)
     if start is not None:
         df = df.where((F.col("date") > start.strftime("%Y-%m-%d")) | (
             (F.col("date") == start.strftime("%Y-%m-%d")) & (F.col("hour") >= start.hour)))

@@ -20,7 +20,10 @@ class SparkEngine:
         # Spark draws its own stage progress bar on stderr
         extra = {"spark.ui.showConsoleProgress": "true"} if progress else None
         self.spark = spark_factory.session("flowlake-query", master=master, cfg=cfg, extra=extra)
-        self.flows = read_flows(self.spark, cfg.lake, start, end)
+        from flowlake.pipelines.lake_snapshot import Snapshot
+
+        self.snapshot = Snapshot(cfg.lake)  # the window's hours pinned until close()
+        self.flows = read_flows(self.spark, cfg.lake, start, end, self.snapshot)
 
     def _where(self, tree):
         from . import to_column
@@ -52,4 +55,4 @@ class SparkEngine:
         return profile(self.flows, address, n)
 
     def close(self) -> None:
-        pass  # the session is the process's (tests share one); it ends with the process
+        self.snapshot.close()  # the session is the process's (tests share one); it ends with the process
