@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "powerlaw": ("flowlake.powerlaw.cli:powerlaw", "Fit a power law to a column of numbers (CSN 2009)."),
     "active": ("flowlake.collectors.active.cli:active", "Parse and import active-test results."),
     "probe": ("flowlake.collectors.active.probe:probe", "Run PingER-style probes on a schedule."),
-    "lab": ("flowlake.collectors.active.lab:lab", "Network-namespace labs with real packets."),
+    "lab": ("flowlake.collectors.lab.cli:lab", "Network-namespace labs with real packets: `lab run SPEC.toml` studies, bulk-impact."),
     "superset": ("flowlake.superset_cli:superset", "Superset credentials and dashboard provisioning."),
     "demo": ("flowlake.demo:demo", "The main job end to end: stack, a day of traffic, reports, Superset."),
     "query": ("flowlake.query.cli:query", "Search the lake with nfdump filter syntax."),

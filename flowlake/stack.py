@@ -284,7 +284,8 @@ def status_dict(cfg=None) -> dict:
     return {"home": str(cfg.home_dir), "components": comps, "counts": counts(cfg), "sampling": sampling.status(cfg),
             "retention": retention_status(cfg), "query": _query_status(cfg),
             "exporters": health.status(cfg), "cluster": cluster_state(cfg), "notify": notify_status(cfg),
-            "snmp": snmp_status(cfg), "pinger": _pinger_status(cfg)}
+            "snmp": snmp_status(cfg), "pinger": _pinger_status(cfg),
+            "lab": _lab_status(cfg)}
 
 
 def notify_status(cfg) -> dict:
@@ -311,6 +312,12 @@ def _pinger_status(cfg) -> dict:
     from .jobs import pinger_regions
 
     return pinger_regions.status(cfg)
+
+
+def _lab_status(cfg) -> dict:
+    from .collectors.lab.status import status as lab_status
+
+    return lab_status(cfg)
 
 
 def _query_status(cfg) -> dict:
@@ -481,6 +488,8 @@ def status(as_json: bool) -> None:
 
         print_status(st["cluster"], console)
     console.print(ingest_table(c.get("ingest", {})))
+    if st["lab"]:
+        console.print(st["lab"]["line"])
     if c["spool"].get("warning"):
         console.print(f"[bold red]WARNING: {c['spool']['warning']}[/]")
     from .retention import report

@@ -102,18 +102,20 @@ class HourFiles:
         return out
 
 
-def land_task(staged: str, row_group_rows: int):
+def land_task(staged: str, row_group_rows: int, lab_runs: str = ""):
     """The function each Spark task runs over its Kafka rows (Arrow batches)."""
 
     def task(batches):
         import pyarrow as pa
         from pyspark import TaskContext
 
+        from flowlake.pipelines import lab_tag
         from flowlake.pipelines.flow_messages import BAD, BATCH, FlowDecoder
 
         decoder = FlowDecoder()
+        runs = lab_tag.load(lab_runs) if lab_runs else {}
         files = HourFiles(Path(staged), f"part-{TaskContext.get().partitionId():05d}",
-                          decoder.schema, row_group_rows)
+                          lab_tag.with_run_id(decoder.schema), row_group_rows)
         legacy: list[dict] = []
         bad: list[dict] = []
         messages = 0
@@ -128,7 +130,7 @@ def land_task(staged: str, row_group_rows: int):
                 kind, payload = decoder.decode(values[i].as_py())
                 if kind == BATCH:
                     messages += 1
-                    files.add(payload)
+                    files.add(lab_tag.tag(payload, runs))
                 elif kind == BAD:
                     row = {k: rb.column(k)[i].as_py() for k in ("topic", "partition", "offset", "timestamp", "key")}
                     bad.append({**row, "value": values[i].as_py(), "reason": payload})
@@ -136,10 +138,10 @@ def land_task(staged: str, row_group_rows: int):
                     messages += 1
                     legacy.append(payload)
                     if len(legacy) >= 65536:
-                        files.add(decoder.rows_table(legacy))
+                        files.add(lab_tag.tag(decoder.rows_table(legacy), runs))
                         legacy = []
         if legacy:
-            files.add(decoder.rows_table(legacy))
+            files.add(lab_tag.tag(decoder.rows_table(legacy), runs))
         out = [{"kind": "file", "path": path, "rows": rows} for path, rows in files.close()]
         out.append({"kind": "task", "messages": messages, "offsets": 0 if first is None else last - first + 1})
         out += [{"kind": "bad", **b} for b in bad]
@@ -181,7 +183,10 @@ def make_handler(cfg, stream, row_group_rows: int = 262144):
     """foreachBatch function of the flows stream."""
     from .ingest import writer_for
 
+    from .lab_tag import registry_path
+
     lake_writer, quarantine_writer = writer_for(cfg, stream)
+    lab_runs = registry_path(cfg)
     conf_key = "spark.sql.execution.arrow.maxRecordsPerBatch"
 
     def handle(batch_df, batch_id: int) -> None:
@@ -195,7 +200,7 @@ def make_handler(cfg, stream, row_group_rows: int = 262144):
         spark.conf.set(conf_key, MESSAGES_PER_ARROW_BATCH)
         try:
             results = (batch_df.select("key", "value", "topic", "partition", "offset", "timestamp")
-                       .mapInArrow(land_task(str(staged), row_group_rows), RESULT_DDL).collect())
+                       .mapInArrow(land_task(str(staged), row_group_rows, str(lab_runs)), RESULT_DDL).collect())
         finally:
             if before is None:
                 spark.conf.unset(conf_key)

@@ -40,6 +40,8 @@ def streams(cfg) -> list[Stream]:
         out.append(Stream("active", cfg.kafka.active_topic, "ActiveResult", "start", False))
     if "ExporterHealth" in registry():
         out.append(Stream("exporter_health", cfg.kafka.health_topic, "ExporterHealth", "interval_start", False))
+    if "ExperimentResult" in registry():
+        out.append(Stream("experiments", cfg.kafka.experiments_topic, "ExperimentResult", "start", False))
     return out
 
 

@@ -34,6 +34,7 @@ FLOWS_TABLE = Record(
     namespace="flowlake.lake",
     doc="The flow lake: `lake/flows/date=YYYY-MM-DD/hour=HH/*.parquet` (zstd).",
     fields=FLOW.fields + (
+        Field("run_id", "string", "lab run the flow belongs to (`flowlake lab run`); '' for other flows", nullable=True),
         Field("date", "string", "UTC date of time_start, YYYY-MM-DD (partition)"),
         Field("hour", "int", "UTC hour of time_start, 0-23 (partition)"),
     ),

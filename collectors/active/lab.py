@@ -16,12 +16,9 @@ import json
 import os
 import random
 import shutil
-import signal
-import socket
 import subprocess
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import click
@@ -31,72 +28,26 @@ from .parsers.ping import PING_REPLY
 from .result import make
 
 
-def _sh(*cmd, check=True) -> subprocess.CompletedProcess:
-    res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
-    if check and res.returncode != 0:
-        raise click.ClickException(f"`{' '.join(map(str, cmd))}` failed ({res.returncode}): {res.stderr.strip()}")
-    return res
+from flowlake.collectors.lab.netns import Namespaces, free_udp_port, sh as _sh, signals_raise, tc_rate_bps
 
 
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Lab:
-    """Namespaces, link and processes of one run; close() undoes all of it."""
+class Lab(Namespaces):
+    """Two namespaces joined by one veth pair with a tbf bottleneck on the sender's side."""
 
     def __init__(self, rate: str | None):  # rate None: a plain link, no bottleneck
-        tag = uuid.uuid4().hex[:6]
-        self.ns_a, self.ns_b = f"fl-lab-a-{tag}", f"fl-lab-b-{tag}"
-        self.veth_a, self.veth_b = f"fla{tag}", f"flb{tag}"
+        super().__init__("fl-lab")
         net = f"10.{random.randint(160, 250)}.{random.randint(0, 255)}"
         self.addr_a, self.addr_b = f"{net}.1", f"{net}.2"
         self.rate = rate
-        self.procs: list[subprocess.Popen] = []
-        self.created: list[str] = []
 
     def build(self):
-        for ns in (self.ns_a, self.ns_b):
-            _sh("ip", "netns", "add", ns)
-            self.created.append(ns)
-            _sh("ip", "-n", ns, "link", "set", "lo", "up")
-        _sh("ip", "link", "add", self.veth_a, "type", "veth", "peer", "name", self.veth_b)
-        _sh("ip", "link", "set", self.veth_a, "netns", self.ns_a)
-        _sh("ip", "link", "set", self.veth_b, "netns", self.ns_b)
-        _sh("ip", "-n", self.ns_a, "addr", "add", f"{self.addr_a}/24", "dev", self.veth_a)
-        _sh("ip", "-n", self.ns_b, "addr", "add", f"{self.addr_b}/24", "dev", self.veth_b)
-        _sh("ip", "-n", self.ns_a, "link", "set", self.veth_a, "up")
-        _sh("ip", "-n", self.ns_b, "link", "set", self.veth_b, "up")
+        self.ns_a, self.ns_b = self.add("a"), self.add("b")
+        self.veth_a, self.veth_b = self.link(self.ns_a, self.ns_b, self.addr_a, self.addr_b)
         if self.rate is None:
             return
         # The bottleneck: a token bucket on the sender's side; `latency` sizes its queue,
         # which is where the pings wait behind the bulk transfer.
-        _sh("ip", "netns", "exec", self.ns_a, "tc", "qdisc", "add", "dev", self.veth_a, "root", "tbf",
-            "rate", self.rate, "burst", "32kbit", "latency", "100ms")
-
-    def spawn(self, ns, *cmd, stdout=subprocess.DEVNULL) -> subprocess.Popen:
-        p = subprocess.Popen(["ip", "netns", "exec", ns, *map(str, cmd)], stdout=stdout,
-                             stderr=subprocess.PIPE, text=True)
-        self.procs.append(p)
-        return p
-
-    def stop(self, p: subprocess.Popen, sig=signal.SIGTERM, timeout=5.0):
-        if p.poll() is None:
-            p.send_signal(sig)
-            try:
-                p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-
-    def close(self):
-        for p in reversed(self.procs):
-            self.stop(p)
-        for ns in self.created:
-            _sh("ip", "netns", "del", ns, check=False)
-        self.created.clear()
+        self.tbf(self.ns_a, self.veth_a, self.rate)
 
 
 def ping_windows(text: str, target: str, window_s: float = 1.0, interval_s: float = 0.1,
@@ -183,57 +134,12 @@ def run_lab(seconds: int = 30, rate: str = "50mbit", lake: Path | None = None, c
     work = Path(tempfile.mkdtemp(prefix="bulk-impact-", dir=cfg.path("tmp") if _mk(cfg.path("tmp")) else None))
     lake = Path(lake).resolve() if lake else cfg.path("lab", work.name, "lake")
     lab = Lab(rate)
-    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def interrupted(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    in_main = _main_thread()
-    if in_main:
-        for s in old:
-            signal.signal(s, interrupted)
     step = progress or (lambda msg: None)
-    try:
-        step("building namespaces")
-        lab.build()
-        spool = work / "nfcapd"
-        spool.mkdir()
-        port = _free_udp_port()
-        nfcapd = lab.spawn(lab.ns_a, "nfcapd", "-p", port, "-b", "127.0.0.1", "-w", spool, "-t", 3600)
-        ctl = work / "softflowd.ctl"
-        softflowd = lab.spawn(lab.ns_a, "softflowd", "-i", lab.veth_a, "-n", f"127.0.0.1:{port}", "-v", 9, "-d",
-                              "-c", ctl, "-p", work / "softflowd.pid", "-t", "maxlife=3600", "-t", "expint=1")
-        iperf_srv = lab.spawn(lab.ns_b, "iperf3", "-s", "-p", 5201)
-        time.sleep(1.0)
-        for p, name in ((nfcapd, "nfcapd"), (softflowd, "softflowd"), (iperf_srv, "iperf3 -s")):
-            if p.poll() is not None:
-                raise click.ClickException(f"{name} exited at start: {p.stderr.read().strip()}")
-        step(f"pinging {lab.addr_b} for {seconds}s; bulk transfer from {int(seconds * 0.4)}s to {int(seconds * 0.75)}s")
-        ping = lab.spawn(lab.ns_a, "ping", "-D", "-n", "-i", 0.1, "-w", seconds, lab.addr_b, stdout=subprocess.PIPE)
-        time.sleep(seconds * 0.4)
-        bulk_s = max(2, int(seconds * 0.35))
-        client = lab.spawn(lab.ns_a, "iperf3", "-c", lab.addr_b, "-p", 5201, "-t", bulk_s, "-J", stdout=subprocess.PIPE)
-        iperf_out, iperf_err = client.communicate(timeout=bulk_s + 30)
-        ping_out, _ = ping.communicate(timeout=seconds + 30)
-        step("collecting NetFlow")
-        _sh("ip", "netns", "exec", lab.ns_a, "softflowctl", "-c", ctl, "expire-all", check=False)
-        time.sleep(1.5)
-        lab.stop(softflowd)
-        lab.stop(nfcapd)  # SIGTERM: nfcapd closes and renames its current file
-        flows = nfdump_flows(spool)
-        (work / "ping.txt").write_text(ping_out)
-        (work / "iperf3.json").write_text(iperf_out)
-        tests = ping_windows(ping_out, lab.addr_b, source_file=str(work / "ping.txt"))
+    with signals_raise():
         try:
-            from .parsers import iperf3 as iperf3_parser
-            tests += iperf3_parser.parse(str(work / "iperf3.json"), iperf_out)
-        except Exception:  # noqa: BLE001 - a failed bulk run still leaves the RTT picture
-            pass
-    finally:
-        lab.close()
-        if in_main:
-            for s, h in old.items():
-                signal.signal(s, h)
+            flows, tests = _run_in_namespaces(lab, work, seconds, step)
+        finally:
+            lab.close()
     if publish:
         from .publish import publish as to_kafka
 
@@ -248,26 +154,48 @@ def run_lab(seconds: int = 30, rate: str = "50mbit", lake: Path | None = None, c
     return figures
 
 
+def _run_in_namespaces(lab: Lab, work: Path, seconds: int, step) -> tuple[list, list]:
+    step("building namespaces")
+    lab.build()
+    spool = work / "nfcapd"
+    spool.mkdir()
+    port = free_udp_port()
+    nfcapd = lab.spawn(lab.ns_a, "nfcapd", "-p", port, "-b", "127.0.0.1", "-w", spool, "-t", 3600)
+    ctl = work / "softflowd.ctl"
+    softflowd = lab.spawn(lab.ns_a, "softflowd", "-i", lab.veth_a, "-n", f"127.0.0.1:{port}", "-v", 9, "-d",
+                          "-c", ctl, "-p", work / "softflowd.pid", "-t", "maxlife=3600", "-t", "expint=1")
+    iperf_srv = lab.spawn(lab.ns_b, "iperf3", "-s", "-p", 5201)
+    time.sleep(1.0)
+    for p, name in ((nfcapd, "nfcapd"), (softflowd, "softflowd"), (iperf_srv, "iperf3 -s")):
+        if p.poll() is not None:
+            raise click.ClickException(f"{name} exited at start: {p.stderr.read().strip()}")
+    step(f"pinging {lab.addr_b} for {seconds}s; bulk transfer from {int(seconds * 0.4)}s to {int(seconds * 0.75)}s")
+    ping = lab.spawn(lab.ns_a, "ping", "-D", "-n", "-i", 0.1, "-w", seconds, lab.addr_b, stdout=subprocess.PIPE)
+    time.sleep(seconds * 0.4)
+    bulk_s = max(2, int(seconds * 0.35))
+    client = lab.spawn(lab.ns_a, "iperf3", "-c", lab.addr_b, "-p", 5201, "-t", bulk_s, "-J", stdout=subprocess.PIPE)
+    iperf_out, iperf_err = client.communicate(timeout=bulk_s + 30)
+    ping_out, _ = ping.communicate(timeout=seconds + 30)
+    step("collecting NetFlow")
+    _sh("ip", "netns", "exec", lab.ns_a, "softflowctl", "-c", ctl, "expire-all", check=False)
+    time.sleep(1.5)
+    lab.stop(softflowd)
+    lab.stop(nfcapd)  # SIGTERM: nfcapd closes and renames its current file
+    flows = nfdump_flows(spool)
+    (work / "ping.txt").write_text(ping_out)
+    (work / "iperf3.json").write_text(iperf_out)
+    tests = ping_windows(ping_out, lab.addr_b, source_file=str(work / "ping.txt"))
+    try:
+        from .parsers import iperf3 as iperf3_parser
+        tests += iperf3_parser.parse(str(work / "iperf3.json"), iperf_out)
+    except Exception:  # noqa: BLE001 - a failed bulk run still leaves the RTT picture
+        pass
+    return flows, tests
+
+
 def _mk(p: Path) -> bool:
     p.mkdir(parents=True, exist_ok=True)
     return True
-
-
-def _main_thread() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
-
-
-def tc_rate_bps(rate: str) -> float:
-    """tc rate text ('50mbit', '1gbit', '800kbit', '10mbps') -> bit/s."""
-    import re
-
-    m = re.fullmatch(r"\s*([\d.]+)\s*([kmgt]?)(bit|bps)?\s*", rate.lower())
-    if not m:
-        raise click.BadParameter(f"{rate!r}: expected a tc rate such as 50mbit", param_hint="--rate")
-    scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[m[2]]
-    return float(m[1]) * scale * (8 if m[3] == "bps" else 1)
 
 
 class _LabConfig:

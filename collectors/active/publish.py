@@ -41,13 +41,18 @@ def decode(data: bytes) -> dict:
 
 def publish(records: list[dict], cfg=None, topic: str | None = None, timeout: float = 30.0) -> int:
     """Produce every record (acks=all, idempotent); raise if any was not delivered."""
-    from confluent_kafka import Producer
-
     from flowlake import config
 
     cfg = cfg or config.get()
-    topic = topic or cfg.kafka.active_topic
     payloads = [encode(r) for r in records]  # encode everything before sending anything
+    keys = [f"{r['source']}>{r['destination']}".encode() for r in records]  # one path stays in order
+    return produce(payloads, keys, topic or cfg.kafka.active_topic, cfg, timeout)
+
+
+def produce(payloads: list[bytes], keys: list[bytes], topic: str, cfg, timeout: float = 30.0) -> int:
+    """Produce encoded messages (acks=all, idempotent); raise if any was not delivered."""
+    from confluent_kafka import Producer
+
     conf = cfg.kafka_client_conf()
     conf.update({"acks": "all", "enable.idempotence": True, "linger.ms": 5,
                  "message.timeout.ms": int(timeout * 1000)})
@@ -58,8 +63,7 @@ def publish(records: list[dict], cfg=None, topic: str | None = None, timeout: fl
         if err is not None:
             failures.append(str(err))
 
-    for rec, value in zip(records, payloads):
-        key = f"{rec['source']}>{rec['destination']}".encode()  # one path stays in order
+    for key, value in zip(keys, payloads):
         while True:
             try:
                 producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
@@ -71,4 +75,4 @@ def publish(records: list[dict], cfg=None, topic: str | None = None, timeout: fl
     if left or failures:
         raise RuntimeError(f"Kafka {cfg.kafka_bootstrap} topic {topic}: {left} undelivered, "
                            f"{len(failures)} failed ({failures[:1]})")
-    return len(records)
+    return len(payloads)

@@ -17,7 +17,7 @@ MIB, GIB = 1 << 20, 1 << 30
 def data_topics(cfg) -> dict[str, int]:
     """Topic -> partitions for the topics retention bounds."""
     k = cfg.kafka
-    return {k.flows_topic: int(k.partitions), k.active_topic: 1, k.dlq_topic: 1, k.health_topic: 1}
+    return {k.flows_topic: int(k.partitions), k.active_topic: 1, k.dlq_topic: 1, k.health_topic: 1, k.experiments_topic: 1}
 
 
 def topic_configs(cfg, partitions: int) -> dict[str, str]:

@@ -200,6 +200,7 @@ def ensure_topics(cfg=None, timeout: float = 60.0) -> None:
         # The ledger says which nfcapd files were shipped; compacted, keyed by file.
         k.ledger_topic: (1, {"cleanup.policy": "compact"}),
         k.health_topic: (1, bounded[k.health_topic]),  # exporter health rows (collectors/health.py)
+        k.experiments_topic: (1, bounded[k.experiments_topic]),  # lab results (collectors/lab)
     }
 
     def missing():

@@ -1,0 +1,186 @@
+"""Network-namespace plumbing shared by the labs: commands, namespaces, veth links,
+tbf, random drop, processes, and clean-up on every exit path.
+
+Namespaces are named PREFIX-<pid>-<n> so parallel labs (other developers, other test
+runs) never collide, and `Namespaces.close()` deletes exactly the ones it made.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import threading
+
+import click
+
+
+def sh(*cmd, check=True) -> subprocess.CompletedProcess:
+    res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+    if check and res.returncode != 0:
+        raise click.ClickException(f"`{' '.join(map(str, cmd))}` failed ({res.returncode}): {res.stderr.strip()}")
+    return res
+
+
+def free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tc_rate_bps(rate: str, hint: str = "--rate") -> float:
+    """tc rate text ('50mbit', '1gbit', '800kbit', '10mbps') -> bit/s."""
+    m = re.fullmatch(r"\s*([\d.]+)\s*([kmgt]?)(bit|bps)?\s*", str(rate).lower())
+    if not m:
+        raise click.BadParameter(f"{rate!r}: expected a tc rate such as 50mbit", param_hint=hint)
+    scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[m[2]]
+    return float(m[1]) * scale * (8 if m[3] == "bps" else 1)
+
+
+def in_ns(ns: str, *cmd) -> list[str]:
+    return ["ip", "netns", "exec", ns, *map(str, cmd)]
+
+
+class Namespaces:
+    """Namespaces, veth links and processes of one lab; close() undoes all of it."""
+
+    def __init__(self, prefix: str = "fl-lab"):
+        self.prefix = f"{prefix}-{os.getpid()}"
+        self.created: list[str] = []
+        self.procs: list[subprocess.Popen] = []
+        self._n = 0
+
+    def add(self, role: str) -> str:
+        name = f"{self.prefix}-{role}"
+        sh("ip", "netns", "add", name)
+        self.created.append(name)
+        sh("ip", "-n", name, "link", "set", "lo", "up")
+        return name
+
+    def link(self, ns_a: str, ns_b: str, addr_a: str, addr_b: str, prefix_len: int = 24) -> tuple[str, str]:
+        """A veth pair between two namespaces, addressed and up; returns the device names."""
+        self._n += 1
+        tag = f"{os.getpid() % 100000:05d}{self._n}"
+        dev_a, dev_b = f"fa{tag}", f"fb{tag}"  # IFNAMSIZ is 15: keep names short
+        sh("ip", "link", "add", dev_a, "type", "veth", "peer", "name", dev_b)
+        sh("ip", "link", "set", dev_a, "netns", ns_a)
+        sh("ip", "link", "set", dev_b, "netns", ns_b)
+        for ns, dev, addr in ((ns_a, dev_a, addr_a), (ns_b, dev_b, addr_b)):
+            sh("ip", "-n", ns, "addr", "add", f"{addr}/{prefix_len}", "dev", dev)
+            sh("ip", "-n", ns, "link", "set", dev, "up")
+        return dev_a, dev_b
+
+    def tbf(self, ns: str, dev: str, rate: str, burst: str = "32kbit", latency: str = "100ms") -> None:
+        """The bottleneck: a token bucket; `latency` bounds how long a packet may queue."""
+        sh(*in_ns(ns, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", burst,
+                  "latency", latency))
+
+    def random_drop(self, ns: str, dev: str, percent: float) -> str:
+        """Drop `percent` % of the packets arriving on `dev` at random (netem is absent here),
+        as a lossy wire would: on the receiving side, since a drop on the sender's output
+        hook is reported to the sending socket (EPERM) instead of being lost silently.
+        nftables if present (numgen random), else iptables' statistic match. Returns which."""
+        per_mille = int(round(percent * 10))
+        if _which("nft"):
+            table = f"fl_drop_{dev}"
+            sh(*in_ns(ns, "nft", "add", "table", "inet", table))
+            sh(*in_ns(ns, "nft", "add", "chain", "inet", table, "in",
+                      "{ type filter hook prerouting priority 0 ; }"))
+            sh(*in_ns(ns, "nft", "add", "rule", "inet", table, "in", "iifname", dev,
+                      "numgen", "random", "mod", "1000", "<", per_mille, "drop"))
+            return "nftables"
+        sh(*in_ns(ns, "iptables", "-t", "raw", "-A", "PREROUTING", "-i", dev, "-m", "statistic", "--mode", "random",
+                  "--probability", f"{per_mille / 1000:.4f}", "-j", "DROP"))
+        return "iptables"
+
+    def clear_drop(self, ns: str, dev: str, how: str) -> None:
+        if how == "nftables":
+            sh(*in_ns(ns, "nft", "delete", "table", "inet", f"fl_drop_{dev}"), check=False)
+        else:
+            sh(*in_ns(ns, "iptables", "-t", "raw", "-F", "PREROUTING"), check=False)
+
+    def set_link(self, ns: str, dev: str, up: bool) -> None:
+        sh(*in_ns(ns, "ip", "link", "set", dev, "up" if up else "down"), check=False)
+
+    def spawn(self, ns: str, *cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) -> subprocess.Popen:
+        p = subprocess.Popen(in_ns(ns, *cmd), stdout=stdout, stderr=stderr, text=True)
+        self.procs.append(p)
+        return p
+
+    def stop(self, p: subprocess.Popen, sig=signal.SIGTERM, timeout: float = 5.0) -> None:
+        if p.poll() is None:
+            p.send_signal(sig)
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if p in self.procs:
+            self.procs.remove(p)
+
+    def close(self) -> None:
+        for p in reversed(list(self.procs)):
+            self.stop(p)
+        for ns in self.created:
+            sh("ip", "netns", "del", ns, check=False)
+        self.created.clear()
+
+
+def _which(tool: str) -> bool:
+    import shutil
+
+    return shutil.which(tool) is not None
+
+
+class Flapper(threading.Thread):
+    """Takes a link down for `down_s`, up for `up_s`, repeatedly, until stopped; records
+    the moments (CLOCK_MONOTONIC, as the paced endpoints stamp) it went down."""
+
+    def __init__(self, lab: Namespaces, ends: list[tuple[str, str]], down_s: float, up_s: float,
+                 first_after_s: float = 1.0):
+        super().__init__(daemon=True)
+        self.lab, self.ends, self.down_s, self.up_s, self.first = lab, ends, down_s, up_s, first_after_s
+        self.stopped = threading.Event()
+        self.downs: list[tuple[float, float]] = []
+
+    def run(self) -> None:
+        import time
+
+        if self.stopped.wait(self.first):
+            return
+        while not self.stopped.is_set():
+            t0 = time.monotonic()
+            for ns, dev in self.ends:
+                self.lab.set_link(ns, dev, False)
+            self.stopped.wait(self.down_s)
+            for ns, dev in self.ends:
+                self.lab.set_link(ns, dev, True)
+            self.downs.append((t0, time.monotonic()))
+            if self.stopped.wait(self.up_s):
+                return
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join(self.down_s + 5)
+
+
+@contextlib.contextmanager
+def signals_raise():
+    """SIGINT/SIGTERM raise KeyboardInterrupt in the main thread, so `finally` blocks run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def interrupted(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    for s in old:
+        signal.signal(s, interrupted)
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)

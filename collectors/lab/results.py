@@ -1,0 +1,65 @@
+"""A run's figures as ExperimentResult rows (one per metric), their Avro encoding, and
+publishing them to Kafka ([kafka] experiments_topic) as active results travel."""
+from __future__ import annotations
+
+import io
+from functools import lru_cache
+
+from .spec import Run
+
+
+def rows(run: Run, figures: dict, start_ms: int, end_ms: int) -> list[dict]:
+    from flowlake.schemas.experiments import METRICS
+
+    p = run.params
+    base = {
+        "run_id": run.run_id, "study": run.study, "kind": run.kind, "protocol": p["protocol"],
+        "congestion_control": p["congestion_control"] or "", "condition": run.condition.name,
+        "path": p["path"] or "", "frame_size": p["frame_size"], "rate": p["rate"], "streams": p["streams"],
+        "window": p["window"], "message_size": p["message_size"], "repetition": run.repetition,
+        "start": int(start_ms), "end": int(end_ms),
+    }
+    out = []
+    for metric, value in figures.items():
+        if value is None or value != value or metric not in METRICS:
+            continue
+        out.append({**base, "metric": metric, "value": float(value), "unit": METRICS[metric]})
+    return out
+
+
+@lru_cache(maxsize=1)
+def _schema():
+    from flowlake.schemas import avro
+    from flowlake.schemas.experiments import EXPERIMENT_RESULT
+
+    return avro.parsed(EXPERIMENT_RESULT), avro.header(EXPERIMENT_RESULT)
+
+
+def encode(row: dict) -> bytes:
+    import fastavro
+
+    schema, head = _schema()
+    buf = io.BytesIO()
+    buf.write(head)
+    fastavro.schemaless_writer(buf, schema, row)
+    return buf.getvalue()
+
+
+def publish(result_rows: list[dict], cfg, timeout: float = 30.0) -> int:
+    """Produce the rows (acks=all, idempotent producer), keyed by run so a run stays in order."""
+    from flowlake.collectors.active.publish import produce
+
+    return produce([encode(r) for r in result_rows], [r["run_id"].encode() for r in result_rows],
+                   cfg.kafka.experiments_topic, cfg, timeout)
+
+
+def probe_records(run: Run, latencies_ms: list[float], start_ms: int, end_ms: int) -> list[dict]:
+    """Probe runs also feed the path_models job: one active `latency` record per probe,
+    with the path and message size it needs."""
+    from flowlake.collectors.active.result import make
+
+    return [make("latency", "lab-client", f"lab-server/{run.params['path']}", start_ms, end_ms,
+                 {"path": run.params["path"], "message_size_bytes": run.params["message_size"],
+                  "protocol": run.params["protocol"], "study": run.study, "run_id": run.run_id,
+                  "condition": run.condition.name},
+                 {"latency_ms": ms}, "flowlake-lab", "") for ms in latencies_ms]

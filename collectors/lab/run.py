@@ -1,0 +1,221 @@
+"""`flowlake lab run SPEC.toml`: build the topology, run every pending run of the grid,
+publish each run's rows, and leave a done marker per run so a killed lab resumes.
+
+A run's marker (state/lab/<study>/<run_id>.json) is written after its rows reached Kafka;
+a rerun skips runs with markers. The namespaces are removed on every exit path
+(finally + SIGINT/SIGTERM turned into exceptions).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import click
+
+from . import results
+from .netns import Namespaces, signals_raise
+from .runners import Runner, Skip
+from .spec import Run, Spec
+from .topology import Topology
+
+TOOLS = ("ip", "tc", "iperf3", "softflowd", "softflowctl")
+
+
+class State:
+    """Done markers of one study, and a summary `flowlake status` reads."""
+
+    def __init__(self, root: Path, study: str):
+        self.root = root
+        self.dir = root / study
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def marker(self, run: Run) -> Path:
+        return self.dir / f"{run.run_id}.json"
+
+    def done(self, run: Run) -> dict | None:
+        try:
+            return json.loads(self.marker(run).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def mark(self, run: Run, info: dict) -> None:
+        _atomic(self.marker(run), json.dumps({"run_id": run.run_id, "label": run.label(), **info}))
+
+    def summary(self, spec: Spec, **extra) -> dict:
+        markers = [self.done(r) for r in spec.runs]
+        out = {"study": spec.study, "spec": spec.source, "runs": len(spec.runs),
+               "done": sum(1 for m in markers if m and m["status"] == "done"),
+               "skipped": sum(1 for m in markers if m and m["status"] == "skipped"),
+               "pending": sum(1 for m in markers if not m), "at": time.time(), **extra}
+        _atomic(self.root / "last.json", json.dumps(out))
+        return out
+
+
+def _atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _fmt_s(s: float) -> str:
+    s = int(round(s))
+    return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
+def estimate_s(spec: Spec, run: Run) -> float:
+    """Rough seconds per run before any has finished (set-up and tear-down included)."""
+    if run.kind in ("probe", "split"):
+        return 3.0 + spec.probe_count * 0.3
+    return spec.duration_s + 2.5
+
+
+def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = True, export: bool = True,
+             echo=None, limit: int | None = None) -> dict:
+    """Run the spec's pending runs; returns the state summary. `limit` stops after that many
+    runs (tests use it to stop a lab half-way, as a kill would)."""
+    echo = echo or (lambda m: click.echo(m, err=True))
+    if os.geteuid() != 0:
+        raise click.ClickException("the lab needs root (network namespaces, tc)")
+    for tool in TOOLS:
+        if shutil.which(tool) is None:
+            raise click.ClickException(f"the lab needs `{tool}` (Debian package) on PATH")
+    state = State(state_root or cfg.path("state", "lab"), spec.study)
+    todo = [r for r in spec.runs if state.done(r) is None]
+    done_before = len(spec.runs) - len(todo)
+    echo(f"lab {spec.study}: {len(spec.runs)} runs, {done_before} already done, {len(todo)} to run")
+    if not todo:
+        return state.summary(spec)
+    work = cfg.path("tmp", "lab", spec.study)
+    work.mkdir(parents=True, exist_ok=True)
+    lab = Namespaces("fl-lab")
+    topo = Topology(spec, lab)
+    runner = Runner(spec, topo, work, int(cfg.active.mss_bytes), str(cfg.active.zero_loss_rule))
+    _load_models(spec, state, runner)
+    exporter = None
+    took: list[float] = []
+    with signals_raise():
+        try:
+            topo.build()
+            if export:
+                from .export import FlowExport
+
+                exporter = FlowExport(cfg, topo, work)
+                exporter.start()
+            for i, run in enumerate(todo, start=1):
+                if limit is not None and i > limit:
+                    break
+                t0 = time.time()
+                if exporter is not None:
+                    exporter.begin(run, t0)
+                try:
+                    out = runner.run(run)
+                except Skip as why:
+                    if exporter is not None:
+                        exporter.register(run, t0, t0)  # close its window: no traffic
+                    state.mark(run, {"status": "skipped", "reason": str(why)})
+                    echo(f"[{done_before + i}/{len(spec.runs)}] {run.label()}: skipped: {why}")
+                    continue
+                t1 = time.time()
+                if exporter is not None:
+                    exporter.register(run, t0, t1)
+                rows = results.rows(run, out["metrics"], int(t0 * 1000), int(t1 * 1000))
+                if publish:
+                    results.publish(rows, cfg)
+                    if out.get("probes"):
+                        from flowlake.collectors.active.publish import publish as to_active
+
+                        to_active(results.probe_records(run, out["probes"], int(t0 * 1000), int(t1 * 1000)), cfg)
+                if run.kind == "probe":
+                    _add_probe(runner, run, out["probes"])
+                state.mark(run, {"status": "done", "start": t0, "end": t1, "metrics": out["metrics"],
+                                 "probes": out.get("probes", []), "flaps": out.get("flaps", []),
+                                 "published": publish, "exporter": exporter.address if exporter else ""})
+                took.append(time.time() - t0)
+                left = [r for r in todo[i:]]
+                mean = sum(took) / len(took)
+                eta = sum(mean if r.kind == run.kind else estimate_s(spec, r) for r in left)
+                echo(f"[{done_before + i}/{len(spec.runs)}] {run.label()}: {_headline(out['metrics'])} "
+                     f"({took[-1]:.1f}s) ETA {_fmt_s(eta)}")
+            if exporter is not None:
+                exporter.stop()
+                exporter = None
+        finally:
+            if exporter is not None:
+                exporter.stop()
+            lab.close()
+    return state.summary(spec, namespaces=[topo.client, topo.server])
+
+
+def _headline(m: dict) -> str:
+    keys = ("throughput", "achieved_rate", "latency_p50", "max_inter_frame_delay", "loss", "latency")
+    parts = []
+    for k in keys:
+        if m.get(k) is not None:
+            v = m[k]
+            parts.append(f"{k}={v / 1e6:.2f}Mbit/s" if k == "throughput" else f"{k}={v:.3g}")
+    return " ".join(parts[:4])
+
+
+def _add_probe(runner: Runner, run: Run, lat: list[float]) -> None:
+    from .metrics import fit_line
+
+    pts = runner.__dict__.setdefault("_points", {}).setdefault(run.params["path"], [])
+    pts += [(float(run.params["message_size"]), ms) for ms in lat]
+    fit = fit_line(pts)
+    if fit:
+        runner.models[run.params["path"]] = fit
+
+
+def _load_models(spec: Spec, state: State, runner: Runner) -> None:
+    """Probe runs done before a restart still feed the split runs' models."""
+    for run in spec.runs:
+        marker = state.done(run) if run.kind == "probe" else None
+        if marker and marker["status"] == "done":
+            _add_probe(runner, run, marker.get("probes", []))
+
+
+@click.command("run")
+@click.argument("spec_file", type=click.Path(dir_okay=False))
+@click.option("--state", "state_dir", type=click.Path(file_okay=False), default=None,
+              help="Folder of the per-run done markers (default: $FLOWLAKE_HOME/state/lab).")
+@click.option("--no-publish", is_flag=True, help="Keep the results in the state folder; send nothing to Kafka.")
+@click.option("--no-export", is_flag=True, help="Do not export the runs' traffic as NetFlow to the stack's nfcapd.")
+@click.option("--fresh", is_flag=True, help="Forget this study's done markers and run the whole grid again.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def run_cmd(spec_file, state_dir, no_publish, no_export, fresh, as_json):
+    """Run a lab study declared in SPEC_FILE (TOML; see examples/lab/).
+
+    Builds a client and a server network namespace joined by one or two tbf-shaped
+    paths, runs the grid (protocol x frame size x rate x streams x window x congestion
+    control x path x message size, each condition, each repetition), exports the
+    traffic as NetFlow to the running stack's nfcapd and publishes one row per run and
+    metric to Kafka ([kafka] experiments_topic), which the ingest lands in
+    lake/experiments/. Progress and ETA go to stderr. Killed and rerun, it resumes
+    where it stopped; `--fresh` starts over. Needs root.
+
+    \b
+    Examples:
+      flowlake lab run examples/lab/smoke.toml
+      flowlake lab run examples/lab/paced.toml --no-publish --no-export
+    """
+    from flowlake import config
+
+    from .spec import SpecError, load
+
+    try:
+        spec = load(spec_file)
+    except SpecError as exc:
+        raise click.ClickException(str(exc)) from None
+    cfg = config.get()
+    root = Path(state_dir) if state_dir else cfg.path("state", "lab")
+    if fresh:
+        shutil.rmtree(root / spec.study, ignore_errors=True)
+    summary = run_spec(spec, cfg, root, publish=not no_publish, export=not no_export)
+    if as_json:
+        click.echo(json.dumps(summary))
+    else:
+        click.echo(f"{spec.study}: {summary['done']} done, {summary['skipped']} skipped, "
+                   f"{summary['pending']} pending of {summary['runs']} runs")
