@@ -62,17 +62,3 @@ EXPERIMENTS = Record(
     fields=_FIELDS + (Field("date", "string", "UTC date of start, YYYY-MM-DD (partition)"),),
     partition_by=("date",),
 )
-
-# The run registry: which exporter address sent a run's NetFlow in which time window.
-LAB_RUNS = Record(
-    name="lab_runs",
-    namespace="flowlake.lake",
-    doc="`lake/lab_runs/*.parquet`: a lab run's NetFlow exporter and time window, to tag its flows by run_id.",
-    fields=(
-        Field("run_id", "string", "the run"),
-        Field("study", "string", "the spec's study"),
-        Field("exporter", "string", "address the run's softflowd NetFlow arrived from at nfcapd"),
-        Field("start", "timestamp_ms", "run start (UTC)", "ms since epoch"),
-        Field("end", "timestamp_ms", "run end (UTC)", "ms since epoch"),
-    ),
-)

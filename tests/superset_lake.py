@@ -136,6 +136,45 @@ def write_reports(lake: Path, rows: int = 600, seed: int = 11) -> list[str]:
     return written
 
 
+def write_experiments(lake: Path, seed: int = 5) -> int:
+    """lake/experiments as `flowlake lab run` leaves it for the example studies' grids (two
+    repetitions), with figures from a simple model: the dashboard's filters on kind and
+    metric must meet real grid values. Replaces the generic rows write_reports wrote."""
+    import shutil
+
+    from flowlake.collectors.lab import results
+    from flowlake.collectors.lab.spec import load
+    from flowlake.schemas.experiments import EXPERIMENTS
+
+    rng = np.random.default_rng(seed)
+    examples = Path(__file__).resolve().parent.parent / "examples" / "lab"
+    rows = []
+    t0 = int(dt.datetime.combine(DAYS[1], dt.time(9), dt.timezone.utc).timestamp() * 1000)
+    for name in ("paced.toml", "datatag.toml", "pbpd.toml"):
+        for i, run in enumerate(r for r in load(examples / name).runs if r.params["protocol"] != "sctp"):
+            p = run.params
+            loss = run.condition.loss_percent / 100
+            size = float(p["message_size"] or 0)
+            figures = {
+                "paced": lambda: {"achieved_rate": p["rate"] * (1 - loss), "max_inter_frame_delay": 1000 / p["rate"]
+                                  * (1 + rng.random()) + (2000 if run.condition.flap_down_s else 0),
+                                  "missed_deadlines": rng.integers(0, 20) * (1 + p["frame_size"] / 1000),
+                                  "latency_p50": 0.2 + rng.random(), "loss": loss},
+                "bulk": lambda: {"throughput": 9e7 * (1 - 5 * loss) * (1 + 0.05 * rng.random()), "rtt": 20.0,
+                                 "loss": loss + 1e-4, "mathis_bound": 1460 * 8 / 0.02 * 1.22 / (loss + 1e-4) ** 0.5},
+                "probe": lambda: {"latency": 0.2 + size * (8 / 4e4 if p["path"] == "a" else 8 / 1e4) / 1000},
+                "split": lambda: {"latency": 0.3 + size * 8 / 5e4 / 1000, "predicted_latency": 0.2 + size * 8 / 5e4 / 1000},
+            }[run.kind]()
+            rows += results.rows(run, figures, t0 + i * 7000, t0 + i * 7000 + 6000)
+    out = lake / "experiments"
+    shutil.rmtree(out, ignore_errors=True)
+    schema = pa.schema([(f.name, ARROW[f.type]) for f in EXPERIMENTS.fields if f.name != "date"])
+    part = out / f"date={DAYS[1].isoformat()}"
+    part.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), part / "part-0.parquet")
+    return len(rows)
+
+
 def write_rollups(cfg) -> dict:
     """The rollups of the demo flows, as hour close computes them (real, consistent data)."""
     from flowlake.pipelines import rollups
@@ -218,6 +257,7 @@ def superset_up(cfg, pytest_config=None) -> dict:
         lake = cfg.lake
         _STATE["flows"] = write_flows(lake)
         _STATE["tables"] = write_reports(lake)
+        _STATE["experiments"] = write_experiments(lake)
         _STATE["rollups"] = write_rollups(cfg)
         _STATE["interface_capacity"] = write_interface_capacity(cfg)
         superset_cli.start(cfg)

@@ -113,7 +113,7 @@ def test_jobs_run_refills_the_emptied_cache(superset, cfg):
 
 @pytest.mark.integration
 @pytest.mark.parametrize("slug", ["daily-operations", "flow-sizes", "active-vs-passive", "capacity", "collection",
-                                  "pinger-regions", "behaviour-classes"])
+                                  "pinger-regions", "behaviour-classes", "experiments"])
 def test_dashboard_renders_every_chart(page, superset, slug, figure):
     expected = superset["provision"]["dashboards"][slug]
     page.requested.clear()

@@ -1,5 +1,7 @@
-"""`flowlake lab`: the namespace labs (bulk-impact) and declared studies (`lab run`)."""
+"""`flowlake lab`: the namespace labs (bulk-impact) and declared studies (`lab run`, `lab report`)."""
 from flowlake.collectors.active.lab import lab
+from .report import report_cmd
 from .run import run_cmd
 
 lab.add_command(run_cmd)
+lab.add_command(report_cmd)

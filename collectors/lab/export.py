@@ -30,7 +30,29 @@ class FlowExport:
         self.address = lab_address()
         self.ctls: list[Path] = []
 
+    def prune(self) -> int:
+        """Drop registry entries older than [lab] registry_days (their flows are long ingested)."""
+        path = registry_path(self.cfg)
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            return 0
+        cutoff = (time.time() - float(self.cfg.lab.registry_days) * 86400) * 1000
+        keep = []
+        for line in lines:
+            try:
+                if json.loads(line)["end"] >= cutoff:
+                    keep.append(line)
+            except (ValueError, KeyError, TypeError):
+                continue
+        if len(keep) < len(lines):
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text("".join(k + "\n" for k in keep))
+            os.replace(tmp, path)  # the ingest reads it whole: never half-written
+        return len(lines) - len(keep)
+
     def start(self) -> None:
+        self.prune()
         lab = self.topo.lab
         port = 9995
         target = f"{self.cfg.collector.bind}:{self.cfg.collector.port}"
@@ -59,7 +81,7 @@ class FlowExport:
     def register(self, run, t0: float, t1: float) -> None:
         """Expire the run's flows now (they leave with this run's window) and close its window."""
         for ctl in self.ctls:
-            sh(*in_ns(self.topo.client, "softflowctl", "-c", ctl, "expire-all"), check=False)
+            sh(*in_ns(self.topo.client, "softflowctl", "-c", ctl, "expire-all"), check=False, timeout=10)
         time.sleep(0.3)
         self._write(run, t0, t1)
 
@@ -72,5 +94,5 @@ class FlowExport:
 
     def stop(self) -> None:
         for ctl in self.ctls:
-            sh(*in_ns(self.topo.client, "softflowctl", "-c", ctl, "expire-all"), check=False)
+            sh(*in_ns(self.topo.client, "softflowctl", "-c", ctl, "expire-all"), check=False, timeout=10)
         time.sleep(0.5)

@@ -17,8 +17,11 @@ import threading
 import click
 
 
-def sh(*cmd, check=True) -> subprocess.CompletedProcess:
-    res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True)
+def sh(*cmd, check=True, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    try:
+        res = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise click.ClickException(f"`{' '.join(map(str, cmd))}` did not finish in {timeout:g}s") from None
     if check and res.returncode != 0:
         raise click.ClickException(f"`{' '.join(map(str, cmd))}` failed ({res.returncode}): {res.stderr.strip()}")
     return res

@@ -133,6 +133,8 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
                 state.mark(run, {"status": "done", "start": t0, "end": t1, "metrics": out["metrics"],
                                  "probes": out.get("probes", []), "flaps": out.get("flaps", []),
                                  "published": publish, "exporter": exporter.address if exporter else ""})
+                if not cfg.lab.keep_work:  # the figures are in the marker; the raw output can go
+                    shutil.rmtree(work / run.run_id, ignore_errors=True)
                 took.append(time.time() - t0)
                 left = [r for r in todo[i:]]
                 mean = sum(took) / len(took)

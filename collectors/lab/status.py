@@ -13,6 +13,11 @@ def status(cfg) -> dict:
     except (OSError, ValueError):
         return {}
     when = dt.datetime.fromtimestamp(last["at"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+    from flowlake.pipelines.lab_tag import registry_path
+
+    reg = registry_path(cfg)
+    last["registry_bytes"] = reg.stat().st_size if reg.exists() else 0
     last["line"] = (f"lab: last study {last['study']} at {when}: {last['done']} runs done, {last['skipped']} skipped, "
-                    f"{last['pending']} pending of {last['runs']}")
+                    f"{last['pending']} pending of {last['runs']}; run registry {last['registry_bytes']:,} bytes "
+                    f"(kept {cfg.lab.registry_days} days)")
     return last

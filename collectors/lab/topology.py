@@ -51,8 +51,10 @@ class Topology:
                 for _, ds in self.devs.values():  # the client -> server direction
                     tables.append((ds, self.lab.random_drop(self.server, ds, cond.loss_percent)))
             if cond.flap_down_s:
-                dc, _ = self.devs[cond.flap_path]
-                flapper = Flapper(self.lab, [(self.client, dc)], cond.flap_down_s, cond.flap_up_s)
+                # the server's end goes down: the client's end (where softflowd captures)
+                # only loses its carrier, so the capture survives the flapping
+                _, ds = self.devs[cond.flap_path]
+                flapper = Flapper(self.lab, [(self.server, ds)], cond.flap_down_s, cond.flap_up_s)
                 flapper.start()
             yield flapper
         finally:

@@ -1,0 +1,222 @@
+"""`flowlake lab run examples/lab/smoke.toml` against a real private stack (`flowlake up`):
+real namespaces, tbf, nftables drop, a flapping link, our paced endpoints, iperf3, MPTCP,
+softflowd NetFlow into the stack's nfcapd, results through Kafka into lake/experiments.
+The smoke study runs once (killed half-way, then resumed) and every check below reads it:
+the figures must respect the configured physics, and the lake must hold what was sent."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from flowlake.services.ports import private_env
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parent.parent
+SMOKE = REPO / "examples" / "lab" / "smoke.toml"
+FLOWLAKE = [sys.executable, "-m", "flowlake.cli"]
+RATE_BPS = 20e6  # smoke.toml: topology.paths.a.rate
+
+
+def _lab_namespaces() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.startswith(f"fl-lab-")}
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """The stack up, the smoke study killed after three runs, then resumed to the end."""
+    if os.geteuid() != 0:
+        pytest.fail("the lab needs root (network namespaces); CI runs as root")
+    home = tmp_path_factory.mktemp("lab-home")
+    env = {**os.environ, **private_env(home), "TZ": "UTC"}
+    up = subprocess.run([*FLOWLAKE, "up", "--no-superset"], env=env, capture_output=True, text=True, timeout=400)
+    try:
+        assert up.returncode == 0, f"flowlake up failed:\n{up.stdout}\n{up.stderr}"
+        state = home / "state" / "lab" / "smoke"
+        before = _lab_namespaces()
+        first = subprocess.Popen([*FLOWLAKE, "lab", "run", str(SMOKE)], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 120
+        while time.time() < deadline and len(list(state.glob("*.json"))) < 3 and first.poll() is None:
+            time.sleep(0.2)
+        created = _lab_namespaces() - before
+        first.send_signal(signal.SIGTERM)
+        _, err1 = first.communicate(timeout=60)
+        killed = {"returncode": first.returncode, "created": created, "left": created & _lab_namespaces(),
+                  "markers": len(list(state.glob("*.json"))), "stderr": err1}
+        second = subprocess.run([*FLOWLAKE, "lab", "run", str(SMOKE), "--json"], env=env, capture_output=True,
+                                text=True, timeout=600)
+        assert second.returncode == 0, second.stderr
+        markers = {p.stem: json.loads(p.read_text()) for p in state.glob("*.json")}
+        yield {"env": env, "home": home, "killed": killed, "second": second, "markers": markers,
+               "summary": json.loads(second.stdout)}
+    finally:
+        subprocess.run([*FLOWLAKE, "down"], env=env, capture_output=True, timeout=300)
+
+
+def _runs(smoke, kind=None, protocol=None, condition=None, cc=None) -> list[dict]:
+    out = []
+    for m in smoke["markers"].values():
+        if m["status"] != "done":
+            continue
+        label = m["label"]
+        if kind and not label.startswith(kind + " "):
+            continue
+        if protocol and f"protocol={protocol} " not in label:
+            continue
+        if condition and f"[{condition}]" not in label:
+            continue
+        if cc and f"congestion_control={cc} " not in label:
+            continue
+        out.append(m)
+    return out
+
+
+def _lake(smoke, sql: str, wait_for=None, timeout: float = 90.0):
+    """Query the stack's lake (DuckDB over Parquet) until `wait_for(rows)` holds."""
+    lake = smoke["home"] / "lake"
+    deadline = time.time() + timeout
+    while True:
+        try:
+            rows = duckdb.connect().execute(sql.replace("$LAKE", str(lake))).fetchall()
+        except duckdb.Error:
+            rows = []
+        if wait_for is None or wait_for(rows) or time.time() > deadline:
+            return rows
+        time.sleep(2)
+
+
+def test_kill_cleans_up_and_rerun_resumes(smoke):
+    k = smoke["killed"]
+    assert k["created"], "the lab made no namespaces before it was killed"
+    assert k["returncode"] != 0
+    assert not k["left"], f"namespaces left after SIGTERM: {k['left']}"
+    assert k["markers"] >= 3
+    # the rerun skipped what was done and ran the rest
+    assert f"{k['markers']} already done" in smoke["second"].stderr
+    s = smoke["summary"]
+    assert (s["runs"], s["done"], s["skipped"], s["pending"]) == (19, 17, 2, 0)
+    assert not (set(s["namespaces"]) & _lab_namespaces())
+    assert "ETA" in smoke["second"].stderr
+
+
+def test_sctp_is_skipped_with_the_reason(smoke):
+    skipped = [m for m in smoke["markers"].values() if m["status"] == "skipped"]
+    assert len(skipped) == 2 and all("protocol=sctp" in m["label"] for m in skipped)
+    assert all("sctp sockets are not supported by this kernel" in m["reason"] for m in skipped)
+
+
+def test_tcp_throughput_respects_the_rate_limit(smoke):
+    bulk = _runs(smoke, "bulk", "tcp", "clean")
+    assert len(bulk) == 3  # reno, cubic, bbr
+    for m in bulk:
+        tput = m["metrics"]["throughput"]
+        assert tput <= RATE_BPS * 1.02, f"{m['label']}: {tput} bit/s through a {RATE_BPS} bit/s tbf"
+        assert tput >= RATE_BPS * 0.7, f"{m['label']}: TCP reached only {tput} bit/s of {RATE_BPS}"
+        assert m["metrics"]["rtt"] > 0 and m["metrics"]["mathis_bound"] > 0
+    for m in _runs(smoke, "bulk", "mptcp"):
+        assert m["metrics"]["throughput"] <= RATE_BPS * 1.02
+
+
+def test_loss_under_a_one_percent_drop_is_binomial(smoke):
+    from scipy.stats import binom
+
+    (paced,) = _runs(smoke, "paced", "udp", "loss1pct")
+    n, dropped = int(paced["metrics"]["frames_sent"]), int(paced["metrics"]["dropped_frames"])
+    lo, hi = binom.interval(0.999, n, 0.01)
+    assert lo <= dropped <= hi, f"{dropped} of {n} frames dropped under a 1% drop: outside [{lo}, {hi}]"
+    (clean,) = _runs(smoke, "paced", "udp", "clean")
+    assert clean["metrics"]["dropped_frames"] == 0
+    (bulk,) = _runs(smoke, "bulk", "udp", "loss1pct")  # iperf3's own count, a second witness
+    packets = bulk["metrics"]["bytes_sent"] / 1400
+    lo, hi = binom.interval(0.999, int(packets), 0.01)
+    assert lo <= bulk["metrics"]["loss"] * packets <= hi
+
+
+def test_flapping_shows_as_gaps_of_the_down_time(smoke):
+    (flap,) = _runs(smoke, "paced", "udp", "flap")
+    assert flap["flaps"], "the link never went down"
+    gap_s = flap["metrics"]["max_inter_frame_delay"] / 1000
+    assert 2.0 <= gap_s <= 2.0 + 0.6, f"longest silence {gap_s:.3f}s for a 2 s outage"
+    # and it is the outage the flapper measured, to within two frame periods and a stamp
+    assert abs(gap_s - flap["flaps"][0]) <= 2 / 200 + 0.15
+    (clean,) = _runs(smoke, "paced", "udp", "clean")
+    assert clean["metrics"]["max_inter_frame_delay"] < 500
+
+
+def test_results_land_in_lake_experiments(smoke):
+    from flowlake.schemas.experiments import METRICS
+
+    done = _runs(smoke)
+    expected = sum(1 for m in done for k, v in m["metrics"].items() if v is not None and k in METRICS)
+    rows = _lake(smoke, "select run_id, protocol, congestion_control, condition, metric, unit, frame_size, rate "
+                        "from read_parquet('$LAKE/experiments/**/*.parquet', hive_partitioning=true) "
+                        "where study = 'smoke'", lambda r: len(r) >= expected)
+    assert len(rows) == expected  # one row per run and metric, none twice across the kill
+    assert {r[0] for r in rows} == {m["run_id"] for m in done}
+    assert {r[1] for r in rows} == {"tcp", "udp", "mptcp"}
+    assert {r[3] for r in rows} == {"clean", "loss1pct", "flap"}
+    assert {"latency", "latency_p50"} <= {r[4] for r in rows if r[6] is None and r[1] == "tcp"}  # probes
+    assert {r[2] for r in rows if r[1] == "tcp"} == {"reno", "cubic", "bbr"}
+    assert all(r[5] == METRICS[r[4]] for r in rows)
+    paced = {r[4] for r in rows if r[6] == 200}
+    assert {"achieved_rate", "latency_p50", "latency_p99", "max_inter_frame_delay", "dropped_frames",
+            "missed_deadlines"} <= paced
+    assert {"throughput", "rtt", "loss", "mathis_bound"} <= {r[4] for r in rows if r[1] == "tcp"}
+
+
+def test_flows_in_the_lake_match_what_the_runs_sent(smoke):
+    (udp,) = _runs(smoke, "paced", "udp", "clean")
+    (tcp,) = _runs(smoke, "bulk", "tcp", "clean", "cubic")
+    flows = "read_parquet('$LAKE/flows/**/*.parquet', hive_partitioning=true, union_by_name=true)"
+    sql = (f"select run_id, sum(packets), sum(bytes) from {flows} where run_id in ('{udp['run_id']}', "
+           f"'{tcp['run_id']}') and src_addr = '10.77.1.1' and dst_addr = '10.77.1.2' and proto = %s "
+           "group by run_id")
+    sent = int(udp["metrics"]["frames_sent"])
+    got = dict((r[0], r[1:]) for r in _lake(smoke, sql % 17, lambda r: r and r[0][1] >= sent))
+    # every paced frame is one 200-byte UDP datagram: 228 bytes at layer 3
+    assert got[udp["run_id"]] == (sent, sent * 228)
+    got = dict((r[0], r[1:]) for r in _lake(smoke, sql % 6, lambda r: r and r[0][2] >= tcp["metrics"]["bytes_sent"]))
+    payload = tcp["metrics"]["bytes_sent"]
+    assert payload <= got[tcp["run_id"]][1] <= payload * 1.08 + 100_000  # headers and retransmissions
+    # flows of no lab run carry an empty run_id, not another run's
+    other = _lake(smoke, f"select count(*) from {flows} where run_id = '' and src_addr like '10.77.%'")
+    assert other[0][0] == 0
+
+
+def test_status_shows_the_last_lab_run(smoke):
+    res = subprocess.run([*FLOWLAKE, "status", "--json"], env=smoke["env"], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    lab = json.loads(res.stdout)["lab"]
+    assert (lab["study"], lab["done"], lab["pending"]) == ("smoke", 17, 0)
+    assert "17 runs done" in lab["line"]
+
+
+def test_probes_feed_the_path_models_job(smoke):
+    """The lab's probes reach lake/active through active.v1; the path_models job fits path a's
+    delay model from them, and the slope's bandwidth cannot beat the tbf rate."""
+    import datetime as dt
+
+    probes = _runs(smoke, "probe")
+    want = sum(len(m["probes"]) for m in probes)
+    assert want == 2 * 5  # two message sizes, [probe] count = 5
+    day = dt.datetime.fromtimestamp(probes[0]["start"], dt.timezone.utc).date().isoformat()
+    active = _lake(smoke, "select count(*) from read_parquet('$LAKE/active/**/*.parquet', hive_partitioning=true) "
+                          "where parameters['study'] = 'smoke' and test_type = 'latency'", lambda r: r[0][0] >= want)
+    assert active[0][0] == want
+    res = subprocess.run([*FLOWLAKE, "jobs", "run", "--date", day, "--job", "path_models", "--no-warm"],
+                         env=smoke["env"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    (model,) = _lake(smoke, "select path, points, a_ms_per_byte, bandwidth_bps from "
+                            "read_parquet('$LAKE/reports/path_models/**/*.parquet', hive_partitioning=true)")
+    assert model[0] == "a" and model[1] == want
+    assert 0.2 * RATE_BPS < model[3] < 1.05 * RATE_BPS, f"path a's model bandwidth {model[3]} bit/s"
