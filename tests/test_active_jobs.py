@@ -39,7 +39,7 @@ def active_df(spark, rows):
 
 def flow(start_s, end_s, src, dst, sport, dport, nbytes, proto=6, exporter="192.0.2.1", out_if=3):
     return (at(start_s), at(end_s), exporter, 1, out_if, src, dst, sport, dport, proto, 0, 0, nbytes // 1000,
-            nbytes, 1, 0, 0, "f", 0, "2026-11-20", 10)
+            nbytes, 1, 0, 0, "f", 0, "", "2026-11-20", 10)
 
 
 # ---- active_summary ----------------------------------------------------------------------

@@ -5,18 +5,19 @@ import io
 from functools import lru_cache
 
 
-@lru_cache(maxsize=1)
-def _schema():
-    from flowlake.schemas import avro
-    from flowlake.schemas.active import ACTIVE_RESULT
+@lru_cache(maxsize=8)
+def _schema(name: str = "ActiveResult"):
+    from flowlake.schemas import avro, registry
 
-    return avro.parsed(ACTIVE_RESULT), avro.header(ACTIVE_RESULT)
+    record = registry()[name]
+    return avro.parsed(record), avro.header(record)
 
 
-def encode(rec: dict) -> bytes:
+def encode(rec: dict, record_name: str = "ActiveResult") -> bytes:
+    """Avro single-object encoding of `rec` as the named record (schemas registry)."""
     import fastavro
 
-    schema, head = _schema()
+    schema, head = _schema(record_name)
     buf = io.BytesIO()
     buf.write(head)
     fastavro.schemaless_writer(buf, schema, rec)

@@ -219,7 +219,22 @@ def bulk(args) -> dict:
     return {"bytes": sent, "seconds": now() - t0}
 
 
+def filler(dev: str, count: int) -> None:
+    """Non-IP frames (IEEE local experimental ethertype 0x88B5) out of `dev`: softflowd
+    ignores them (no flow), but they fill the capture ring's current block, which libpcap
+    otherwise hands to softflowd only when full (a quiet link holds the last packets back)."""
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    s.bind((dev, 0))
+    frame = b"\xff" * 6 + b"\x02\x00\x00\x00\x00\x01" + b"\x88\xb5" + b"\0" * 1400
+    for _ in range(count):
+        s.send(frame)
+    s.close()
+
+
 def main(argv=None) -> int:
+    if argv is None and sys.argv[1:2] == ["filler"]:
+        filler(sys.argv[2], int(sys.argv[3]))
+        return 0
     ap = argparse.ArgumentParser(prog="flowlake-lab-endpoint")
     sub = ap.add_subparsers(dest="mode", required=True)
     sv = sub.add_parser("server")

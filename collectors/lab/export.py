@@ -7,6 +7,7 @@ flows are expired (softflowctl expire-all) and the run is registered: exporter a
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -16,6 +17,9 @@ from pathlib import Path
 from flowlake.pipelines.lab_tag import registry_path
 
 from .netns import in_ns, sh
+
+log = logging.getLogger("flowlake.lab")
+FILLER_FRAMES = 300  # ~420 kB of non-IP frames: more than one capture-ring block here
 
 
 def lab_address() -> str:
@@ -80,10 +84,42 @@ class FlowExport:
 
     def register(self, run, t0: float, t1: float) -> None:
         """Expire the run's flows now (they leave with this run's window) and close its window."""
+        self.flush()
+        self._write(run, t0, t1)
+
+    def _behind(self, ctl: Path) -> int:
+        """Packets the kernel captured that softflowd has not read yet (0 if it cannot say)."""
+        res = sh(*in_ns(self.topo.client, "softflowctl", "-c", ctl, "statistics"), check=False, timeout=10)
+        stats = {}
+        for line in res.stdout.splitlines():
+            key, _, value = line.partition(":")
+            first = value.split()[0] if value.split() else ""
+            if first.isdigit():
+                stats[key.strip()] = int(first)
+        try:
+            read = stats["Packets processed"] + stats["Ignored packets"]
+            return max(0, stats["Packets received by libpcap"] - stats["Packets dropped by libpcap"] - read)
+        except KeyError:
+            return 0
+
+    def flush(self, limit_s: float = 20.0) -> None:
+        """Wait until softflowd has read every captured packet (on a busy host it lags by
+        seconds: a flow expired before then leaves its tail for a later export, or none if
+        the lab stops), then expire every flow."""
         for ctl in self.ctls:
+            deadline = time.time() + limit_s
+            # Unread packets are the newest: once no more are unread than the filler frames
+            # sent after the run, every packet of the run has been read.
+            dev = ctl.name[len("softflowd-"):-len(".ctl")]
+            filled = 0
+            while (behind := self._behind(ctl)) > filled and time.time() < deadline:
+                log.debug("softflowd %s: %d packets not read yet", ctl.name, behind)
+                sh(*in_ns(self.topo.client, sys.executable, "-m", "flowlake.collectors.lab.endpoint", "filler",
+                          dev, FILLER_FRAMES), check=False, timeout=20)
+                filled += FILLER_FRAMES
+                time.sleep(0.2)
             sh(*in_ns(self.topo.client, "softflowctl", "-c", ctl, "expire-all"), check=False, timeout=10)
         time.sleep(0.3)
-        self._write(run, t0, t1)
 
     def _write(self, run, t0: float, t1: float) -> None:
         path = registry_path(self.cfg)
@@ -93,6 +129,5 @@ class FlowExport:
                                  "start": int(t0 * 1000), "end": int(t1 * 1000)}) + "\n")
 
     def stop(self) -> None:
-        for ctl in self.ctls:
-            sh(*in_ns(self.topo.client, "softflowctl", "-c", ctl, "expire-all"), check=False, timeout=10)
-        time.sleep(0.5)
+        self.flush(limit_s=5.0)
+        time.sleep(0.5)  # the relay passes the last export on before it is stopped

@@ -2,9 +2,6 @@
 publishing them to Kafka ([kafka] experiments_topic) as active results travel."""
 from __future__ import annotations
 
-import io
-from functools import lru_cache
-
 from .spec import Run
 
 
@@ -27,22 +24,10 @@ def rows(run: Run, figures: dict, start_ms: int, end_ms: int) -> list[dict]:
     return out
 
 
-@lru_cache(maxsize=1)
-def _schema():
-    from flowlake.schemas import avro
-    from flowlake.schemas.experiments import EXPERIMENT_RESULT
-
-    return avro.parsed(EXPERIMENT_RESULT), avro.header(EXPERIMENT_RESULT)
-
-
 def encode(row: dict) -> bytes:
-    import fastavro
+    from flowlake.collectors.active.publish import encode as single_object
 
-    schema, head = _schema()
-    buf = io.BytesIO()
-    buf.write(head)
-    fastavro.schemaless_writer(buf, schema, row)
-    return buf.getvalue()
+    return single_object(row, "ExperimentResult")
 
 
 def publish(result_rows: list[dict], cfg, timeout: float = 30.0) -> int:
