@@ -267,7 +267,9 @@ def lab():
     """Network-namespace labs with real packets (needs root).
 
     \b
-    Example:
+    Examples:
+      flowlake lab run examples/lab/smoke.toml        a declared study (resumes if rerun)
+      flowlake lab report --study smoke               its results from lake/experiments
       flowlake lab bulk-impact --seconds 30 --rate 50mbit --json
     """
 
