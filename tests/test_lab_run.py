@@ -27,7 +27,7 @@ RATE_BPS = 20e6  # smoke.toml: topology.paths.a.rate
 
 def _lab_namespaces() -> set[str]:
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    return {line.split()[0] for line in out.splitlines() if line.startswith(f"fl-lab-")}
+    return {line.split()[0] for line in out.splitlines() if line.startswith("fl-lab-")}
 
 
 @pytest.fixture(scope="module")

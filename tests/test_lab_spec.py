@@ -92,9 +92,12 @@ def test_run_id_tagging(tmp_path):
     reg = tmp_path / "runs.jsonl"
     reg.write_text('{"run_id": "r1", "exporter": "127.88.0.5", "start": 1000000, "end": 1086400000}\n'
                    '{"run_id": "r1", "exporter": "127.88.0.5", "start": 1000000, "end": 2000000}\n'
-                   '{"run_id": "r2", "exporter": "127.88.0.5", "start": 3000000, "end": 4000000}\n{"cut')
-    table = pa.table({"exporter": ["127.88.0.5", "127.88.0.5", "127.88.0.5", "10.0.0.1", "127.88.0.5"],
-                      "time_start": pa.array([1500000, 3500000, 2500000, 1500000, 5000000],
+                   '{"run_id": "r2", "exporter": "127.88.0.5", "start": 3000000, "end": 4000000}\n'
+                   # r3 began, then the lab was killed in it: voided (end before start)
+                   '{"run_id": "r3", "exporter": "127.88.0.5", "start": 6000000, "end": 6086400000}\n'
+                   '{"run_id": "r3", "exporter": "127.88.0.5", "start": 6000000, "end": 5990000}\n{"cut')
+    table = pa.table({"exporter": ["127.88.0.5", "127.88.0.5", "127.88.0.5", "10.0.0.1", "127.88.0.5", "127.88.0.5"],
+                      "time_start": pa.array([1500000, 3500000, 2500000, 1500000, 5000000, 6001000],
                                              pa.timestamp("ms", tz="UTC"))})
     out = lab_tag.tag(table, lab_tag.load(reg))
-    assert out.column("run_id").to_pylist() == ["r1", "r2", "", "", ""]
+    assert out.column("run_id").to_pylist() == ["r1", "r2", "", "", "", ""]

@@ -121,6 +121,10 @@ class FlowExport:
             sh(*in_ns(self.topo.client, "softflowctl", "-c", ctl, "expire-all"), check=False, timeout=10)
         time.sleep(0.3)
 
+    def void(self, run, t0: float) -> None:
+        """An empty window (end before start): the interrupted attempt's flows match no run."""
+        self._write(run, t0, t0 - 10)  # beyond the tagging slack
+
     def _write(self, run, t0: float, t1: float) -> None:
         path = registry_path(self.cfg)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -73,9 +73,8 @@ def estimate_s(spec: Spec, run: Run) -> float:
 
 
 def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = True, export: bool = True,
-             echo=None, limit: int | None = None) -> dict:
-    """Run the spec's pending runs; returns the state summary. `limit` stops after that many
-    runs (tests use it to stop a lab half-way, as a kill would)."""
+             echo=None) -> dict:
+    """Run the spec's pending runs; returns the state summary."""
     echo = echo or (lambda m: click.echo(m, err=True))
     if os.geteuid() != 0:
         raise click.ClickException("the lab needs root (network namespaces, tc)")
@@ -96,6 +95,7 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
     _load_models(spec, state, runner)
     exporter = None
     took: list[float] = []
+    current = None  # (run, start) of a run under way: voided in the registry if the lab stops in it
     with signals_raise():
         try:
             topo.build()
@@ -105,22 +105,23 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
                 exporter = FlowExport(cfg, topo, work)
                 exporter.start()
             for i, run in enumerate(todo, start=1):
-                if limit is not None and i > limit:
-                    break
                 t0 = time.time()
                 if exporter is not None:
                     exporter.begin(run, t0)
+                    current = (run, t0)
                 try:
                     out = runner.run(run)
                 except Skip as why:
                     if exporter is not None:
                         exporter.register(run, t0, t0)  # close its window: no traffic
+                        current = None
                     state.mark(run, {"status": "skipped", "reason": str(why)})
                     echo(f"[{done_before + i}/{len(spec.runs)}] {run.label()}: skipped: {why}")
                     continue
                 t1 = time.time()
                 if exporter is not None:
                     exporter.register(run, t0, t1)
+                    current = None
                 rows = results.rows(run, out["metrics"], int(t0 * 1000), int(t1 * 1000))
                 if publish:
                     results.publish(rows, cfg)
@@ -136,9 +137,8 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
                 if not cfg.lab.keep_work:  # the figures are in the marker; the raw output can go
                     shutil.rmtree(work / run.run_id, ignore_errors=True)
                 took.append(time.time() - t0)
-                left = [r for r in todo[i:]]
                 mean = sum(took) / len(took)
-                eta = sum(mean if r.kind == run.kind else estimate_s(spec, r) for r in left)
+                eta = sum(mean if r.kind == run.kind else estimate_s(spec, r) for r in todo[i:])
                 echo(f"[{done_before + i}/{len(spec.runs)}] {run.label()}: {_headline(out['metrics'])} "
                      f"({took[-1]:.1f}s) ETA {_fmt_s(eta)}")
             if exporter is not None:
@@ -146,6 +146,8 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
                 exporter = None
         finally:
             if exporter is not None:
+                if current is not None:  # a half-done run's flows belong to no run: the rerun makes it whole
+                    exporter.void(*current)
                 exporter.stop()
             lab.close()
     return state.summary(spec, namespaces=[topo.client, topo.server])

@@ -98,7 +98,6 @@ class Spec:
     paths: dict[str, PathSpec]
     conditions: dict[str, Condition]
     runs: list[Run] = field(default_factory=list)
-    probe_sizes: list[int] = field(default_factory=list)
     probe_count: int = 5
 
 
@@ -195,6 +194,9 @@ def parse(doc: dict, source: str = "<spec>") -> Spec:
         conditions[name] = Condition(name, loss, down, up, fpath if flap else "")
 
     probe = _get(doc, "probe", dict, source, "", {})
+    for key in probe:
+        if key != "count":
+            raise SpecError(source, f"probe.{key}", "unknown key (known: count)")
     spec = Spec(source, study, duration, reps, deadline, paths, conditions,
                 probe_count=_get(probe, "count", int, source, "probe.", 5))
     grid = _get(doc, "grid", list, source, "", required=True)
