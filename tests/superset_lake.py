@@ -67,6 +67,7 @@ def write_flows(lake: Path, flows_per_day: int = 20000, seed: int = 7) -> int:
             "tos": np.zeros(n, dtype=np.int64), "packets": np.maximum(1, size // 800), "bytes": size,
             "sampling_rate": np.ones(n, dtype=np.int64), "src_as": rng.integers(1, 65000, n),
             "dst_as": rng.integers(1, 65000, n), "source_file": ["nfcapd.demo"] * n, "file_seq": np.arange(n),
+            "run_id": [""] * n,  # no lab run
         }
         table = pa.table({k: pa.array(cols[k]).cast(schema.field(k).type) for k in schema.names}, schema=schema)
         hours = (t - start0) // 3_600_000
