@@ -145,11 +145,13 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
                 exporter.stop()
                 exporter = None
         finally:
-            if exporter is not None:
-                if current is not None:  # a half-done run's flows belong to no run: the rerun makes it whole
-                    exporter.void(*current)
-                exporter.stop()
-            lab.close()
+            try:
+                if exporter is not None:
+                    if current is not None:  # a half-done run's flows belong to no run: the rerun makes it whole
+                        exporter.void(*current)
+                    exporter.stop()
+            finally:  # the namespaces go whatever the export's last words did
+                lab.close()
     return state.summary(spec, namespaces=[topo.client, topo.server])
 
 
