@@ -7,7 +7,7 @@ A real nfcapd file (softflowd -> nfcapd, joined by `nfdump -R`, as bench/ship.py
 it) is shipped by the Go shipper (FlowBatch messages, shipper.message_format = arrow)
 into a private broker; then a plain confluent-kafka consumer reads every message (no
 decode: the floor any consumer pays), then `flowlake ingest --once` lands it in the lake
-(after an untimed warm-up drain: Spark session start excluded). --alternatives also times, on the same data:
+(after an untimed warm-up drain of the same file, --warmup: Spark start-up and JIT excluded). --alternatives also times, on the same data:
   - the same FlowBatch decode with the rows handed back to Spark's Parquet writer;
   - format 1 (one Avro record per flow, the old wire format) shipped into a second topic
     and landed by Spark's from_avro row decode (pipelines/decode.py, the old ingest).
@@ -50,23 +50,27 @@ def ship_file(cfg, path: Path, extra=()) -> tuple[float, float, float]:
     return wall, shipped["seconds"], cpu
 
 
-def tree_cpu(skip: set[int]) -> float:
+def tree_cpu(skip: set[int]) -> dict[str, float]:
     """CPU seconds of this process and its descendants (Spark's JVM, Python workers),
-    leaving out the subtrees in `skip` (the Kafka broker)."""
+    leaving out the subtrees in `skip` (the Kafka broker), by kind: driver (this Python),
+    jvm, workers (pyspark daemon and its forked workers)."""
     import psutil
 
-    total, todo = 0.0, [psutil.Process()]
+    out = {"driver": 0.0, "jvm": 0.0, "workers": 0.0}
+    todo = [psutil.Process()]
     while todo:
         p = todo.pop()
         if p.pid in skip:
             continue
         try:
             t = p.cpu_times()
-            total += t.user + t.system
+            kind = ("driver" if p.pid == os.getpid() else "jvm" if "java" in p.name()
+                    else "workers")
+            out[kind] += t.user + t.system
             todo += p.children()
         except psutil.Error:
             pass
-    return total
+    return out
 
 
 def plain_consumer(cfg, topic: str) -> tuple[float, int, int]:
@@ -146,6 +150,9 @@ def avro_row_alternative(spark, cfg, out: Path) -> tuple[float, int]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--flows", type=int, default=2_000_000)
+    ap.add_argument("--warmup", choices=("full", "seed"), default="full",
+                    help="untimed drain before the timed one: the bench's file (full, default: a JIT-warm "
+                    "running ingest) or a 25k-flow file (seed: closer to a just-started ingest)")
     ap.add_argument("--alternatives", action="store_true", help="also time the designs not chosen (see above)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="flowlake-bench-ingest-"))
@@ -168,13 +175,21 @@ def main() -> None:
         # warm-up, untimed: the first transaction on a fresh broker creates
         # __transaction_state; the first ingest starts Spark's JIT and the checkpoints,
         # so the timed drain below is the steady state of a running ingest.
+        # --warmup full drains the bench's file once before the timed drain: a streaming
+        # ingest runs for months, its JVM's JIT has long compiled the Kafka and Arrow paths
+        # (a 25k-flow warm-up leaves the JVM compiling during the timed run).
         warm = cfg.path("nfcapd", "nfcapd.202501010000")
         warm.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(next((work / "seed").iterdir()), warm)
+        if args.warmup == "full":
+            os.link(big, warm)
+        else:
+            shutil.copy(next((work / "seed").iterdir()), warm)
         ship_file(cfg, warm)
         spark = spark_factory.session("bench-ingest", cfg=cfg)
         ingest.run(cfg, once=True)
         warm_rows = ingest.counts(cfg)["flows"]["rows"]
+        print(f"warm-up ({args.warmup}): {warm_rows:,} flows drained untimed", flush=True)
+        warm_batches = len(list(cfg.path("state", "ingest", "flows").glob("*.done")))
 
         ship_s, txn_s, ship_cpu = ship_file(cfg, big)
         c0 = time.process_time()
@@ -185,13 +200,17 @@ def main() -> None:
               f"{total / n_msgs:,.0f} flows and {n_bytes / total:.0f} bytes per flow", flush=True)
 
         broker = {kafka.managed(cfg).pid()}
+        load0 = os.getloadavg()[0]
         c0, t0 = tree_cpu(broker), time.perf_counter()
         ingest.run(cfg, once=True)
-        ingest_s, ingest_cpu = time.perf_counter() - t0, tree_cpu(broker) - c0
+        ingest_s, c1 = time.perf_counter() - t0, tree_cpu(broker)
+        cpu_by = {k: c1[k] - c0[k] for k in c1}
+        ingest_cpu = sum(cpu_by.values())
         rows = ingest.counts(cfg)["flows"]["rows"]
         assert rows == total, f"lake has {rows} rows, expected {total}"
         markers = sorted(cfg.path("state", "ingest", "flows").glob("*.done"))
-        batch_s = sum(json.loads(m.read_text())["seconds"] for m in markers[1:])
+        timed = [json.loads(m.read_text()) for m in markers[warm_batches:]]
+        batch_s = sum(m["seconds"] for m in timed)
         lake_bytes = sum(p.stat().st_size for p in (cfg.lake / "flows").rglob("*.parquet"))
 
         rate = lambda n, t: n / t  # noqa: E731
@@ -206,11 +225,20 @@ def main() -> None:
         print(f"{'flowlake ingest --once (query start to finish)':52s} {ingest_s:8.2f} {rate(flows, ingest_s):12,.0f} "
               f"{mcpu(ingest_cpu, flows):>14s}")
         print(f"{'  of which its micro-batch (decode, Parquet, publish)':52s} {batch_s:8.2f} {rate(flows, batch_s):12,.0f}")
+        tot = lambda k: sum(m.get(k, 0) for m in timed)  # noqa: E731
+        print(f"  its {len(timed)} micro-batch(es), {sum(m['tasks'] for m in timed)} tasks on "
+              f"{cfg.kafka.partitions} partitions: Spark job (Kafka read, Arrow hand-off, tasks) "
+              f"{tot('collect_seconds'):.2f} s; in the tasks (summed over tasks) Python {tot('task_seconds'):.2f} s "
+              f"wall, {tot('task_cpu'):.2f} CPU-s, of which Parquet write {tot('write_seconds'):.2f} s; "
+              f"publish and the rest {batch_s - tot('collect_seconds'):.2f} s")
+        print(f"  ingest CPU by process (CPU-s per M flows): Spark JVM {mcpu(cpu_by['jvm'], flows)}, "
+              f"Python workers {mcpu(cpu_by['workers'], flows)}, driver {mcpu(cpu_by['driver'], flows)}")
         print(f"lake: {lake_bytes / total:.1f} bytes/flow (zstd Parquet)")
         print(f"ratio ingest/shipper: {ship_s / ingest_s:.2f} (goal >= 1); ingest/plain consumer: {raw_s / ingest_s:.2f}; "
               f"CPU per flow ingest/shipper: {ingest_cpu / ship_cpu:.2f}")
         print(f"target 300,000 flows/s Kafka to lake: {'met' if rate(flows, ingest_s) >= 300_000 else 'NOT met'}")
-        print(f"load average during the run: {os.getloadavg()[0]:.1f}", flush=True)
+        print(f"load average (1 min) before the ingest {load0:.1f}, after it {os.getloadavg()[0]:.1f}; "
+              f"{os.cpu_count()} cores", flush=True)
         if args.alternatives:
             secs, n = spark_writer_alternative(spark, cfg, work / "alt-spark-writer")
             assert n == total, n

@@ -3,6 +3,7 @@ shipper -> Kafka -> ingest -> lake, at a steady rate for a while.
 
     python bench/sustained.py                          # 200k flows/s for 10 minutes
     python bench/sustained.py --rate 50000 --duration 60 --rotate 10
+    python bench/sustained.py --minutes 3                # shorter, on a loaded machine
 
 A private stack (`flowlake up` under a temporary FLOWLAKE_HOME, free ports) takes the
 stream. The model's flows are generated once into a pool of datagrams (the model
@@ -114,6 +115,7 @@ class Watcher(threading.Thread):
         self.cfg, self.binary = cfg, binary
         self.closed: dict[str, tuple[float, int]] = {}   # file -> (close time, flows)
         self.landed: dict[str, int] = {}                 # file -> rows seen in the lake
+        self.landed_at: dict[str, float] = {}            # file -> latest rename into the lake of its rows
         self.visible: dict[str, float] = {}              # file -> when all rows were visible
         self.seen_parquet: set[str] = set()
         self.lag: list[tuple[float, int | None, int | None]] = []
@@ -138,19 +140,22 @@ class Watcher(threading.Thread):
         new = [str(p) for p in (self.cfg.lake / "flows").rglob("*.parquet") if str(p) not in self.seen_parquet]
         if new:
             files = ", ".join("'" + f.replace("'", "''") + "'" for f in new)
+            # A lake file is visible to readers from its rename into the table (BatchWriter.publish),
+            # which sets its ctime: the latency measured does not depend on this watcher's pace.
             rows = duckdb.connect().execute(
-                f"select source_file, count(*) from read_parquet([{files}]) group by all").fetchall()
+                f"select source_file, filename, count(*) from read_parquet([{files}], filename = true) "
+                "group by all").fetchall()
             self.seen_parquet.update(new)
-            for src, n in rows:
+            for src, path, n in rows:
                 self.landed[src] = self.landed.get(src, 0) + n
-        now = time.time()
+                self.landed_at[src] = max(self.landed_at.get(src, 0.0), os.stat(path).st_ctime)
         for rel, (_, flows) in self.closed.items():
             if rel not in self.visible and self.landed.get(rel, -1) >= flows:
-                self.visible[rel] = now
+                self.visible[rel] = self.landed_at[rel]
         self.polls += 1
         if self.polls % 5 == 1:  # two Kafka consumers a query: every 5 s is enough
             info = ingest_lag.status(self.cfg).get("flows", {})
-            self.lag.append((now, info.get("offsets_behind"), info.get("flows_behind_estimate")))
+            self.lag.append((time.time(), info.get("offsets_behind"), info.get("flows_behind_estimate")))
         self.peak_rss = max(self.peak_rss, tree_rss(stack.ingest_managed(self.cfg).pid()))
 
     def run(self) -> None:
@@ -175,12 +180,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rate", type=float, default=200_000, help="flows/s sent (default 200000)")
     ap.add_argument("--duration", type=float, default=600, help="seconds of sending (default 600)")
+    ap.add_argument("--minutes", type=float, default=None, help="minutes of sending (overrides --duration; "
+                    "e.g. --minutes 3 on a loaded machine)")
     ap.add_argument("--rotate", type=int, default=10, help="nfcapd rotation, seconds (collector.rotate_seconds)")
     ap.add_argument("--trigger", type=int, default=5, help="ingest trigger, seconds (spark.trigger_seconds)")
     ap.add_argument("--pool-seconds", type=float, default=4, help="model seconds of traffic generated once and replayed")
     ap.add_argument("--drain-timeout", type=float, default=300, help="seconds to wait for the lake after sending")
     ap.add_argument("--seed", type=int, default=3)
     args = ap.parse_args()
+    if args.minutes is not None:
+        args.duration = args.minutes * 60
 
     from flowlake.services.ports import private_env
 

@@ -25,7 +25,8 @@ from pathlib import Path
 log = logging.getLogger("flowlake.ingest")
 
 RESULT_DDL = ("kind string, path string, rows long, messages long, offsets long, topic string, `partition` int, "
-              "`offset` long, `timestamp` timestamp, key binary, value binary, reason string")
+              "`offset` long, `timestamp` timestamp, key binary, value binary, reason string, "
+              "task_seconds double, task_cpu double, write_seconds double")
 # Arrow batches of Kafka rows handed to a task: FlowBatch messages are up to a few MB.
 MESSAGES_PER_ARROW_BATCH = "8"
 HOUR_MS = 3_600_000
@@ -45,6 +46,7 @@ class HourFiles:
         self.pending_rows: dict[int, int] = {}
         self.writers: dict[int, object] = {}
         self.rows: dict[int, int] = {}
+        self.write_seconds = 0.0  # Parquet encode + compress + write (the rest of a task is decode)
 
     def add(self, table) -> None:
         import numpy as np
@@ -78,6 +80,7 @@ class HourFiles:
         self.pending_rows.pop(hour, None)
         if not tables:
             return
+        t0 = time.perf_counter()
         writer = self.writers.get(hour)
         if writer is None:
             path = self._path(hour)
@@ -89,16 +92,19 @@ class HourFiles:
         table = pa.concat_tables(tables)
         writer.write_table(table, row_group_size=max(self.row_group_rows, table.num_rows))
         self.rows[hour] = self.rows.get(hour, 0) + table.num_rows
+        self.write_seconds += time.perf_counter() - t0
 
     def close(self) -> list[tuple[str, int]]:
         for hour in list(self.pending):
             self._flush(hour)
         out = []
+        t0 = time.perf_counter()
         for hour, writer in self.writers.items():
             writer.close()
             path = self._path(hour)
             os.replace(str(path) + ".tmp", path)
             out.append((str(path), self.rows[hour]))
+        self.write_seconds += time.perf_counter() - t0
         return out
 
 
@@ -112,6 +118,7 @@ def land_task(staged: str, row_group_rows: int, lab_runs: str = ""):
         from flowlake.pipelines import lab_tag
         from flowlake.pipelines.flow_messages import BAD, BATCH, FlowDecoder
 
+        wall0, cpu0 = time.perf_counter(), time.process_time()  # the worker's own time: where a batch goes
         decoder = FlowDecoder()
         runs = lab_tag.load(lab_runs) if lab_runs else {}
         files = HourFiles(Path(staged), f"part-{TaskContext.get().partitionId():05d}",
@@ -143,7 +150,9 @@ def land_task(staged: str, row_group_rows: int, lab_runs: str = ""):
         if legacy:
             files.add(lab_tag.tag(decoder.rows_table(legacy), runs))
         out = [{"kind": "file", "path": path, "rows": rows} for path, rows in files.close()]
-        out.append({"kind": "task", "messages": messages, "offsets": 0 if first is None else last - first + 1})
+        out.append({"kind": "task", "messages": messages, "offsets": 0 if first is None else last - first + 1,
+                    "task_seconds": time.perf_counter() - wall0, "task_cpu": time.process_time() - cpu0,
+                    "write_seconds": files.write_seconds})
         out += [{"kind": "bad", **b} for b in bad]
         yield pa.RecordBatch.from_pylist(out, schema=_result_schema())
 
@@ -159,6 +168,7 @@ def _result_schema():
         ("topic", pa.string()), ("partition", pa.int32()), ("offset", pa.int64()),
         ("timestamp", pa.timestamp("us", tz="UTC")), ("key", pa.binary()), ("value", pa.binary()),
         ("reason", pa.string()),
+        ("task_seconds", pa.float64()), ("task_cpu", pa.float64()), ("write_seconds", pa.float64()),
     ])
 
 
@@ -206,6 +216,7 @@ def make_handler(cfg, stream, row_group_rows: int = 262144):
                 spark.conf.unset(conf_key)
             else:
                 spark.conf.set(conf_key, before)
+        collected = time.monotonic()
         rows = sum(r.rows for r in results if r.kind == "file")
         messages = sum(r.messages for r in results if r.kind == "task")
         tasks = sum(1 for r in results if r.kind == "task")
@@ -217,10 +228,19 @@ def make_handler(cfg, stream, row_group_rows: int = 262144):
             for r in bad[:5]:
                 log.error("quarantined %s[%d]@%d: %s", r.topic, r.partition, r.offset, r.reason)
         quarantine_writer.publish(batch_id, q_staged, {"rows": len(bad)})
-        seconds = time.monotonic() - started
+        task_rows = [r for r in results if r.kind == "task"]
+        timing = {"collect_seconds": collected - started,  # the Spark job: Kafka read, hand-off, the tasks
+                  "task_seconds": sum(r.task_seconds for r in task_rows),  # tasks' Python wall, summed
+                  "task_cpu": sum(r.task_cpu for r in task_rows),
+                  "write_seconds": sum(r.write_seconds for r in task_rows)}
+        published = time.monotonic()
         lake_writer.publish(batch_id, staged, {"rows": rows, "quarantined": len(bad), "messages": messages,
-                                               "offsets": offsets, "tasks": tasks, "seconds": round(seconds, 3)})
-        log.info("%s batch %d: %d rows from %d messages into the lake, %d quarantined, %.1fs (%.0f rows/s)",
-                 stream.table, batch_id, rows, messages, len(bad), seconds, rows / max(seconds, 1e-6))
+                                               "offsets": offsets, "tasks": tasks,
+                                               "seconds": round(published - started, 3),
+                                               **{k: round(v, 3) for k, v in timing.items()}})
+        seconds = time.monotonic() - started
+        log.info("%s batch %d: %d rows from %d messages into the lake, %d quarantined, %.1fs (%.0f rows/s; "
+                 "Spark job %.1fs, publish %.2fs)", stream.table, batch_id, rows, messages, len(bad), seconds,
+                 rows / max(seconds, 1e-6), timing["collect_seconds"], time.monotonic() - published)
 
     return handle
