@@ -3,12 +3,7 @@ remote end's domain (reverse DNS) and by flow duration ("flow times"). Daily tab
 under `lake/reports/<table>/date=D/`, written by jobs/vlan_mix.py, jobs/remote_domains.py
 and jobs/flow_durations.py. Directions and volumes as in schemas/reports.py."""
 from .core import Field, Record, REPORT_DATE, REPORT_HOUR
-
-_VOLUMES = (
-    Field("flows", "long", "flow records", "flows"),
-    Field("packets", "long", "packets (sampling-corrected)", "packets"),
-    Field("bytes", "long", "bytes at layer 3 (sampling-corrected)", "bytes"),
-)
+from .reports import _DIRECTION, _VOLUMES
 
 # (lower edge s, upper edge s or None, label): duration = time_end - time_start
 DURATION_CLASSES = (
@@ -53,7 +48,7 @@ FLOW_DURATIONS = Record(
          "nearest rank (Spark percentile_approx, exact below 10,000 flows per group, rank error "
          "at most 1/10,000 of the flows above)."),
     fields=(
-        Field("direction", "string", "all / inbound / outbound / internal / transit (from site.local_prefixes)"),
+        _DIRECTION,
         Field("section", "string", "class (by duration class) / app (top applications by flow time)"),
         Field("duration_class", "string", "duration class label, or 'all' (section class; null for app)", nullable=True),
         Field("class_lower_s", "double", "the class's lower edge (0 for 'all'; sorts the classes)", "s", nullable=True),
@@ -82,7 +77,7 @@ VLAN_MIX = Record(
          "DST_VLAN 59). VLAN 0 = the exporter sent none. Shares are of the same hour, direction and side."),
     fields=(
         REPORT_HOUR,
-        Field("direction", "string", "all / inbound / outbound / internal / transit (from site.local_prefixes)"),
+        _DIRECTION,
         Field("side", "string", "in (ingress VLAN, src_vlan) / out (egress VLAN, dst_vlan)"),
         Field("vlan", "int", "802.1Q VLAN id, 0 = none"),
         *_VOLUMES,

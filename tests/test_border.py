@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import json
+import os
 import socket
+import sys
 import time
 from collections import defaultdict
 
@@ -17,6 +20,7 @@ import pytest
 from flowlake import rdns
 from flowlake.collectors.traffic import api, lake_rows, model
 from flowlake.services import dnsmasq
+from conftest import run
 from test_jobs import private_cfg
 
 DAY = dt.date(2026, 4, 7)
@@ -183,9 +187,14 @@ def test_remote_domains_against_the_model(spark, model_day, tmp_path_factory, si
     top = sorted((r for r in rows if r["direction"] == "all" and r["level"] == "tld"), key=lambda r: r["rank"])
     assert [r["bytes"] for r in top] == sorted((r["bytes"] for r in top), reverse=True)
     assert sum(r["bytes_share"] for r in top) == pytest.approx(1.0)
-    last = rdns.status(cfg)
-    assert last["last_run"]["resolved"] == 30 and last["last_run"]["timed_out"] == 1
-    assert last["last_run"]["unknown"] == 9 and last["cache_entries"] == 39  # 30 names + 9 NXDOMAIN
+    # `flowlake status` (and --json) shows the cache and the last report's counts
+    env = {**os.environ, "FLOWLAKE_HOME": str(model_day["home"]), "COLUMNS": "250"}
+    st = json.loads(run([sys.executable, "-m", "flowlake.cli", "status", "--json"], env=env).stdout)["rdns"]
+    assert st["last_run"]["resolved"] == 30 and st["last_run"]["timed_out"] == 1 and st["last_run"]["date"] == str(DAY)
+    assert st["last_run"]["unknown"] == 9 and st["cache_entries"] == 39  # 30 names + 9 NXDOMAIN
+    assert st["cache_max_entries"] == 200000 and st["cache_bytes"] > 0
+    text = run([sys.executable, "-m", "flowlake.cli", "status"], env=env).stdout
+    assert "reverse DNS (remote_domains): cache 39 of 200,000" in text and "30 resolved, 9 unknown, 1 timed out" in text
 
 
 def test_flow_durations_against_the_model(spark, model_day):
