@@ -166,3 +166,20 @@ def test_old_revision_fingerprint_is_pinned():
     assert avro.fingerprint(FLOW_REV1).hex() == "d51f95d6753c71f1"
     assert FLOW_REVISIONS[-1] is FLOW and FLOW.names[:19] == FLOW_REV1.names
     assert FLOW.names[19:] == ["src_vlan", "dst_vlan"]
+
+
+def test_revisions_encode_with_their_own_schema_in_one_process():
+    """Revisions share the record's name: encoding one must not change how the other encodes."""
+    from flowlake.pipelines.flow_messages import ROW, FlowDecoder
+    from flowlake.schemas import FLOW, avro
+    from flowlake.schemas.flow import FLOW_REV1
+
+    t = dt.datetime(2026, 4, 8, tzinfo=dt.timezone.utc)
+    r = {"time_start": t, "time_end": t, "exporter": "127.0.0.2", "input_if": 1, "output_if": 2, "src_addr": "10.0.0.1",
+         "dst_addr": "203.0.113.1", "src_port": 1, "dst_port": 2, "proto": 6, "tcp_flags": 0, "tos": 0, "packets": 1,
+         "bytes": 2, "sampling_rate": 1, "src_as": 0, "dst_as": 0, "source_file": "f", "file_seq": 0}
+    dec = FlowDecoder()
+    old = dec.decode(avro.encode(FLOW_REV1, r))
+    new = dec.decode(avro.encode(FLOW, {**r, "src_vlan": 210, "dst_vlan": 100}))
+    assert old[0] == new[0] == ROW
+    assert (old[1]["src_vlan"], old[1]["dst_vlan"]) == (0, 0) and (new[1]["src_vlan"], new[1]["dst_vlan"]) == (210, 100)
