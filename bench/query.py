@@ -115,7 +115,7 @@ def write_lake(flows: dict, home: Path) -> None:
         }
         part = home / "lake" / "flows" / f"date={DAY:%Y-%m-%d}" / f"hour={h:02d}"
         part.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.table({f.name: cols[f.name] for f in FLOW.fields}), part / "part-0.parquet",
+        pq.write_table(pa.table({f.name: cols[f.name] for f in FLOW.fields if f.name in cols}), part / "part-0.parquet",
                        compression="zstd", row_group_size=1_000_000)
 
 

@@ -11,6 +11,7 @@ copies of that file into one big nfcapd file (checked with `nfdump -I`).
 
     .venv/bin/python bench/ship.py                 # 2M flows, uncompressed file
     .venv/bin/python bench/ship.py --flows 3000000 --lz4
+    .venv/bin/python bench/ship.py --reference-binary /tmp/shipper-main   # an older build, same file, same run
 """
 from __future__ import annotations
 
@@ -83,6 +84,9 @@ def main() -> None:
     ap.add_argument("--flows", type=int, default=2_000_000, help="flows in the benchmark file (default 2M)")
     ap.add_argument("--lz4", action="store_true", help="write the file LZ4-compressed (nfcapd -y)")
     ap.add_argument("--shipper-args", default="", help="extra flowlake-shipper flags to try, e.g. '--batch-bytes 4194304'")
+    ap.add_argument("--reference-binary", type=Path, default=None,
+                    help="another flowlake-shipper build (e.g. main's) to ship the same file in the same run, "
+                         "alternating with this one (3 rounds each), for a before/after ratio")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="flowlake-bench-ship-"))
@@ -140,9 +144,36 @@ def main() -> None:
               f"(transaction only {rate(t_txn) / rate(t_nfdump):.2f}x); native read vs nfdump: "
               f"{rate(t_read) / rate(t_nfdump):.2f}x")
         print(f"target 300,000 flows/s shipped: {'met' if rate(t_ship) >= 300_000 else 'NOT met'}")
+        if args.reference_binary:
+            compare(cfg, ship, big, flows, args.reference_binary)
     finally:
         kafka.stop(cfg)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def compare(cfg, ship, big: Path, flows: int, reference: Path, rounds: int = 3) -> None:
+    """Ship the same file with this build and a reference build in turns (--force: the ledger
+    already has it); print each one's median flows/s of the file transaction and the ratio."""
+    import statistics
+
+    def once(binary: Path) -> float:
+        argv = ship.ship_argv(cfg, [big], force=True)
+        argv[0] = str(binary)
+        _, res = timed(argv, env=ship.child_env(cfg))
+        shipped = next(e for e in map(json.loads, res.stdout.splitlines()) if e["event"] == "shipped")
+        assert shipped["flows"] == flows
+        return flows / shipped["seconds"]
+
+    ours, ref = [], []
+    for _ in range(rounds):
+        ref.append(once(reference))
+        ours.append(once(BINARY))
+    print()
+    print(f"this build  ({BINARY}): {statistics.median(ours):12,.0f} flows/s median of {rounds} "
+          f"({min(ours):,.0f}-{max(ours):,.0f})")
+    print(f"reference   ({reference}): {statistics.median(ref):12,.0f} flows/s median of {rounds} "
+          f"({min(ref):,.0f}-{max(ref):,.0f})")
+    print(f"this build / reference: {statistics.median(ours) / statistics.median(ref):.2f}x")
 
 
 BINARY: Path

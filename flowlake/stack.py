@@ -285,7 +285,8 @@ def status_dict(cfg=None) -> dict:
             "retention": retention_status(cfg), "query": _query_status(cfg),
             "exporters": health.status(cfg), "cluster": cluster_state(cfg), "notify": notify_status(cfg),
             "snmp": snmp_status(cfg), "pinger": _pinger_status(cfg),
-            "lab": _lab_status(cfg)}
+            "lab": _lab_status(cfg),
+            "rdns": _rdns_status(cfg)}
 
 
 def notify_status(cfg) -> dict:
@@ -318,6 +319,29 @@ def _lab_status(cfg) -> dict:
     from .collectors.lab.status import status as lab_status
 
     return lab_status(cfg)
+
+
+def _rdns_status(cfg) -> dict:
+    """Reverse DNS of the remote_domains report: cache size and bound, the last report's counts."""
+    from . import rdns
+
+    try:
+        return rdns.status(cfg)
+    except (OSError, ValueError) as exc:  # status must never crash on a bad config or cache
+        return {"error": str(exc)}
+
+
+def _print_rdns(console, r: dict) -> None:
+    if "error" in r:
+        console.print(f"[red]reverse DNS: {r['error']}[/]")
+        return
+    line = (f"reverse DNS (remote_domains): cache {r['cache_entries']:,} of {r['cache_max_entries']:,} addresses "
+            f"({r['cache_bytes']:,} bytes, TTL {r['cache_ttl_hours']:g} h), server {r['server']}")
+    last = r.get("last_run")
+    if last:
+        line += (f"; last report {last['date']}: {last['resolved']:,} resolved, {last['unknown']:,} unknown, "
+                 f"{last['timed_out']:,} timed out, {last['not_tried']:,} not tried (budget) in {last['seconds']:.1f} s")
+    console.print(line)
 
 
 def _query_status(cfg) -> dict:
@@ -483,6 +507,7 @@ def status(as_json: bool) -> None:
     from .jobs import pinger_regions
 
     console.print(pinger_regions.status_line(st["pinger"]))
+    _print_rdns(console, st["rdns"])
     if st.get("cluster"):
         from .cluster import print_status
 

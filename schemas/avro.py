@@ -42,9 +42,10 @@ _PARSED: dict = {}
 def parsed(record: Record):
     import fastavro
 
-    if record.name not in _PARSED:
-        _PARSED[record.name] = fastavro.parse_schema(json.loads(record.avro_json()))
-    return _PARSED[record.name]
+    # keyed by the record itself: revisions of one record share its name (schemas/flow.py)
+    if record not in _PARSED:
+        _PARSED[record] = fastavro.parse_schema(json.loads(record.avro_json()))
+    return _PARSED[record]
 
 
 def encode(record: Record, datum: dict) -> bytes:

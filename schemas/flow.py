@@ -25,8 +25,20 @@ FLOW = Record(
         Field("dst_as", "long", "destination autonomous system number"),
         Field("source_file", "string", "nfcapd file the flow was read from (path below the spool)"),
         Field("file_seq", "long", "position of the flow in its nfcapd file, from 0"),
+        # revision 2 (issue 26): VLANs; 0 = the exporter sent none, null = landed before flowlake read them
+        Field("src_vlan", "int", "ingress VLAN id (IPFIX vlanId 58, NetFlow v9 SRC_VLAN 58; 0 = none)",
+              nullable=True, default=0),
+        Field("dst_vlan", "int", "egress VLAN id (IPFIX postVlanId 59, NetFlow v9 DST_VLAN 59; 0 = none)",
+              nullable=True, default=0),
     ),
 )
+
+# Earlier revisions of the Flow record, oldest first, the current one last. Messages of an
+# earlier revision (still in Kafka after an upgrade) are recognised by their fingerprint and
+# read with their own declaration; fields added since take their default
+# (pipelines/flow_messages.py). Never edit a revision once shipped: add one.
+FLOW_REV1 = Record(name=FLOW.name, namespace=FLOW.namespace, doc=FLOW.doc, fields=FLOW.fields[:19])
+FLOW_REVISIONS = (FLOW_REV1, FLOW)
 
 # The lake table adds the partition columns derived from time_start (UTC).
 FLOWS_TABLE = Record(

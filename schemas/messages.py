@@ -11,6 +11,12 @@ The ingest reads both, so messages written before an upgrade still land; a messa
 neither form, or naming another record's fingerprint, is quarantined with the reason.
 The fingerprint ties both formats to the one Flow declaration in schemas/flow.py: change
 a field and old messages are recognised as another schema instead of misread.
+
+The Flow record itself is versioned by revision (`FLOW_REVISIONS` in schemas/flow.py, the
+fingerprint names the revision a message was written with): revision 1 has the 19 fields
+up to file_seq; revision 2 (issue 26) adds src_vlan and dst_vlan. The ingest reads every
+revision in both formats; fields a message's revision lacks take their declared default
+(VLAN 0 = none), so messages still in Kafka from before an upgrade land.
 """
 from __future__ import annotations
 
@@ -73,9 +79,25 @@ def encode_flow_batch(record: Record, rows: list[dict]) -> bytes:
     return flow_batch_header(record) + sink.getvalue().to_pybytes()
 
 
+def flow_revisions() -> list[tuple[int, bytes, object]]:
+    """(revision, fingerprint, record) of every Flow revision the ingest reads, oldest first."""
+    from . import avro
+    from .flow import FLOW_REVISIONS
+
+    return [(i + 1, avro.fingerprint(r), r) for i, r in enumerate(FLOW_REVISIONS)]
+
+
 def markdown() -> str:
     lines = ["### flows topic wire formats", "",
              "| version | shipper.message_format | layout | meaning |", "|---|---|---|---|"]
     for f in FLOW_FORMATS:
         lines.append(f"| {f.version} | `{f.name}` | `{f.layout}` | {f.doc} |")
+    lines += ["", "### Flow record revisions (both formats; the fingerprint names the revision)", "",
+              "| revision | fingerprint | fields | added |", "|---|---|---|---|"]
+    prev: list[str] = []
+    for rev, fp, record in flow_revisions():
+        added = [n for n in record.names if n not in prev]
+        lines.append(f"| {rev} | `{fp.hex().upper()}` | {len(record.fields)} | "
+                     f"{', '.join(added) if prev else 'first'} |")
+        prev = record.names
     return "\n".join(lines) + "\n"

@@ -36,6 +36,8 @@ VOCAB = {
     "path": ["path-a", "path-b"], "path_a": ["path-a"], "path_b": ["path-b"], "best_path": ["path-a", "path-b"],
     "test_type": ["rtt", "throughput"], "tool": ["ping", "iperf3"], "source": ["probe1"],
     "destination": list(TARGETS), "class": ["tcp_in", "tcp_out", "udp"], "flow_direction": ["inbound", "outbound"],
+    "side": ["in", "out"], "level": ["domain", "tld"], "section": ["class", "app"],
+    "duration_class": ["all", "0-1 s", "1-10 s", "10-60 s", "1-5 min"],
 }
 
 
@@ -68,6 +70,7 @@ def write_flows(lake: Path, flows_per_day: int = 20000, seed: int = 7) -> int:
             "sampling_rate": np.ones(n, dtype=np.int64), "src_as": rng.integers(1, 65000, n),
             "dst_as": rng.integers(1, 65000, n), "source_file": ["nfcapd.demo"] * n, "file_seq": np.arange(n),
             "run_id": [""] * n,  # no lab run
+            "src_vlan": rng.choice([0, 100, 210, 211], n), "dst_vlan": rng.choice([0, 100, 210, 211], n),
         }
         table = pa.table({k: pa.array(cols[k]).cast(schema.field(k).type) for k in schema.names}, schema=schema)
         hours = (t - start0) // 3_600_000

@@ -19,7 +19,7 @@ def rows(n: int) -> list[dict]:
              "output_if": 2**33, "src_addr": f"10.0.0.{i}", "dst_addr": "2001:db8::1", "src_port": 1024 + i,
              "dst_port": 443, "proto": 6, "tcp_flags": 0x1B, "tos": 0, "packets": i + 1, "bytes": 2**40 + i,
              "sampling_rate": 10, "src_as": 64500, "dst_as": 4200000000, "source_file": "d/nfcapd.1",
-             "file_seq": i} for i in range(n)]
+             "file_seq": i, "src_vlan": 100 + i, "dst_vlan": 4094} for i in range(n)]
 
 
 def test_both_formats_decode_to_the_same_table():

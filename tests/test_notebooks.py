@@ -67,7 +67,7 @@ def write_lake(home: Path, days: int = 3, flows_per_day: int = 4000, seed: int =
             arrays["time_end"] = pa.array(arrays["time_end"], pa.timestamp("ms", tz="UTC"))
             part = base / f"date={t:%Y-%m-%d}" / f"hour={int(h):02d}"
             part.mkdir(parents=True, exist_ok=True)
-            pq.write_table(pa.table({f.name: arrays[f.name] for f in FLOW.fields}), part / "part-0.parquet",
+            pq.write_table(pa.table({f.name: arrays[f.name] for f in FLOW.fields if f.name in arrays}), part / "part-0.parquet",
                            compression="zstd")
     return base
 

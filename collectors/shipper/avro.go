@@ -33,6 +33,8 @@ const (
 	fDstAS
 	fSourceFile
 	fFileSeq
+	fSrcVlan
+	fDstVlan
 	fNull // a nullable field the shipper does not know: always null
 )
 
@@ -48,6 +50,7 @@ var knownFields = map[string]struct {
 	"bytes": {fBytes, false}, "sampling_rate": {fSamplingRate, false},
 	"src_as": {fSrcAS, false}, "dst_as": {fDstAS, false},
 	"source_file": {fSourceFile, true}, "file_seq": {fFileSeq, false},
+	"src_vlan": {fSrcVlan, false}, "dst_vlan": {fDstVlan, false},
 }
 
 type encField struct {
@@ -222,6 +225,10 @@ func (e *Encoder) Append(dst []byte, f *Flow, sourceFile []byte) []byte {
 			dst = append(dst, sourceFile...)
 		case fFileSeq:
 			dst = appendLong(dst, f.Seq)
+		case fSrcVlan:
+			dst = appendLong(dst, int64(f.SrcVlan))
+		case fDstVlan:
+			dst = appendLong(dst, int64(f.DstVlan))
 		}
 	}
 	return dst

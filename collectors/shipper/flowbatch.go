@@ -228,6 +228,10 @@ func flowInt(f *Flow, id fieldID) int64 {
 		return int64(f.DstAS)
 	case fFileSeq:
 		return f.Seq
+	case fSrcVlan:
+		return int64(f.SrcVlan)
+	case fDstVlan:
+		return int64(f.DstVlan)
 	}
 	return 0
 }

@@ -178,5 +178,7 @@ func appendFlowJSON(b []byte, f *Flow, file string) []byte {
 	num("dst_as", int64(f.DstAS))
 	str("source_file", []byte(file))
 	num("file_seq", f.Seq)
+	num("src_vlan", int64(f.SrcVlan))
+	num("dst_vlan", int64(f.DstVlan))
 	return append(b, '}', '\n')
 }

@@ -54,6 +54,7 @@ const (
 	exIPv4Flow    = 2
 	exIPv6Flow    = 3
 	exFlowMisc    = 4
+	exVlan        = 6 // EXvLan: srcVlan u32, dstVlan u32 (nfcapd 1.7.1 maps v9/IPFIX 58 and 59 here)
 	exASRouting   = 7
 	exIPRecvV4    = 12
 	exIPRecvV6    = 13
@@ -96,6 +97,7 @@ type Flow struct {
 	Packets, Bytes     uint64
 	SamplingRate       uint32 // as read: the rate nfcapd applied; after resolve: flowlake's
 	SrcAS, DstAS       uint32
+	SrcVlan, DstVlan   uint32 // 0: the exporter sent none
 	Received           int64  // ms since epoch: when nfcapd received the datagram
 	NfcapdSetting      bool   // SamplingRate came from nfcapd's -s, not from the router
 	Seq                int64  // position of the flow in its file, from 0
@@ -599,7 +601,7 @@ func (r *reader) v3(rec []byte, f *Flow, blockOff int64, blockNo uint32) error {
 			need = 8
 		case exIPv6Flow:
 			need = 32
-		case exFlowMisc, exASRouting:
+		case exFlowMisc, exASRouting, exVlan:
 			need = 8
 		case exIPRecvV4:
 			need = 4
@@ -638,6 +640,9 @@ func (r *reader) v3(rec []byte, f *Flow, blockOff int64, blockNo uint32) error {
 		case exASRouting:
 			f.SrcAS = binary.LittleEndian.Uint32(el[0:])
 			f.DstAS = binary.LittleEndian.Uint32(el[4:])
+		case exVlan:
+			f.SrcVlan = binary.LittleEndian.Uint32(el[0:])
+			f.DstVlan = binary.LittleEndian.Uint32(el[4:])
 		case exIPRecvV4, exIPRecvV6:
 			received = el
 		case exSamplerInfo:

@@ -60,7 +60,8 @@ def generate_day(target: tuple[str, int] | str, start: datetime | int, duration_
     for i, r in enumerate(p.routers):
         sub = f[f["router"] == i]
         ex = netflow.Exporter(version, i + 1, boot_ms if r.boot_ms is None else r.boot_ms, r.sampling_rate, r.address,
-                              plan=r.sampling, reboot_at_ms=r.reboot_at_ms, swap_every=r.swap_times_every)
+                              plan=r.sampling, reboot_at_ms=r.reboot_at_ms, swap_every=r.swap_times_every,
+                              vlan_fields=model.VLAN_IES[r.vlan_ie] if version != 5 else ())
         dgs = ex.datagrams(sub)
         streams.append((exporter.open_socket(r.address, target[0]), dgs))
         meta.append((sub, ex.flow_boot, ex.flow_swapped))
@@ -89,6 +90,7 @@ def generate_day(target: tuple[str, int] | str, start: datetime | int, duration_
         "start": datetime.fromtimestamp(start_ms / 1000, timezone.utc).isoformat(),
         "duration_s": duration_ms / 1000, "speedup": speedup, "router_boot_ms": boot_ms,
         **truth_mod.summarize(f, p, exp_rows),
+        "per_vlan": truth_mod.vlan_counts(f, p, version),
         "sampling": {
             "wire_counts_are_sampled": True,
             "announced_by": {"v5": "header sampling_interval (mode 01)",

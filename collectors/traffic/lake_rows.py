@@ -34,9 +34,14 @@ def addresses(f: np.ndarray, side: str) -> np.ndarray:
     return out
 
 
-def lake_table(f: np.ndarray, params, source_file: str = "model"):
-    """pyarrow Table of the flows with the lake's columns (and `date`, `hour` of time_start)."""
+def lake_table(f: np.ndarray, params, source_file: str = "model", version: int = 10):
+    """pyarrow Table of the flows with the lake's columns (and `date`, `hour` of time_start);
+    VLANs as nfcapd keeps them from NetFlow `version` (model.landed_vlans)."""
     import pyarrow as pa
+
+    from .model import landed_vlans
+
+    src_vlan, dst_vlan = landed_vlans(f, params, version)
 
     rates = np.array([r.sampling_rate for r in params.routers], np.int64)[f["router"]]
     exporters = np.array([r.address for r in params.routers], dtype=object)[f["router"]]
@@ -62,6 +67,8 @@ def lake_table(f: np.ndarray, params, source_file: str = "model"):
         "dst_as": pa.array(f["dst_as"].astype(np.int64)),
         "source_file": pa.array(np.full(len(f), source_file, dtype=object), pa.string()),
         "file_seq": pa.array(np.arange(len(f), dtype=np.int64)),
+        "src_vlan": pa.array(src_vlan.astype(np.int32)),
+        "dst_vlan": pa.array(dst_vlan.astype(np.int32)),
         "date": pa.array(np.datetime_as_string(day), pa.string()),
         "hour": pa.array(((ts // 3_600_000) % 24).astype(np.int32)),
     }

@@ -118,11 +118,13 @@ class Exporter:
 
     def __init__(self, version: int, domain_id: int, boot_ms: int, sampling_rate: int = 1,
                  address: str = "127.0.0.1", max_payload: int = 1464, template_every_s: int = 60,
-                 plan: SamplingPlan | None = None, reboot_at_ms: int | None = None, swap_every: int = 0):
+                 plan: SamplingPlan | None = None, reboot_at_ms: int | None = None, swap_every: int = 0,
+                 vlan_fields: tuple = ()):
         if version not in (5, 9, 10):
             raise ValueError(f"unsupported NetFlow version {version}")
         self.version, self.domain_id, self.boot_ms = version, domain_id, boot_ms
         self.sampling_rate, self.address = sampling_rate, address
+        self.vlan_fields = tuple(vlan_fields)  # ((ie, 2), (ie, 2)): ingress, egress VLAN (v9/IPFIX)
         self.max_payload, self.template_every_ms = max_payload, template_every_s * 1000
         self.sequence = 0
         self.plan = plan if plan is not None else plan_from_rate(version, sampling_rate)
@@ -141,7 +143,7 @@ class Exporter:
     # --- templates and sampling announcement ---------------------------------------
     def _templates(self) -> bytes:
         body = b""
-        extra = self.plan.data_fields() if self.plan else []
+        extra = (list(self.plan.data_fields()) if self.plan else []) + list(self.vlan_fields)
         for tid, v6 in ((V9_TEMPLATE_V4, False), (V9_TEMPLATE_V6, True)):
             fields = template_fields(9 if self.version == 9 else 10, v6) + extra
             body += struct.pack(">HH", tid, len(fields)) + b"".join(struct.pack(">HH", *f) for f in fields)
@@ -179,7 +181,7 @@ class Exporter:
         return np.where(np.asarray(export_ms) >= self.reboot_at_ms, self.reboot_at_ms, self.boot_ms)
 
     def _extra_size(self) -> int:
-        return sum(n for _, n in self.plan.data_fields()) if self.plan else 0
+        return (sum(n for _, n in self.plan.data_fields()) if self.plan else 0) + sum(n for _, n in self.vlan_fields)
 
     # --- data ----------------------------------------------------------------------
     def datagrams(self, f: np.ndarray) -> list[Datagram]:
@@ -213,6 +215,10 @@ class Exporter:
                 rates = self.plan.flow_rates(self.flow_sampler[which], ends[last])
                 self.flow_rates[which] = rates
                 rec = _append_fields(rec, self.plan.data_values(self.flow_sampler[which], rates))
+            if self.vlan_fields:
+                vlans = np.zeros(len(sel), [("vlan_in", ">u2"), ("vlan_out", ">u2")])
+                vlans["vlan_in"], vlans["vlan_out"] = sel["src_vlan"], sel["dst_vlan"]
+                rec = _append_fields(rec, vlans)
             packed[v6] = (rec.tobytes(), rec.dtype.itemsize)
             groups += [(int(ends[b - 1]), v6, a, b) for a, b in _chunks(len(sel), per)]
         groups.sort(key=lambda g: g[0])

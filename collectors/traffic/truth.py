@@ -46,6 +46,21 @@ def summarize(flows: np.ndarray, params, exporters: list[dict]) -> dict:
             "ipv6_flows": int(flows["ipv6"].sum()), "exporters": exporters}
 
 
+def vlan_counts(f: np.ndarray, params, version: int) -> dict:
+    """What the lake must hold per VLAN: side ("in" = src_vlan, "out" = dst_vlan) -> VLAN id
+    (text) -> flows, packets, bytes (sampling-corrected), after nfcapd 1.7.1 kept or dropped
+    each router's VLAN fields (model.landed_vlans); VLAN "0" = none landed."""
+    from .model import landed_vlans
+
+    rates = np.array([r.sampling_rate for r in params.routers], np.int64)[f["router"]]
+    pk, by = f["packets"].astype(np.int64) * rates, f["bytes"].astype(np.int64) * rates
+    out = {}
+    for side, vlans in zip(("in", "out"), landed_vlans(f, params, version)):
+        out[side] = {str(int(v)): {"flows": int((vlans == v).sum()), "packets": int(pk[vlans == v].sum()),
+                                   "bytes": int(by[vlans == v].sum())} for v in np.unique(vlans)}
+    return out
+
+
 def write(truth: dict, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

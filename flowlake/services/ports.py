@@ -27,4 +27,10 @@ def private_env(home: Path | str) -> dict[str, str]:
         # test traffic carries fixed past dates (pcapgen: 2025-11-20): keep it whatever its age
         "FLOWLAKE_RETENTION_FLOWS_DAYS": "0",
         "FLOWLAKE_RETENTION_QUARANTINE_DAYS": "0",
+        # reverse DNS stays on loopback: a port nothing answers on, and a short budget
+        # (tests that need names start dnsmasq: flowlake/services/dnsmasq.py)
+        "FLOWLAKE_RDNS_SERVER": "127.0.0.1",
+        "FLOWLAKE_RDNS_PORT": str(free_port(socket.SOCK_DGRAM)),
+        "FLOWLAKE_RDNS_TIMEOUT_SECONDS": "0.5",
+        "FLOWLAKE_RDNS_BUDGET_SECONDS": "2",
     }
