@@ -1,0 +1,191 @@
+"""The enrichment columns (schemas/enrich.py) computed over an Arrow table of flows.
+
+Vectorised where rows are many and lookups where values are few: each address column and
+each (exporter, interface) pair is dictionary-encoded by Arrow, each distinct value is
+looked up once (and kept in a bounded per-process cache across tables), and the answers
+are spread back over the rows with `take`. A Spark task's Python worker builds one
+`Enricher` per plan (sources.py) and keeps it while the plan's key stays the same.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from flowlake.schemas import FLOW, Record
+from flowlake.schemas.enrich import ENRICHMENT_FIELDS, ENRICHMENT_NAMES
+
+from . import classify, interfaces, mmdb, networks
+
+_IF = ("name", "description", "speed", "boundary", "connectivity", "provider")
+_ADDR = ("country", "city", *(f"net_{a}" for a in networks.ATTRS))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a task needs to enrich, picklable: validated snapshot files (never changed in
+    place), the interface directory and the rules as written. `key` changes when any does."""
+    key: str
+    asn_path: str = ""
+    geo_path: str = ""
+    networks_path: str = ""
+    rules: tuple = ()
+    directory: dict = field(default_factory=dict)
+    refresh_dir: str = ""
+    cache_entries: int = 200_000
+
+
+def lake_schema() -> pa.Schema:
+    """Columns of a lake flows file: the wire record's, then the enrichment's."""
+    from flowlake.schemas import messages
+
+    return messages.arrow_schema(Record("FlowsFile", "flowlake.lake", "lake file", FLOW.fields + ENRICHMENT_FIELDS))
+
+
+class Enricher:
+    def __init__(self, plan: Plan):
+        self.plan = plan
+        self.asn = mmdb.Lookup(plan.asn_path) if plan.asn_path else None
+        self.geo = mmdb.Lookup(plan.geo_path) if plan.geo_path else None
+        self.networks = networks.Networks(networks.parse(plan.networks_path)) if plan.networks_path else None
+        self.rules = classify.parse_rules(list(plan.rules))
+        self.directory = plan.directory
+        self.refresh = interfaces.RefreshRequests(plan.refresh_dir) if plan.refresh_dir else None
+        self.addresses: dict[str, tuple] = {}
+        self.ifs: dict[tuple[str, int], tuple] = {}
+        self.limit = max(1000, int(plan.cache_entries))
+
+    def close(self) -> None:
+        for db in (self.asn, self.geo):
+            if db is not None:
+                db.close()
+
+    # ---- one distinct value ------------------------------------------------------------
+    def address(self, addr: str) -> tuple:
+        """(asn, country, city, net name, role, site, region, tenant) of one address."""
+        hit = self.addresses.get(addr)
+        if hit is not None:
+            return hit
+        asn = mmdb.asn_of(self.asn.get(addr)) if self.asn else 0
+        geo = self.geo.get(addr) if self.geo else None
+        net = self.networks.lookup(addr) if self.networks else networks.EMPTY
+        hit = (asn, mmdb.country_of(geo), mmdb.city_of(geo), *net)
+        if len(self.addresses) >= self.limit:  # bounded: start over rather than grow
+            self.addresses.clear()
+        self.addresses[addr] = hit
+        return hit
+
+    def exporter_name(self, exporter: str) -> str:
+        return self.directory.get(exporter, ("", {}))[0]
+
+    def interface(self, exporter: str, ifindex: int) -> tuple:
+        """(name, description, speed Mbit/s, boundary, connectivity, provider)."""
+        key = (exporter, ifindex)
+        hit = self.ifs.get(key)
+        if hit is not None:
+            return hit
+        ename, table = self.directory.get(exporter, ("", {}))
+        known = table.get(ifindex)
+        if known is None:
+            hit = (*interfaces.UNKNOWN, "", "", "")
+            if ifindex and self.refresh is not None:
+                self.refresh.ask(exporter)
+                # asked: look again once the poller had time (a later table, after a refresh)
+                return hit
+        else:
+            hit = (*known, *classify.classify(self.rules, ename, known[0], known[1]))
+        if len(self.ifs) >= self.limit:
+            self.ifs.clear()
+        self.ifs[key] = hit
+        return hit
+
+
+def _spread(dictionary_values: list, indices, typ) -> pa.Array:
+    return pa.array(dictionary_values, typ).take(indices)
+
+
+def _address_columns(e: Enricher, col: pa.Array) -> tuple[pa.Array, list[pa.Array]]:
+    enc = pc.dictionary_encode(col)
+    found = [e.address(a) for a in enc.dictionary.to_pylist()]
+    asn = _spread([f[0] for f in found], enc.indices, pa.int64())
+    return asn, [_spread([f[i] for f in found], enc.indices, pa.string()) for i in range(1, len(_ADDR) + 1)]
+
+
+def _interface_columns(e: Enricher, exporters: pa.DictionaryArray, ifindex: pa.Array) -> list[pa.Array]:
+    key = pc.add(pc.multiply(exporters.indices.cast(pa.int64()), 1 << 32), pc.bit_wise_and(ifindex, 0xFFFFFFFF))
+    enc = pc.dictionary_encode(key)
+    names = exporters.dictionary.to_pylist()
+    found = [e.interface(names[k >> 32], k & 0xFFFFFFFF) for k in enc.dictionary.to_pylist()]
+    return [_spread([f[i] for f in found], enc.indices, pa.int64() if _IF[i] == "speed" else pa.string())
+            for i in range(len(_IF))]
+
+
+def enrich_batch(batch: pa.RecordBatch, e: Enricher) -> dict[str, pa.Array]:
+    cols: dict[str, pa.Array] = {}
+    exporters = pc.dictionary_encode(batch.column("exporter"))
+    cols["exporter_name"] = _spread([e.exporter_name(x) for x in exporters.dictionary.to_pylist()],
+                                    exporters.indices, pa.string())
+    for side, ifcol in (("in", "input_if"), ("out", "output_if")):
+        for name, arr in zip(_IF, _interface_columns(e, exporters, batch.column(ifcol))):
+            cols[f"{side}_if_{name}"] = arr
+    for side in ("src", "dst"):
+        asn, rest = _address_columns(e, batch.column(f"{side}_addr"))
+        own = batch.column(f"{side}_as")
+        # the router's own AS number when it exports one, the database's otherwise
+        cols[f"{side}_as"] = pc.if_else(pc.equal(own, 0), asn, own)
+        for name, arr in zip(_ADDR, rest):
+            cols[f"{side}_{name}"] = arr
+    return cols
+
+
+def enrich_table(table: pa.Table, e: Enricher, schema: pa.Schema | None = None) -> pa.Table:
+    """The flows of `table` (wire schema) with the lake's enrichment columns."""
+    schema = schema or lake_schema()
+    batches = []
+    for batch in table.to_batches():
+        cols = enrich_batch(batch, e)
+        arrays = [cols[n] if n in cols else batch.column(n) for n in schema.names]
+        batches.append(pa.RecordBatch.from_arrays(arrays, schema=schema))
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def unenriched_table(table: pa.Table, schema: pa.Schema | None = None) -> pa.Table:
+    """Enrichment off: the same columns, every one unknown (so every lake file has them)."""
+    schema = schema or lake_schema()
+    n = table.num_rows
+    out = []
+    for f in schema:
+        if f.name in table.column_names:
+            out.append(table.column(f.name))
+        else:
+            out.append(pa.nulls(n, f.type).fill_null(0 if pa.types.is_integer(f.type) else ""))
+    return pa.Table.from_arrays(out, schema=schema)
+
+
+def lake_tables(plan: Plan | None):
+    """The function a task applies to each decoded table: enriched by the plan, or (None)
+    with the columns unknown."""
+    schema = lake_schema()
+    if plan is None:
+        return lambda table: unenriched_table(table, schema)
+    e = enricher_for(plan)
+    return lambda table: enrich_table(table, e, schema)
+
+
+_current: list = []  # [(key, Enricher)]: this worker process's enricher of the last plan
+
+
+def enricher_for(plan: Plan) -> Enricher:
+    if _current and _current[0][0] == plan.key:
+        return _current[0][1]
+    e = Enricher(plan)
+    if _current:
+        _current[0][1].close()
+        _current.clear()
+    _current.append((plan.key, e))
+    return e
+
+
+assert set(ENRICHMENT_NAMES) == {"exporter_name", *(f"{s}_if_{n}" for s in ("in", "out") for n in _IF),
+                                 *(f"{s}_{n}" for s in ("src", "dst") for n in _ADDR)}, "schemas/enrich.py and apply.py"
