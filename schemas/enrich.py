@@ -48,20 +48,6 @@ ENRICHMENT_FIELDS = (
 )
 ENRICHMENT_NAMES = tuple(f.name for f in ENRICHMENT_FIELDS)
 
-# The dimensions of the enrichment report: name -> (input-side SQL, output-side SQL).
-# "in" = traffic entering through the interface or from the source address; "out" = leaving
-# through the interface or towards the destination.
-DIMENSIONS = {
-    "as": ("CAST(src_as AS VARCHAR)", "CAST(dst_as AS VARCHAR)"),
-    "country": ("src_country", "dst_country"),
-    "interface": ("concat_ws(' ', coalesce(nullif(exporter_name, ''), exporter), "
-                  "coalesce(nullif(in_if_name, ''), 'if' || CAST(input_if AS VARCHAR)))",
-                  "concat_ws(' ', coalesce(nullif(exporter_name, ''), exporter), "
-                  "coalesce(nullif(out_if_name, ''), 'if' || CAST(output_if AS VARCHAR)))"),
-    "provider": ("in_if_provider", "out_if_provider"),
-    "network": ("src_net_name", "dst_net_name"),
-}
-
 ENRICHED_TOP = Record(
     name="enriched_top",
     namespace="flowlake.reports",

@@ -228,3 +228,40 @@ def test_older_lake_hours_without_the_columns_still_read(ecfg, spark):
         f"read_parquet('{cfg.lake}/rollups/1h/date=2026-11-20/rollup.parquet') group by all order by all").fetchall()
     assert ("?", "?", 77.0) in r, "the old hour's flow rolls up with null enrichment"
     assert ("CH", "physics", 3000.0) in r, "enriched flows roll up by country and network"
+
+
+def test_enriched_top_report_equals_duckdb_over_the_lake(ecfg, spark):
+    """The job's Spark lists against DuckDB's own sums over the same lake day (the old
+    hour's row included: its values count as unknown)."""
+    from flowlake.jobs import enriched_top
+    from flowlake.jobs.context import JobContext
+
+    cfg = ecfg
+    ctx = JobContext(spark, cfg, HOUR.date())
+    enriched_top.run(ctx)
+    con = duckdb.connect()
+    got = con.execute(f"select hour, dimension, side, value, rank, flows, bytes, bytes_share from read_parquet("
+                      f"'{cfg.lake}/reports/enriched_top/date=2026-11-20/*.parquet')").fetchall()
+    flows = f"read_parquet('{cfg.lake}/flows/date=2026-11-20/*/*.parquet', union_by_name = true)"
+    ref = {
+        ("country", "in"): "coalesce(src_country, '')", ("country", "out"): "coalesce(dst_country, '')",
+        ("as", "in"): "CASE WHEN src_as = 0 THEN '' ELSE CAST(src_as AS VARCHAR) END",
+        ("network", "out"): "coalesce(dst_net_name, '')", ("provider", "in"): "coalesce(in_if_provider, '')",
+        ("interface", "out"): "coalesce(nullif(exporter_name, ''), exporter) || ' ' || "
+                              "coalesce(nullif(out_if_name, ''), 'if' || CAST(output_if AS VARCHAR))",
+    }
+    total = con.execute(f"select sum(bytes) from {flows}").fetchone()[0]
+    for (dim, side), sql in ref.items():
+        want = dict(con.execute(f"select {sql}, sum(bytes) from {flows} group by 1").fetchall())
+        for hour in (None, 10):  # the whole day and its one hour hold the same flows here
+            mine = {v: (b, s) for h, d, sd, v, r, f, b, s in got if (h, d, sd) == (hour, dim, side)}
+            assert {v: b for v, (b, _) in mine.items()} == want, (dim, side, hour)
+            assert sum(s for _, s in mine.values()) == pytest.approx(1.0)
+    assert ("provider", "in") and dict((v, b) for h, d, sd, v, r, f, b, s in got
+                                       if (h, d, sd) == (None, "provider", "in"))["ams-ix"] > 0
+    # top_n 2: the rest folds into one 'other' row of rank 3; every list still adds up
+    small = enriched_top.enriched_top(ctx.flows(), 2).where("hour IS NULL AND dimension = 'interface'").collect()
+    for side in ("in", "out"):
+        rows = [r for r in small if r.side == side]
+        assert sorted(r.rank for r in rows) == [1, 2, 3] and next(r for r in rows if r.rank == 3).value == "other"
+        assert sum(r.bytes for r in rows) == total
