@@ -88,7 +88,9 @@ class HourFiles:
             writer = self.writers[hour] = pq.ParquetWriter(
                 str(path) + ".tmp", self.schema, compression="zstd", use_deprecated_int96_timestamps=True,
                 use_dictionary=[c for c in DICTIONARY_COLUMNS if c in self.schema.names])
-        table = pa.concat_tables(tables)
+        # one dictionary per column and row group (enrichment columns are dictionary arrays):
+        # a dictionary changing inside a column chunk would make the writer fall back to plain
+        table = pa.concat_tables(tables).unify_dictionaries()
         writer.write_table(table, row_group_size=max(self.row_group_rows, table.num_rows))
         self.rows[hour] = self.rows.get(hour, 0) + table.num_rows
 

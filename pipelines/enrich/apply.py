@@ -36,11 +36,19 @@ class Plan:
     cache_entries: int = 200_000
 
 
+DICT = pa.dictionary(pa.int32(), pa.string())
+
+
 def lake_schema() -> pa.Schema:
-    """Columns of a lake flows file: the wire record's, then the enrichment's."""
+    """Columns of a lake flows file: the wire record's, then the enrichment's. Its strings
+    are handed to the Parquet writer as dictionary arrays (Parquet stores them as strings
+    with a dictionary page; DuckDB and Spark read strings): the writer then takes the
+    dictionary as it is instead of hashing every row's value (bench/ingest.py)."""
     from flowlake.schemas import messages
 
-    return messages.arrow_schema(Record("FlowsFile", "flowlake.lake", "lake file", FLOW.fields + ENRICHMENT_FIELDS))
+    plain = messages.arrow_schema(Record("FlowsFile", "flowlake.lake", "lake file", FLOW.fields + ENRICHMENT_FIELDS))
+    return pa.schema([f.with_type(DICT) if f.name in ENRICHMENT_NAMES and pa.types.is_string(f.type) else f
+                      for f in plain])
 
 
 class Interned:
@@ -141,7 +149,8 @@ class Enricher:
 def _answers(interned: Interned, ids: list[int], indices: pa.Array) -> list[pa.Array]:
     """Per row, the columns of its answer: ids of the distinct values, spread by `indices`."""
     rows = pa.array(ids, pa.int32()).take(indices)
-    return [a.take(rows) for a in interned.arrays()]
+    return [pa.DictionaryArray.from_arrays(rows, a) if pa.types.is_string(a.type) else a.take(rows)
+            for a in interned.arrays()]
 
 
 def _address_columns(e: Enricher, col: pa.Array) -> list[pa.Array]:
@@ -164,8 +173,8 @@ def _interface_columns(e: Enricher, exporters: pa.DictionaryArray, ifindex: pa.A
 def enrich_batch(batch: pa.RecordBatch, e: Enricher) -> dict[str, pa.Array]:
     cols: dict[str, pa.Array] = {}
     exporters = pc.dictionary_encode(batch.column("exporter"))
-    cols["exporter_name"] = pa.array([e.exporter_name(x) for x in exporters.dictionary.to_pylist()],
-                                     pa.string()).take(exporters.indices)
+    cols["exporter_name"] = pa.DictionaryArray.from_arrays(
+        exporters.indices, pa.array([e.exporter_name(x) for x in exporters.dictionary.to_pylist()], pa.string()))
     for side, ifcol in (("in", "input_if"), ("out", "output_if")):
         for name, arr in zip(_IF, _interface_columns(e, exporters, batch.column(ifcol))):
             cols[f"{side}_if_{name}"] = arr
@@ -192,14 +201,18 @@ def enrich_table(table: pa.Table, e: Enricher, schema: pa.Schema | None = None) 
 
 def unenriched_table(table: pa.Table, schema: pa.Schema | None = None) -> pa.Table:
     """Enrichment off: the same columns, every one unknown (so every lake file has them)."""
+    import numpy as np
+
     schema = schema or lake_schema()
     n = table.num_rows
+    zeros = pa.array(np.zeros(n, np.int32))
+    empty = pa.DictionaryArray.from_arrays(zeros, pa.array([""], pa.string()))
     out = []
     for f in schema:
         if f.name in table.column_names:
             out.append(table.column(f.name))
         else:
-            out.append(pa.nulls(n, f.type).fill_null(0 if pa.types.is_integer(f.type) else ""))
+            out.append(empty if f.type == DICT else zeros.cast(f.type))
     return pa.Table.from_arrays(out, schema=schema)
 
 
