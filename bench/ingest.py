@@ -216,7 +216,7 @@ def main() -> None:
               f"CPU per flow ingest/shipper: {ingest_cpu / ship_cpu:.2f}")
         print(f"target 300,000 flows/s Kafka to lake: {'met' if rate(flows, ingest_s) >= 300_000 else 'NOT met'}")
         print(f"load average during the run: {os.getloadavg()[0]:.1f}", flush=True)
-        enrichment_cost(cfg, work, total)
+        enrichment_cost(cfg, work, total, broker)
         if args.alternatives:
             secs, n = spark_writer_alternative(spark, cfg, work / "alt-spark-writer")
             assert n == total, n
@@ -266,14 +266,20 @@ networks = "{d / 'nets.csv'}"
     return d / "flowlake.toml"
 
 
-def enrichment_cost(cfg, work: Path, total: int) -> None:
-    """Land the topic's messages again into fresh homes, enrichment off / on alternately."""
+def enrichment_cost(cfg, work: Path, total: int, broker: set[int]) -> None:
+    """Land the topic's messages again into fresh homes, enrichment off / on alternately,
+    three times each; wall seconds and CPU seconds (this process tree, the broker left out).
+    On a shared machine the wall clock follows the neighbours' load; the CPU a flow costs
+    is what bounds the rate on dedicated cores, so the verdict is on the median CPU."""
+    import statistics
+
     from flowlake import config
     from flowlake.pipelines import ingest
 
     toml = enrichment_files(work)
     times: dict[str, list[float]] = {"off": [], "on": []}
-    for i, mode in enumerate(["off", "on", "off", "on"]):
+    cpus: dict[str, list[float]] = {"off": [], "on": []}
+    for i, mode in enumerate(["off", "on"] * 3):
         home = work / f"home-{mode}-{i}"
         env = {**os.environ, "FLOWLAKE_HOME": str(home), "FLOWLAKE_ENRICH_ENABLED": str(mode == "on").lower()}
         c = config.load(toml, env=env)
@@ -283,9 +289,10 @@ def enrichment_cost(cfg, work: Path, total: int) -> None:
             "sys_name": "bench-1", "polled": "2026-01-01T00:00:00Z", "error": "", "interfaces": {
                 str(n): {"name": f"et-{n}", "description": "Transit: Cogent" if n % 2 else "core",
                          "speed_mbps": 10000, "oper_status": 1} for n in range(0, 64)}}}}))
-        t0 = time.perf_counter()
+        c0, t0 = tree_cpu(broker), time.perf_counter()
         ingest.run(c, once=True)
         times[mode].append(time.perf_counter() - t0)
+        cpus[mode].append(tree_cpu(broker) - c0)
         rows = ingest.counts(c)["flows"]["rows"]
         assert rows == total, f"enrichment {mode}: lake has {rows} rows, expected {total}"
         if mode == "on":
@@ -296,16 +303,19 @@ def enrichment_cost(cfg, work: Path, total: int) -> None:
                 f"from read_parquet('{home}/lake/flows/**/*.parquet')").fetchone()
             assert max(unknown) < 0.01, f"enrichment on: unknown shares {unknown} (the files must cover the traffic)"
         shutil.rmtree(home / "lake", ignore_errors=True)
-    off, on = min(times["off"]), min(times["on"])
+    med = {m: (statistics.median(times[m]), statistics.median(cpus[m])) for m in times}
     print()
-    print(f"{'enrichment (' + format(total, ',') + ' flows, best of 2 each)':52s} {'seconds':>8s} {'flows/s':>12s}")
-    print(f"{'ingest --once, enrichment off':52s} {off:8.2f} {total / off:12,.0f}   runs: "
-          + ", ".join(f"{t:.2f}" for t in times["off"]))
-    print(f"{'ingest --once, enrichment on (MMDB ASN+City, networks, SNMP, rules)':52s} {on:8.2f} {total / on:12,.0f}   runs: "
-          + ", ".join(f"{t:.2f}" for t in times["on"]))
-    ratio = (total / on) / (total / off)
-    print(f"ratio on/off flows/s: {ratio:.3f} (goal >= 0.90: enrichment costs at most 10 %): "
-          f"{'met' if ratio >= 0.90 else 'NOT met'}", flush=True)
+    print(f"{'enrichment (' + format(total, ',') + ' flows, median of 3)':60s} {'seconds':>8s} {'flows/s':>10s} "
+          f"{'CPU-s/M flows':>14s}")
+    for mode, label in (("off", "ingest --once, enrichment off"),
+                        ("on", "ingest --once, enrichment on (ASN+City MMDB, networks, SNMP, rules)")):
+        wall, cpu = med[mode]
+        print(f"{label:60s} {wall:8.2f} {total / wall:10,.0f} {cpu / total * 1e6:14.2f}   runs: "
+              + ", ".join(f"{t:.2f}s/{c:.2f}cpu" for t, c in zip(times[mode], cpus[mode])))
+    cpu_ratio = med["off"][1] / med["on"][1]
+    print(f"ratio on/off, wall flows/s: {med['off'][0] / med['on'][0]:.3f}; per CPU-second: {cpu_ratio:.3f} "
+          f"(goal >= 0.90, enrichment costs at most 10 %: {'met' if cpu_ratio >= 0.90 else 'NOT met'}); "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)
 
 
 def kafka_admin_topic(cfg, topic: str) -> None:
