@@ -312,3 +312,12 @@ def test_ingest_refuses_to_start_naming_the_bad_networks_line_or_rule(tmp_path):
                                                           "FLOWLAKE_HOME": str(tmp_path / "home")})
         assert res.returncode != 0 and msg in res.stderr, res.stderr[-2000:]
         assert "Traceback" not in res.stderr
+
+
+def test_enrich_keys_take_environment_overrides(tmp_path):
+    db = mmdb_files.write(tmp_path / "env-asn.mmdb", "GeoLite2-ASN", NETS)
+    cfg = home_cfg(tmp_path, "", FLOWLAKE_ENRICH_ASN_DATABASE=str(db), FLOWLAKE_ENRICH_CACHE_ENTRIES="5000")
+    plan = sources.Sources(cfg).plan()
+    assert plan.cache_entries == 5000 and apply.Enricher(plan).address("192.0.2.1")[0] == 64502
+    off = home_cfg(tmp_path / "off", "", FLOWLAKE_ENRICH_ENABLED="false")
+    assert sources.Sources(off).plan() is None
