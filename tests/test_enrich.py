@@ -267,7 +267,7 @@ def test_changed_database_is_picked_up_and_a_corrupt_one_refused_keeping_the_pre
     src = sources.Sources(cfg)
     p1 = src.plan()
     assert apply.Enricher(p1).address("10.1.0.1")[0] == 64501
-    assert p1 == src.plan() or p1.key == src.plan().key, "nothing changed: same plan"
+    assert src.plan().key == p1.key, "nothing changed: same plan"
 
     mmdb_files.write(db, "GeoLite2-ASN", {"10.0.0.0/8": (65001, "New", "", "")})
     p2 = src.plan()
