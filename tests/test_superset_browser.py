@@ -1,4 +1,4 @@
-"""The six dashboards in a real browser: Debian chromium driven by Playwright.
+"""Every dashboard in a real browser: Debian chromium driven by Playwright.
 
 Logs in through the login page, opens each dashboard, waits for every chart, and
 asserts none shows an error and each renders data. Screenshots go to test-output/;
