@@ -254,7 +254,7 @@ def test_bad_static_interface_definitions_are_named(tmp_path, toml, msg):
 
 def test_enrichment_off_still_writes_every_column_unknown():
     t = apply.unenriched_table(flows([{"src_as": 5}]))
-    assert t.schema.names == [n for n in FLOWS_TABLE.names if n not in ("date", "hour")]
+    assert t.schema.names == [n for n in FLOWS_TABLE.names if n not in ("date", "hour", "run_id")]
     row = t.to_pylist()[0]
     assert row["src_as"] == 5 and all(row[n] in ("", 0) for n in ENRICHMENT_NAMES)
 
