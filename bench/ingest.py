@@ -7,7 +7,11 @@ A real nfcapd file (softflowd -> nfcapd, joined by `nfdump -R`, as bench/ship.py
 it) is shipped by the Go shipper (FlowBatch messages, shipper.message_format = arrow)
 into a private broker; then a plain confluent-kafka consumer reads every message (no
 decode: the floor any consumer pays), then `flowlake ingest --once` lands it in the lake
-(after an untimed warm-up drain of the same file, --warmup: Spark start-up and JIT excluded). --alternatives also times, on the same data:
+(after an untimed warm-up drain of the same file, --warmup: Spark start-up and JIT excluded).
+Then the same messages are landed again into fresh homes with enrichment off and on, alternately, twice each (issue 21: enrichment
+may cost at most 10 % of the ingest's rate): "on" with an ASN and a geo database (MMDB, built
+here, 4,600 networks), a networks file, an SNMP interface cache and interface rules.
+--alternatives also times, on the same data:
   - the same FlowBatch decode with the rows handed back to Spark's Parquet writer;
   - format 1 (one Avro record per flow, the old wire format) shipped into a second topic
     and landed by Spark's from_avro row decode (pipelines/decode.py, the old ingest).
@@ -29,6 +33,7 @@ from flowlake.services.ports import free_port
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(BENCH.parent / "tests"))  # mmdb_files: the enrichment databases
 
 
 def ship_file(cfg, path: Path, extra=()) -> tuple[float, float, float]:
@@ -239,6 +244,7 @@ def main() -> None:
         print(f"target 300,000 flows/s Kafka to lake: {'met' if rate(flows, ingest_s) >= 300_000 else 'NOT met'}")
         print(f"load average (1 min) before the ingest {load0:.1f}, after it {os.getloadavg()[0]:.1f}; "
               f"{os.cpu_count()} cores", flush=True)
+        enrichment_cost(cfg, work, total, broker)
         if args.alternatives:
             secs, n = spark_writer_alternative(spark, cfg, work / "alt-spark-writer")
             assert n == total, n
@@ -255,6 +261,89 @@ def main() -> None:
     finally:
         kafka.stop(cfg)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def enrichment_files(work: Path) -> Path:
+    """flowlake.toml of the enrichment-on runs, with its files: every address of the bench's
+    traffic (pcapgen: 10.0/16, 192.0.2/24, 2001:db8::/32) finds an AS, a country and a network."""
+    import mmdb_files  # tests/mmdb_files.py
+
+    d = work / "enrich"
+    d.mkdir()
+    nets = {f"10.{i // 256}.{i % 256}.0/24": (64500 + i % 300, "org", "DE", "Berlin") for i in range(4096)}
+    nets.update({f"192.0.2.{i * 16}/28": (64900 + i, "doc", "US", "Menlo Park") for i in range(16)})
+    nets.update({f"2001:db8:{i:x}::/48": (65000 + i % 50, "six", "CH", "Geneva") for i in range(512)})
+    mmdb_files.write(d / "asn.mmdb", "GeoLite2-ASN", nets)
+    mmdb_files.write(d / "geo.mmdb", "GeoLite2-City", nets)
+    lines = ["prefix,name,role,site,region,tenant", "10.0.0.0/8,campus,internal,slac,us-west,doe",
+             "192.0.2.0/24,dmz,servers,slac,us-west,doe", "2001:db8::/32,campus6,internal,slac,us-west,doe"]
+    lines += [f"10.{i}.0.0/16,bldg{i},lab,b{i},us-west,t{i % 7}" for i in range(200)]
+    lines += [f"2001:db8:{i:x}::/48,lab6-{i},lab,b{i},us-west,t{i % 7}" for i in range(200)]
+    (d / "nets.csv").write_text("\n".join(lines) + "\n")
+    (d / "flowlake.toml").write_text(f"""
+[[enrich.interface_rules]]
+description = '(?i)^(?P<connectivity>transit|ix):? (?P<provider>\\S+)'
+boundary = "external"
+[[enrich.interface_rules]]
+boundary = "internal"
+[enrich]
+asn_database = "{d / 'asn.mmdb'}"
+geo_database = "{d / 'geo.mmdb'}"
+networks = "{d / 'nets.csv'}"
+""")
+    return d / "flowlake.toml"
+
+
+def enrichment_cost(cfg, work: Path, total: int, broker: set[int]) -> None:
+    """Land the topic's messages again into fresh homes, enrichment off / on alternately,
+    three times each; wall seconds and CPU seconds (this process tree, the broker left out).
+    On a shared machine the wall clock follows the neighbours' load; the CPU a flow costs
+    is what bounds the rate on dedicated cores, so the verdict is on the median CPU."""
+    import statistics
+
+    from flowlake import config
+    from flowlake.pipelines import ingest
+
+    toml = enrichment_files(work)
+    times: dict[str, list[float]] = {"off": [], "on": []}
+    cpus: dict[str, list[float]] = {"off": [], "on": []}
+    for i, mode in enumerate(["off", "on"] * 3):
+        home = work / f"home-{mode}-{i}"
+        env = {**os.environ, "FLOWLAKE_HOME": str(home), "FLOWLAKE_ENRICH_ENABLED": str(mode == "on").lower()}
+        c = config.load(toml, env=env)
+        snmp = home / "state" / "snmp" / "interfaces.json"  # what the poller would have written
+        snmp.parent.mkdir(parents=True)
+        snmp.write_text(json.dumps({"version": 1, "exporters": {"127.0.0.1": {
+            "sys_name": "bench-1", "polled": "2026-01-01T00:00:00Z", "error": "", "interfaces": {
+                str(n): {"name": f"et-{n}", "description": "Transit: Cogent" if n % 2 else "core",
+                         "speed_mbps": 10000, "oper_status": 1} for n in range(0, 64)}}}}))
+        c0, t0 = tree_cpu(broker), time.perf_counter()
+        ingest.run(c, once=True)
+        times[mode].append(time.perf_counter() - t0)
+        cpus[mode].append(tree_cpu(broker) - c0)
+        rows = ingest.counts(c)["flows"]["rows"]
+        assert rows == total, f"enrichment {mode}: lake has {rows} rows, expected {total}"
+        if mode == "on":
+            import duckdb
+
+            unknown = duckdb.connect().execute(
+                f"select avg((src_as = 0)::int), avg((src_country = '')::int), avg((src_net_name = '')::int) "
+                f"from read_parquet('{home}/lake/flows/**/*.parquet')").fetchone()
+            assert max(unknown) < 0.01, f"enrichment on: unknown shares {unknown} (the files must cover the traffic)"
+        shutil.rmtree(home / "lake", ignore_errors=True)
+    med = {m: (statistics.median(times[m]), statistics.median(cpus[m])) for m in times}
+    print()
+    print(f"{'enrichment (' + format(total, ',') + ' flows, median of 3)':60s} {'seconds':>8s} {'flows/s':>10s} "
+          f"{'CPU-s/M flows':>14s}")
+    for mode, label in (("off", "ingest --once, enrichment off"),
+                        ("on", "ingest --once, enrichment on (ASN+City MMDB, networks, SNMP, rules)")):
+        wall, cpu = med[mode]
+        print(f"{label:60s} {wall:8.2f} {total / wall:10,.0f} {cpu / total * 1e6:14.2f}   runs: "
+              + ", ".join(f"{t:.2f}s/{c:.2f}cpu" for t, c in zip(times[mode], cpus[mode])))
+    cpu_ratio = med["off"][1] / med["on"][1]
+    print(f"ratio on/off, wall flows/s: {med['off'][0] / med['on'][0]:.3f}; per CPU-second: {cpu_ratio:.3f} "
+          f"(goal >= 0.90, enrichment costs at most 10 %: {'met' if cpu_ratio >= 0.90 else 'NOT met'}); "
+          f"load average {os.getloadavg()[0]:.1f}", flush=True)
 
 
 def kafka_admin_topic(cfg, topic: str) -> None:

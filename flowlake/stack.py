@@ -285,8 +285,7 @@ def status_dict(cfg=None) -> dict:
             "retention": retention_status(cfg), "query": _query_status(cfg),
             "exporters": health.status(cfg), "cluster": cluster_state(cfg), "notify": notify_status(cfg),
             "snmp": snmp_status(cfg), "pinger": _pinger_status(cfg),
-            "lab": _lab_status(cfg),
-            "rdns": _rdns_status(cfg)}
+            "lab": _lab_status(cfg), "rdns": _rdns_status(cfg), "enrich": enrich_status(cfg)}
 
 
 def notify_status(cfg) -> dict:
@@ -342,6 +341,15 @@ def _print_rdns(console, r: dict) -> None:
         line += (f"; last report {last['date']}: {last['resolved']:,} resolved, {last['unknown']:,} unknown, "
                  f"{last['timed_out']:,} timed out, {last['not_tried']:,} not tried (budget) in {last['seconds']:.1f} s")
     console.print(line)
+
+
+def enrich_status(cfg) -> dict:
+    from .pipelines.enrich import status as enrich
+
+    try:
+        return enrich.status(cfg)
+    except (OSError, ValueError) as exc:  # status must never crash on a bad config or state file
+        return {"error": str(exc)}
 
 
 def _query_status(cfg) -> dict:
@@ -449,6 +457,9 @@ def status(as_json: bool) -> None:
     SNMP poller: per exporter its agent, sysName, interfaces, last poll and last error
     (timeout, wrong community, authentication), and flow coverage warnings: hours whose
     flow bytes / counter bytes is outside 1 +/- snmp.coverage_tolerance (`--json`: "snmp").
+    Enrichment: the ASN/geo databases and networks file in use (build date, records),
+    refused files, the SNMP cache, rules, and the newest lake hour's share of flows
+    with unknown AS, country and interface name (`--json`: key "enrich").
     """
     st = status_dict()
     if as_json:
@@ -515,6 +526,10 @@ def status(as_json: bool) -> None:
     console.print(ingest_table(c.get("ingest", {})))
     if st["lab"]:
         console.print(st["lab"]["line"])
+    if "error" not in st["enrich"]:
+        from .pipelines.enrich import status as enrich
+
+        enrich.print_status(console, st["enrich"])
     if c["spool"].get("warning"):
         console.print(f"[bold red]WARNING: {c['spool']['warning']}[/]")
     from .retention import report

@@ -22,6 +22,8 @@ import os
 import time
 from pathlib import Path
 
+from flowlake.schemas.enrich import ENRICHMENT_NAMES
+
 log = logging.getLogger("flowlake.ingest")
 
 RESULT_DDL = ("kind string, path string, rows long, messages long, offsets long, topic string, `partition` int, "
@@ -34,7 +36,7 @@ HOUR_MS = 3_600_000
 # AS numbers, the file): on addresses, times and counters it costs CPU and saves nothing
 # (2M flows: 1.0 CPU-s to write instead of 1.8, and 7% smaller).
 DICTIONARY_COLUMNS = ["exporter", "input_if", "output_if", "proto", "tcp_flags", "tos", "sampling_rate",
-                      "src_as", "dst_as", "source_file"]
+                      "src_as", "dst_as", "source_file", *ENRICHMENT_NAMES]
 
 
 class HourFiles:
@@ -89,7 +91,9 @@ class HourFiles:
             writer = self.writers[hour] = pq.ParquetWriter(
                 str(path) + ".tmp", self.schema, compression="zstd", use_deprecated_int96_timestamps=True,
                 use_dictionary=[c for c in DICTIONARY_COLUMNS if c in self.schema.names])
-        table = pa.concat_tables(tables)
+        # one dictionary per column and row group (enrichment columns are dictionary arrays):
+        # a dictionary changing inside a column chunk would make the writer fall back to plain
+        table = pa.concat_tables(tables).unify_dictionaries()
         writer.write_table(table, row_group_size=max(self.row_group_rows, table.num_rows))
         self.rows[hour] = self.rows.get(hour, 0) + table.num_rows
         self.write_seconds += time.perf_counter() - t0
@@ -108,21 +112,24 @@ class HourFiles:
         return out
 
 
-def land_task(staged: str, row_group_rows: int, lab_runs: str = ""):
-    """The function each Spark task runs over its Kafka rows (Arrow batches)."""
+def land_task(staged: str, row_group_rows: int, lab_runs: str = "", plan=None):
+    """The function each Spark task runs over its Kafka rows (Arrow batches); `plan`: the
+    micro-batch's enrichment (pipelines/enrich), None = columns written unknown."""
 
     def task(batches):
         import pyarrow as pa
         from pyspark import TaskContext
 
         from flowlake.pipelines import lab_tag
+        from flowlake.pipelines.enrich import apply as enrich
         from flowlake.pipelines.flow_messages import BAD, BATCH, FlowDecoder
 
         wall0, cpu0 = time.perf_counter(), time.process_time()  # the worker's own time: where a batch goes
         decoder = FlowDecoder()
         runs = lab_tag.load(lab_runs) if lab_runs else {}
+        lake = enrich.lake_tables(plan)
         files = HourFiles(Path(staged), f"part-{TaskContext.get().partitionId():05d}",
-                          lab_tag.with_run_id(decoder.schema), row_group_rows)
+                          lab_tag.with_run_id(enrich.lake_schema()), row_group_rows)
         legacy: list[dict] = []
         bad: list[dict] = []
         messages = 0
@@ -137,7 +144,7 @@ def land_task(staged: str, row_group_rows: int, lab_runs: str = ""):
                 kind, payload = decoder.decode(values[i].as_py())
                 if kind == BATCH:
                     messages += 1
-                    files.add(lab_tag.tag(payload, runs))
+                    files.add(lab_tag.tag(lake(payload), runs))
                 elif kind == BAD:
                     row = {k: rb.column(k)[i].as_py() for k in ("topic", "partition", "offset", "timestamp", "key")}
                     bad.append({**row, "value": values[i].as_py(), "reason": payload})
@@ -145,10 +152,10 @@ def land_task(staged: str, row_group_rows: int, lab_runs: str = ""):
                     messages += 1
                     legacy.append(payload)
                     if len(legacy) >= 65536:
-                        files.add(lab_tag.tag(decoder.rows_table(legacy), runs))
+                        files.add(lab_tag.tag(lake(decoder.rows_table(legacy)), runs))
                         legacy = []
         if legacy:
-            files.add(lab_tag.tag(decoder.rows_table(legacy), runs))
+            files.add(lab_tag.tag(lake(decoder.rows_table(legacy)), runs))
         out = [{"kind": "file", "path": path, "rows": rows} for path, rows in files.close()]
         out.append({"kind": "task", "messages": messages, "offsets": 0 if first is None else last - first + 1,
                     "task_seconds": time.perf_counter() - wall0, "task_cpu": time.process_time() - cpu0,
@@ -191,12 +198,14 @@ def write_quarantine(rows: list, path: Path) -> None:
 
 def make_handler(cfg, stream, row_group_rows: int = 262144):
     """foreachBatch function of the flows stream."""
+    from .enrich.sources import Sources
     from .ingest import writer_for
 
     from .lab_tag import registry_path
 
     lake_writer, quarantine_writer = writer_for(cfg, stream)
     lab_runs = registry_path(cfg)
+    enrichment = Sources(cfg)  # checks the enrichment files and rules now: a bad one stops the start
     conf_key = "spark.sql.execution.arrow.maxRecordsPerBatch"
 
     def handle(batch_df, batch_id: int) -> None:
@@ -205,12 +214,13 @@ def make_handler(cfg, stream, row_group_rows: int = 262144):
             return
         started = time.monotonic()
         staged = lake_writer.staging(batch_id)
+        plan = enrichment.plan()  # changed files are picked up here, between micro-batches
         spark = batch_df.sparkSession
         before = spark.conf.get(conf_key, None)
         spark.conf.set(conf_key, MESSAGES_PER_ARROW_BATCH)
         try:
             results = (batch_df.select("key", "value", "topic", "partition", "offset", "timestamp")
-                       .mapInArrow(land_task(str(staged), row_group_rows, str(lab_runs)), RESULT_DDL).collect())
+                       .mapInArrow(land_task(str(staged), row_group_rows, str(lab_runs), plan), RESULT_DDL).collect())
         finally:
             if before is None:
                 spark.conf.unset(conf_key)

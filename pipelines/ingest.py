@@ -135,7 +135,10 @@ def start_queries(spark, cfg, once: bool = False):
 def run(cfg=None, once: bool = False, master: str | None = None) -> None:
     from flowlake import spark as spark_factory
 
+    from .enrich.sources import check_config
+
     cfg = cfg or _config.get()
+    check_config(cfg)  # a bad rule or networks line stops us before Spark starts
     spark = spark_factory.session("flowlake-ingest", master=master, cfg=cfg)
     queries = start_queries(spark, cfg, once=once)
     if once:

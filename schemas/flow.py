@@ -1,5 +1,6 @@
 """The flow record: one per flow, from nfcapd files through Kafka into the lake."""
 from .core import Field, Record
+from .enrich import ENRICHMENT_FIELDS
 
 FLOW = Record(
     name="Flow",
@@ -40,12 +41,13 @@ FLOW = Record(
 FLOW_REV1 = Record(name=FLOW.name, namespace=FLOW.namespace, doc=FLOW.doc, fields=FLOW.fields[:19])
 FLOW_REVISIONS = (FLOW_REV1, FLOW)
 
-# The lake table adds the partition columns derived from time_start (UTC).
+# The lake table adds the enrichment columns the ingest fills (schemas/enrich.py; null
+# on days written before them) and the partition columns derived from time_start (UTC).
 FLOWS_TABLE = Record(
     name="flows",
     namespace="flowlake.lake",
     doc="The flow lake: `lake/flows/date=YYYY-MM-DD/hour=HH/*.parquet` (zstd).",
-    fields=FLOW.fields + (
+    fields=FLOW.fields + ENRICHMENT_FIELDS + (
         Field("run_id", "string", "lab run the flow belongs to (`flowlake lab run`); '' for other flows", nullable=True),
         Field("date", "string", "UTC date of time_start, YYYY-MM-DD (partition)"),
         Field("hour", "int", "UTC hour of time_start, 0-23 (partition)"),

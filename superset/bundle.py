@@ -296,7 +296,8 @@ def dataset_yaml(ds: Dataset, database_uuid: str) -> dict:
 # Time grains of Superset 6.1's DuckDB engine spec (db_engine_specs/duckdb.py): no PT5M.
 DUCKDB_GRAINS = ("PT1S", "PT1M", "PT1H", "P1D", "P1W", "P1M", "P3M", "P1Y")
 VIZ = {"table": "handlebars", "line": "echarts_timeseries_line", "bar": "echarts_timeseries_bar",
-       "big_number": "big_number_total", "pie": "pie", "heatmap": "heatmap_v2"}
+       "big_number": "big_number_total", "pie": "pie", "heatmap": "heatmap_v2",
+       "area": "echarts_area"}
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -324,7 +325,7 @@ def chart_payload(chart: dict, ds: Dataset, where: str) -> tuple[dict, dict]:
     if viz not in VIZ:
         raise BundleError(f"{where}: viz {viz!r} not one of {', '.join(VIZ)}")
     metrics = [_metric(m, f"{where}.metrics[{i}]") for i, m in enumerate(chart.get("metrics") or [])]
-    if viz in ("line", "bar", "big_number", "pie", "heatmap") and not metrics:
+    if viz in ("line", "bar", "area", "big_number", "pie", "heatmap") and not metrics:
         raise BundleError(f"{where}: a {viz} chart needs metrics")
     groupby = list(chart.get("groupby") or [])
     limit = int(chart.get("limit", 1000))
@@ -348,7 +349,7 @@ def chart_payload(chart: dict, ds: Dataset, where: str) -> tuple[dict, dict]:
              "url_params": {}, "custom_params": {}, "custom_form_data": {}}
     if viz == "table":
         report_table(chart, ds, params, query, metrics, where)
-    elif viz in ("line", "bar"):
+    elif viz in ("line", "bar", "area"):
         x = chart.get("x")
         if not x:
             raise BundleError(f"{where}: a {viz} chart needs x")
@@ -366,6 +367,8 @@ def chart_payload(chart: dict, ds: Dataset, where: str) -> tuple[dict, dict]:
                       y_axis_format=chart.get("y_format", "SMART_NUMBER"),
                       markerEnabled=markers,
                       seriesType="line", order_desc=True, xAxisForceCategorical=not temporal and viz == "bar")
+        if viz == "area" or chart.get("stack"):  # series stacked: the total is the top line
+            params.update(stack="Stack", opacity=0.7)
         xcol = {"label": x, "sqlExpression": x, "columnType": "BASE_AXIS", "expressionType": "SQL"}
         if temporal:
             xcol["timeGrain"] = grain
@@ -513,6 +516,7 @@ FILTERS = {
     "exporter": ("Exporter", "filter_select", "exporter"),
     "direction": ("Direction", "filter_select", "direction"),
     "month": ("Month", "filter_select", "month"),
+    "side": ("In / out", "filter_select", "side"),
 }
 # Select filters: (multiple choice, default value or None, pre-filter of the offered values).
 # Direction is one required choice, 'all' by default: report tables hold an 'all' row beside
@@ -522,6 +526,7 @@ SELECT_FILTERS = {
     "exporter": (True, None, "exporter IS NOT NULL AND exporter <> 'all'"),
     "direction": (False, "all", "direction IS NOT NULL"),
     "month": (False, None, "month IS NOT NULL"),  # one month, the newest first (LATEST_FIRST)
+    "side": (False, "in", "side IS NOT NULL"),  # one side: in and out each hold all the traffic
 }
 LATEST_FIRST = {"month"}  # select filters offering their values newest first, the first preselected
 

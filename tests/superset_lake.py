@@ -36,9 +36,16 @@ VOCAB = {
     "path": ["path-a", "path-b"], "path_a": ["path-a"], "path_b": ["path-b"], "best_path": ["path-a", "path-b"],
     "test_type": ["rtt", "throughput"], "tool": ["ping", "iperf3"], "source": ["probe1"],
     "destination": list(TARGETS), "class": ["tcp_in", "tcp_out", "udp"], "flow_direction": ["inbound", "outbound"],
+    "dimension": ["as", "country", "interface", "provider", "network"],
     "side": ["in", "out"], "level": ["domain", "tld"], "section": ["class", "app"],
     "duration_class": ["all", "0-1 s", "1-10 s", "10-60 s", "1-5 min"],
 }
+# Enrichment of the demo flows (schemas/enrich.py), by exporter and interface index.
+EXPORTER_NAMES = {"192.0.2.1": "border-1", "192.0.2.2": "border-2"}
+INTERFACES = {1: ("et-0/0/1", "Transit: Cogent 1-38", 100000, "external", "transit", "cogent"),
+              2: ("et-0/0/2", "IX: AMS-IX lan", 100000, "external", "ix", "ams-ix"),
+              3: ("xe-1/0/3", "campus core", 40000, "internal", "core", ""),
+              4: ("xe-1/0/4", "physics lab", 10000, "internal", "core", "")}
 
 
 def _addr(rng, n, local_share=0.5):
@@ -72,6 +79,7 @@ def write_flows(lake: Path, flows_per_day: int = 20000, seed: int = 7) -> int:
             "run_id": [""] * n,  # no lab run
             "src_vlan": rng.choice([0, 100, 210, 211], n), "dst_vlan": rng.choice([0, 100, 210, 211], n),
         }
+        cols.update(_enrichment(cols, rng, n))
         table = pa.table({k: pa.array(cols[k]).cast(schema.field(k).type) for k in schema.names}, schema=schema)
         hours = (t - start0) // 3_600_000
         for h in np.unique(hours):
@@ -80,6 +88,24 @@ def write_flows(lake: Path, flows_per_day: int = 20000, seed: int = 7) -> int:
             pq.write_table(table.filter(pa.array(hours == h)), part / "part-0.parquet")
         total += n
     return total
+
+
+def _enrichment(cols: dict, rng, n: int) -> dict:
+    """The enrichment columns as the ingest would fill them for the demo's exporters,
+    interfaces and addresses (10.1/16 local: the campus; others abroad)."""
+    out = {"exporter_name": [EXPORTER_NAMES[e] for e in cols["exporter"]]}
+    for side, col in (("in", "input_if"), ("out", "output_if")):
+        ifs = [INTERFACES[int(i)] for i in cols[col]]
+        for k, name in enumerate(("name", "description", "speed", "boundary", "connectivity", "provider")):
+            out[f"{side}_if_{name}"] = [i[k] for i in ifs]
+    for side in ("src", "dst"):
+        local = [a.startswith("10.") for a in cols[f"{side}_addr"]]
+        abroad = rng.choice(["DE", "FR", "JP", "BR", ""], n)
+        out[f"{side}_country"] = ["US" if loc else str(c) for loc, c in zip(local, abroad)]
+        out[f"{side}_city"] = ["Menlo Park" if loc else "" for loc in local]
+        for k, v in (("name", "campus"), ("role", "internal"), ("site", "slac"), ("region", "us-west"), ("tenant", "doe")):
+            out[f"{side}_net_{k}"] = [v if loc else "" for loc in local]
+    return out
 
 
 def _column(f, n, rng, day):

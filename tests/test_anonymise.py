@@ -106,8 +106,10 @@ def lake_from(rows, lake: Path) -> None:
     import duckdb
 
     from flowlake.schemas import FLOWS_TABLE
+    from flowlake.schemas.enrich import ENRICHMENT_NAMES
 
-    cols = FLOWS_TABLE.sql_columns()
+    # the wire columns only, as a lake day from before enrichment (readers take both)
+    cols = [c for c in FLOWS_TABLE.sql_columns() if c[0] not in ENRICHMENT_NAMES]
     con = duckdb.connect()
     con.execute("CREATE TABLE f (" + ", ".join(f'"{n}" {t}' for n, t in cols) + ")")
     t0 = dt.datetime(2026, 11, 20, 10, 0)

@@ -1,4 +1,4 @@
-"""The dashboards in a real browser: Debian chromium driven by Playwright.
+"""Every dashboard in a real browser: Debian chromium driven by Playwright.
 
 Logs in through the login page, opens each dashboard, waits for every chart, and
 asserts none shows an error and each renders data. Screenshots go to test-output/;
@@ -113,7 +113,8 @@ def test_jobs_run_refills_the_emptied_cache(superset, cfg):
 
 @pytest.mark.integration
 @pytest.mark.parametrize("slug", ["daily-operations", "flow-sizes", "active-vs-passive", "capacity", "collection",
-                                  "pinger-regions", "behaviour-classes", "experiments", "border"])
+                                  "pinger-regions", "behaviour-classes", "experiments", "border",
+                                  "traffic-by-network"])
 def test_dashboard_renders_every_chart(page, superset, slug, figure):
     expected = superset["provision"]["dashboards"][slug]
     page.requested.clear()
