@@ -70,7 +70,7 @@ def serve(cfg, once: bool = False) -> None:
                 source.commit()
             idle = 0 if files else idle + 1
             _write_status(cfg, {
-                "pid": os.getpid(), "started": started, "heartbeat": time.time(),
+                "pid": os.getpid(), "started": started, "heartbeat": time.time(), "assigned": source.assigned,
                 "intervals": engine.intervals, "flows": engine.flows, "last_interval": engine.last_interval,
                 "latency_s_max_last_60": max(latencies) if latencies else None,
                 "findings": engine.findings, "detector_errors": engine.errors, "lifecycle": engine.lifecycle.counts,

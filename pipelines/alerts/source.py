@@ -100,8 +100,12 @@ class KafkaIntervals:
         self.consumer = Consumer({**cfg.kafka_client_conf(), "group.id": a.group_id, "enable.auto.commit": False,
                                   "isolation.level": "read_committed", "auto.offset.reset": a.start_from,
                                   "fetch.max.bytes": 52428800, "max.partition.fetch.bytes": 10485760})
-        self.consumer.subscribe([self.flows_topic, self.ledger_topic])
+        self.assigned = False
+        self.consumer.subscribe([self.flows_topic, self.ledger_topic], on_assign=self._on_assign)
         self.files = LedgerIntervals()
+
+    def _on_assign(self, consumer, partitions) -> None:
+        self.assigned = True
 
     def poll(self, timeout: float = 1.0) -> list[tuple[str, pa.Table]]:
         msgs = self.consumer.consume(num_messages=500, timeout=timeout)
