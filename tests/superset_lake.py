@@ -38,6 +38,8 @@ VOCAB = {
     "destination": list(TARGETS), "class": ["tcp_in", "tcp_out", "udp"], "flow_direction": ["inbound", "outbound"],
     "side": ["in", "out"], "level": ["domain", "tld"], "section": ["class", "app"],
     "duration_class": ["all", "0-1 s", "1-10 s", "10-60 s", "1-5 min"],
+    "detector": ["scan", "fan_in", "exporter_silent"], "severity": ["warning", "critical"],  # lake/alerts
+    "state": ["open", "acknowledged", "resolved"],
 }
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .base import Detector, Finding, Interval, severity, si
+from .base import Detector, Finding, Interval, si
 
 log = logging.getLogger(__name__)
 
