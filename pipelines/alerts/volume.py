@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from flowlake.jobs.bulk_transfers import parse_speeds
+from flowlake.jobs.capacity_forecast import speed_of
 
 from .base import Detector, Finding, Interval, severity, si
 
@@ -60,10 +61,8 @@ class InterfaceSpeeds:
             return self._snmp[key]
         if key in self.static:
             return self.static[key]
-        for exp_, idx, bps in self.active:
-            if exp_ in ("*", exporter) and idx in ("*", str(if_index)):
-                return bps, None
-        return None
+        bps = speed_of(self.active, None, exporter, if_index)  # the jobs' and dashboards' reading of it
+        return None if bps is None else (bps, None)
 
 
 class InterfaceVolumeDetector(Detector):
