@@ -3,17 +3,21 @@ nfcapd, the real shipper and Kafka: a minute of modelled border traffic (scanner
 burst, a router that goes quiet) exported as NetFlow v9 to the stack's nfcapd (2 s files);
 the alerts service (as `flowlake up` starts it) must open an alert for every event of the
 truth and none for anything else, resolve them when they end, say that every router went
-silent when the model ended, and report in `flowlake status`."""
+silent when the model ended, report in `flowlake status`, and notify every transition to a
+real webhook receiver (tests/webhook_receiver.py, through pipelines/alerts/notify.py)."""
 from __future__ import annotations
 
 import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from flowlake.services.ports import free_port
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent
@@ -44,7 +48,14 @@ def test_detectors_find_the_model_truth_through_kafka(kafka, flowlake_home, monk
     from flowlake.pipelines.alerts import service
     from flowlake.pipelines.alerts.store import AlertStore
 
-    for k, v in {**SETTINGS, "FLOWLAKE_ALERTS_GROUP_ID": f"alerts-test-{os.getpid()}"}.items():
+    secret, hook_log, port = flowlake_home / "hook.secret", flowlake_home / "hook.jsonl", free_port()
+    secret.write_text("alerts-test-secret\n")
+    hook_log.unlink(missing_ok=True)
+    receiver = subprocess.Popen([sys.executable, str(REPO / "tests" / "webhook_receiver.py"), "--port", str(port),
+                                 "--secret-file", str(secret), "--log", str(hook_log)])
+    for k, v in {**SETTINGS, "FLOWLAKE_ALERTS_GROUP_ID": f"alerts-test-{os.getpid()}",
+                 "FLOWLAKE_NOTIFY_WEBHOOK_URL": f"http://127.0.0.1:{port}/alerts",
+                 "FLOWLAKE_NOTIFY_WEBHOOK_SECRET": "alerts-test-secret", "FLOWLAKE_NOTIFY_BACKOFF_SECONDS": "0.2"}.items():
         monkeypatch.setenv(k, v)
     config.reset()
     cfg = config.get()
@@ -79,6 +90,8 @@ def test_detectors_find_the_model_truth_through_kafka(kafka, flowlake_home, monk
             {"nfcapd": nfcapd.stop, "shipper": lambda c: stack.shipper_managed(c).stop(timeout=30),
              "alerts": service.stop}[name](cfg)
         config.reset()
+        receiver.terminate()
+        receiver.wait(10)
 
     # the model ends at end_ms: then every router goes silent, which the detector must say too
     after = [r for r in rows if r["started"] > end_ms]
@@ -103,6 +116,12 @@ def test_detectors_find_the_model_truth_through_kafka(kafka, flowlake_home, monk
     assert al["table"]["alerts"] == len(rows + after) and sum(al["open_by_severity"].values()) == len(after)
     assert al["service"]["intervals"] >= 25 and al["service"]["kafka"]["bad_messages"] == 0
     assert st["flows"] >= truth["totals"]["flows"] * 0.99  # flows judged (nfcapd may drop a few under load)
+    # every transition reached the webhook, signed: opened and resolved for each alert of the truth
+    hooks = [json.loads(line) for line in hook_log.read_text().splitlines()]
+    assert {h["verdict"] for h in hooks} == {"accepted"}, hooks[:3]
+    got = {(b["alert"]["id"], b["event"]) for b in (json.loads(h["body"]) for h in hooks)}
+    for r in rows:
+        assert (r["id"], "opened") in got and (r["id"], "resolved") in got, (r, sorted(got))
     lat = {d: s["latency_s"] for d, s in score.items() if s["latency_s"]}
     figure(f"alerts through nfcapd+Kafka: detection latency (flow time, event start -> alert) {lat}; "
            f"latency flows' end -> alert stored, max over the last 60 intervals: {st['latency_s_max_last_60']} s "
