@@ -30,7 +30,9 @@ ALERTS = Record(
         Field("resolved_at", "timestamp_ms", "when it was declared over, after [alerts] resolve_after_seconds "
                                              "without the condition", "ms since epoch", nullable=True),
         Field("summary", "string", "one line saying what was seen, with the figures"),
-        Field("value", "double", "the detector's measure at its peak (probes, pps, bit/s, seconds, flows)"),
+        Field("value", "double", "the detector's measure at its peak: scan, fan_in: times its threshold; "
+                                 "interface_volume, exporter_volume: bit/s (or packet/s); exporter_silent: seconds "
+                                 "without a flow; new_talker, blocklist: flows"),
         Field("threshold", "double", "what that measure had to reach"),
         Field("intervals", "long", "intervals in which the condition held"),
         Field("acked_at", "timestamp_ms", "acknowledged at (wall clock, UTC)", "ms since epoch", nullable=True),

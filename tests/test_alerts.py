@@ -238,3 +238,27 @@ def test_detectors_on_hand_made_intervals(engine_cfg, tmp_path):
         from flowlake.pipelines.alerts.blocklist import parse_prefixes
 
         parse_prefixes(bl_file.read_text().splitlines(), str(bl_file))
+
+
+def test_alerts_table_is_bounded_by_retention(engine_cfg, monkeypatch):
+    """lake/alerts is a retention tier: days older than [retention] alerts_days expire."""
+    import datetime as dt
+
+    from flowlake import config
+    from flowlake.pipelines.alerts.store import AlertStore
+    from flowlake.retention.tiers import lake_tiers
+
+    store = AlertStore.from_config(engine_cfg)
+    today = dt.date(2026, 11, 25)
+    row = {"id": "a1", "detector": "scan", "subject": "203.0.113.5", "state": "resolved", "severity": "warning",
+           "updated": 0, "ended": None, "resolved_at": None, "summary": "s", "value": 1.0, "threshold": 1.0,
+           "intervals": 1, "acked_at": None, "acked_by": None, "snoozed_until": None, "details": "{}"}
+    with store.lock():
+        for age, rid in ((40, "old"), (5, "new")):
+            start = int(dt.datetime.combine(today - dt.timedelta(days=age), dt.time(), dt.timezone.utc).timestamp() * 1000)
+            store.save([{**row, "id": rid, "started": start, "updated": start}])
+    monkeypatch.setenv("FLOWLAKE_RETENTION_ALERTS_DAYS", "30")
+    config.reset()
+    tier = next(t for t in lake_tiers(config.get(), today) if t.name == "alerts")
+    assert tier.limit == "30 days" and len(tier.units) == 2
+    assert [u.day for u in tier.expire] == [today - dt.timedelta(days=40)]

@@ -108,8 +108,8 @@ class FanInDetector(Detector):
             decay = math.exp(-max(0, iv.start_ms - b[2]) / self.tau_ms) * (1 - alpha)
             b[0], b[1], b[3] = b[0] * decay + alpha * pps[i], b[1] * decay + alpha * bps[i], b[3] * decay + alpha * float(sources[i])
             b[2] = iv.end_ms
-        if len(self.base) > self.max_tracked:  # forget the destinations seen least recently
-            keep = sorted(self.base.items(), key=lambda kv: kv[1][2])[-self.max_tracked:]
+        if len(self.base) > self.max_tracked:  # forget the least recently seen, a tenth at once (not per interval)
+            keep = sorted(self.base.items(), key=lambda kv: kv[1][2])[-int(self.max_tracked * 0.9):]
             self.base = dict(keep)
 
     def state(self) -> dict:

@@ -72,8 +72,8 @@ class NewTalkerDetector(Detector):
                 n["flows"] += flows
         for key in (f"{a}|{p}" for a, p in zip(per["address"].to_pylist(), per["port"].to_pylist())):
             self.seen[key] = iv.end_ms
-        if len(self.seen) > self.max_pairs:
-            self.seen = dict(sorted(self.seen.items(), key=lambda kv: kv[1])[-self.max_pairs:])
+        if len(self.seen) > self.max_pairs:  # the least recently seen go, a tenth at once
+            self.seen = dict(sorted(self.seen.items(), key=lambda kv: kv[1])[-int(self.max_pairs * 0.9):])
         out = []
         for addr, n in new.items():
             ports = sorted(set(n["ports"]))
