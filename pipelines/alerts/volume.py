@@ -31,8 +31,9 @@ class InterfaceSpeeds:
 
     @classmethod
     def from_config(cls, cfg) -> "InterfaceSpeeds":
-        return cls(cfg.path("state", "snmp", "interfaces.json"), cfg.data.get("exporters") or {},
-                   cfg.active.interface_speeds)
+        from flowlake.collectors.snmp.store import interfaces_file  # the SNMP poller's table
+
+        return cls(interfaces_file(cfg), cfg.data.get("exporters") or {}, cfg.active.interface_speeds)
 
     def _reload(self) -> None:
         try:
