@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "query-index": ("flowlake.query.index:index_cmd", "Index closed hours in DuckDB files for fast queries."),
     "schema": ("flowlake.schema_cli:schema", "Print generated views (Avro, Spark, Markdown) of a record."),
     "retention": ("flowlake.retention.cli:retention", "Expire old data per tier ([retention]); --dry-run shows what goes."),
+    "alerts": ("flowlake.pipelines.alerts.cli:alerts", "Alerts of the live detectors: list, show, ack, snooze."),
     "config": ("flowlake.schema_cli:config_cmd", "Print the effective configuration."),
     "notify": ("flowlake.pipelines.alerts.notify_cli:notify", "Alert notifications (webhook, e-mail): `notify test` checks [notify]."),
     "reports": ("flowlake.report_export:reports", "Export a report table's day (CSV, JSON, Parquet), optionally anonymised."),

@@ -18,7 +18,7 @@ from . import config as _config
 from .services.process import Managed, port_open, wait_until
 
 log = logging.getLogger("flowlake.stack")
-ORDER = ["kafka", "ingest", "shipper", "sampling-tap", "nfcapd", "snmp", "retention", "compactor", "superset"]
+ORDER = ["kafka", "ingest", "shipper", "sampling-tap", "nfcapd", "snmp", "retention", "compactor", "alerts", "superset"]
 
 
 def _python_argv(*args: str) -> list[str]:
@@ -113,6 +113,10 @@ def up_stack(cfg=None, with_superset: bool = True) -> dict:
         steps.insert(5, ("snmp", snmp_service.start))
     if cfg.compaction.enabled:
         steps.append(("compactor", start_compactor))
+    if cfg.alerts.enabled:
+        from .pipelines.alerts import service as alerts_service
+
+        steps.append(("alerts", alerts_service.start))
     paused = (disk.paused(cfg) or {}).get("components", [])
     if paused:  # the disk guard stopped them; its service starts them when space returns
         click.echo(f"  {', '.join(paused)} paused by the disk guard (disk below retention.disk_floor_pct)", err=True)
@@ -149,6 +153,9 @@ def down_stack(cfg=None) -> None:
     from .collectors.snmp import service as snmp_service
 
     snmp_service.stop(cfg)
+    from .pipelines.alerts import service as alerts_service
+
+    alerts_service.stop(cfg)
     nfcapd.stop(cfg)
     from .collectors import sampling
 
@@ -175,6 +182,7 @@ def component_state(cfg, name: str) -> dict:
         "retention": retention_managed(cfg),
         "compactor": compactor_managed(cfg),
         "snmp": Managed("snmp", cfg.path("run"), cfg.path("log")),
+        "alerts": Managed("alerts", cfg.path("run"), cfg.path("log")),
     }[name]
     pid = managed.pid()
     port = {"kafka": cfg.kafka.port, "nfcapd": cfg.collector.port, "superset": cfg.superset.port}.get(name)
@@ -285,7 +293,8 @@ def status_dict(cfg=None) -> dict:
             "retention": retention_status(cfg), "query": _query_status(cfg),
             "exporters": health.status(cfg), "cluster": cluster_state(cfg), "notify": notify_status(cfg),
             "snmp": snmp_status(cfg), "pinger": _pinger_status(cfg),
-            "lab": _lab_status(cfg), "rdns": _rdns_status(cfg), "enrich": enrich_status(cfg)}
+            "lab": _lab_status(cfg), "rdns": _rdns_status(cfg), "enrich": enrich_status(cfg),
+            "alerts": alerts_status(cfg)}
 
 
 def notify_status(cfg) -> dict:
@@ -350,6 +359,16 @@ def enrich_status(cfg) -> dict:
         return enrich.status(cfg)
     except (OSError, ValueError) as exc:  # status must never crash on a bad config or state file
         return {"error": str(exc)}
+
+
+def alerts_status(cfg) -> dict:
+    """The alerts service, open alerts by severity, its lag (pipelines/alerts/service.py)."""
+    from .pipelines.alerts import service as alerts_service
+
+    try:
+        return alerts_service.status(cfg)
+    except Exception as exc:  # status must never crash on a bad alerts table
+        return {"enabled": True, "error": str(exc)}
 
 
 def _query_status(cfg) -> dict:
@@ -519,6 +538,10 @@ def status(as_json: bool) -> None:
 
     console.print(pinger_regions.status_line(st["pinger"]))
     _print_rdns(console, st["rdns"])
+    if "open_by_severity" in st["alerts"] or not st["alerts"].get("enabled"):
+        from .pipelines.alerts import service as alerts_service
+
+        alerts_service.print_status(console, st["alerts"])
     if st.get("cluster"):
         from .cluster import print_status
 

@@ -10,10 +10,10 @@ from pyspark.sql import functions as F
 
 from flowlake.schemas.security import FAN_IN
 
+from .security_rules import MAD_TO_SIGMA, MEANAD_TO_SIGMA, FanInRule, robust_scale  # noqa: F401 (one definition)
+
 NAME = "fan_in"
 TABLES = (FAN_IN,)
-MAD_TO_SIGMA = 1.4826     # MAD of a normal distribution * 1.4826 = sigma
-MEANAD_TO_SIGMA = 1.2533  # mean absolute deviation * sqrt(pi/2) = sigma (when MAD is 0)
 
 
 def find_fan_in(flows: DataFrame, min_sources: int = 10, min_z: float = 3.5, sample_size: int = 10) -> DataFrame:
@@ -29,7 +29,7 @@ def find_fan_in(flows: DataFrame, min_sources: int = 10, min_z: float = 3.5, sam
     dev = per_dst.select(F.abs(F.col("sources") - F.lit(med)).alias("d"))
     stats = dev.agg(F.median("d").alias("mad"), F.mean("d").alias("meanad")).first()
     mad, meanad = float(stats["mad"]), float(stats["meanad"])
-    scale = MAD_TO_SIGMA * mad if mad > 0 else MEANAD_TO_SIGMA * meanad
+    scale = robust_scale(mad, meanad)
     z = (F.col("sources") - F.lit(med)) / F.lit(scale) if scale > 0 else F.lit(None).cast("double")
     port_counts = flows.groupBy("dst_addr", "dst_port").agg(F.count(F.lit(1)).alias("n"))
     w = Window.partitionBy("dst_addr").orderBy(F.desc("n"), F.asc("dst_port"))
@@ -43,5 +43,5 @@ def find_fan_in(flows: DataFrame, min_sources: int = 10, min_z: float = 3.5, sam
 
 
 def run(ctx) -> None:
-    s = ctx.cfg.security
-    ctx.write(find_fan_in(ctx.flows(), s.fan_in_min_sources, s.fan_in_min_z, s.sample_size), FAN_IN.name)
+    rule = FanInRule.from_config(ctx.cfg)
+    ctx.write(find_fan_in(ctx.flows(), rule.min_sources, rule.min_z, ctx.cfg.security.sample_size), FAN_IN.name)

@@ -10,6 +10,8 @@ from pyspark.sql import functions as F
 
 from flowlake.schemas.security import SCANNERS
 
+from .security_rules import ScanRule
+
 NAME = "scanners"
 TABLES = (SCANNERS,)
 
@@ -27,7 +29,8 @@ def find_scanners(flows: DataFrame, small_packets: int = 3, min_destinations: in
                   min_small_share: float = 0.8, sample_size: int = 10) -> DataFrame:
     """flows (FLOWS_TABLE columns) -> one row per scanning source (SCANNERS columns, no date)."""
     per_src = flows.groupBy("src_addr").agg(F.count(F.lit(1)).alias("flows"))
-    probes = flows.where(F.col("packets") <= small_packets)
+    # the router's own count (sampling undone): see security_rules.ScanRule
+    probes = flows.where(F.col("packets") <= F.lit(small_packets) * F.greatest(F.col("sampling_rate"), F.lit(1)))
     per_dst = (probes.groupBy("src_addr", "dst_addr")
                .agg(F.countDistinct("dst_port").alias("ports_on_dst")))
     vertical = per_dst.groupBy("src_addr").agg(F.max("ports_on_dst").alias("max_ports_per_destination"))
@@ -54,6 +57,6 @@ def find_scanners(flows: DataFrame, small_packets: int = 3, min_destinations: in
 
 
 def run(ctx) -> None:
-    s = ctx.cfg.security
-    ctx.write(find_scanners(ctx.flows(), s.scan_small_packets, s.scan_min_destinations, s.scan_min_ports,
-                            s.scan_min_small_share, s.sample_size), SCANNERS.name)
+    r = ScanRule.from_config(ctx.cfg)  # the same rule the live scan detector applies
+    ctx.write(find_scanners(ctx.flows(), r.small_packets, r.min_destinations, r.min_ports,
+                            r.min_small_share, ctx.cfg.security.sample_size), SCANNERS.name)

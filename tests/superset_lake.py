@@ -39,6 +39,8 @@ VOCAB = {
     "dimension": ["as", "country", "interface", "provider", "network"],
     "side": ["in", "out"], "level": ["domain", "tld"], "section": ["class", "app"],
     "duration_class": ["all", "0-1 s", "1-10 s", "10-60 s", "1-5 min"],
+    "detector": ["scan", "fan_in", "exporter_silent"], "severity": ["warning", "critical"],  # lake/alerts
+    "state": ["open", "acknowledged", "resolved"],
 }
 # Enrichment of the demo flows (schemas/enrich.py), by exporter and interface index.
 EXPORTER_NAMES = {"192.0.2.1": "border-1", "192.0.2.2": "border-2"}

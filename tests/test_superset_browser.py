@@ -114,7 +114,7 @@ def test_jobs_run_refills_the_emptied_cache(superset, cfg):
 @pytest.mark.integration
 @pytest.mark.parametrize("slug", ["daily-operations", "flow-sizes", "active-vs-passive", "capacity", "collection",
                                   "pinger-regions", "behaviour-classes", "experiments", "border",
-                                  "traffic-by-network"])
+                                  "traffic-by-network", "alerts"])
 def test_dashboard_renders_every_chart(page, superset, slug, figure):
     expected = superset["provision"]["dashboards"][slug]
     page.requested.clear()
@@ -246,6 +246,25 @@ def test_pinger_regions_show_the_newest_month(page, superset, cfg):
     assert sorted((r["src_region"], r["dst_region"], r["loss_pct"]) for r in shown) == want
     for title in ("Loss band (0 = excellent)", "RTT band (0 = good)", "IPDV band (0 = good)"):
         assert holder[title].evaluate(INSPECT)["canvases"], f"heat map {title!r} drew nothing"
+
+
+@pytest.mark.integration
+def test_alerts_dashboard_lists_the_open_alerts(page, superset, cfg):
+    """The Alerts dashboard's "Open alerts": the lake's alerts that are not resolved, most
+    recently updated first, whatever the time filter (an alert open for days stays listed)."""
+    import pyarrow.dataset as pads
+
+    rows = pads.dataset(str(cfg.lake / "alerts"), format="parquet", partitioning="hive").to_table().to_pylist()
+    still_open = [r for r in rows if r["state"] != "resolved"]
+    open_ids = {r["id"] for r in still_open}
+    page.goto(f"{superset['creds']['url']}/superset/dashboard/alerts/")
+    page.wait_for_function(ALL_CHARTS_SETTLED, timeout=180_000, polling=100)
+    holder = {h.evaluate(INSPECT)["title"]: h for h in page.locator('[data-test="dashboard-component-chart-holder"]').all()}
+    head, shown = holder["Open alerts"].evaluate(TABLE_TEXT)
+    shown = [dict(zip(head, r)) for r in shown]
+    assert len(shown) == min(500, len(still_open)) and {r["id"] for r in shown} <= open_ids
+    assert {r["state"] for r in shown} <= {"open", "acknowledged", "snoozed"}
+    assert [r["updated"] for r in shown] == sorted((r["updated"] for r in shown), reverse=True)
 
 
 @pytest.mark.integration

@@ -219,6 +219,17 @@ class FanIn:
 
 
 @dataclass
+class Quiet:
+    """A router that exports nothing for a while (link down, process crashed): its flows in
+    the window are dropped, and the truth lists the window (the silent-exporter detector's
+    truth). Times as Bulk's."""
+    name: str
+    router: int               # index into ModelParams.routers
+    start_hour: float
+    minutes: float
+
+
+@dataclass
 class PingTarget:
     address: str
     base_rtt_ms: float
@@ -289,6 +300,7 @@ class ModelParams:
     fanin: list = field(default_factory=lambda: [FanIn("fanin-dns-burst", 9.25, 5, 0.01, 3000)])
     teleimmersion: list = field(default_factory=lambda: [
         TeleSession("tele-immersion-am", 9.0, 45, 2), TeleSession("tele-immersion-pm", 15.0, 90, 3)])
+    quiet: list = field(default_factory=list)  # Quiet periods (none by default)
     ping: PingModel = field(default_factory=PingModel)
 
     def as_dict(self) -> dict:
@@ -723,4 +735,11 @@ def generate(params: ModelParams, start_ms: int, duration_ms: int, n_flows: int,
     flows = np.concatenate([background(rng, n_bg, start_ms, duration_ms, params, pools, allow_v6),
                             bulk, special, tele])
     flows = flows[np.argsort(flows["t_end"], kind="stable")]
+    for q in params.quiet:
+        t0, t1 = params.window(start_ms, duration_ms, q.start_hour, q.minutes)
+        gone = (flows["router"] == q.router) & (flows["t_end"] >= t0) & (flows["t_start"] < t1)
+        flows = flows[~gone]
+        r = params.routers[q.router]
+        events.append({"kind": "quiet", "name": q.name, "router": r.name, "exporter": r.address,
+                       "start_ms": int(t0), "end_ms": int(t1), "flows_dropped": int(gone.sum())})
     return flows, events

@@ -144,6 +144,7 @@ def lake_tiers(cfg, today: dt.date | None = None) -> list[Tier]:
     # SNMP interface counters (collectors/snmp): a row per interface and poll
     keyed.append(("interface_counters", dated_units("interface_counters", lake / "interface_counters"),
                   int(r.interface_counters_days)))
+    keyed.append(("alerts", dated_units("alerts", lake / "alerts"), int(r.alerts_days)))  # by the day an alert started
     tiers = []
     for name, units, keep in keyed:
         t = Tier(name, limit_text(keep), units)

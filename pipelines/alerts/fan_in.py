@@ -1,0 +1,120 @@
+"""Fan-in floods: many sources to one destination, its packets/s and bytes/s far above
+its own baseline.
+
+A destination is flagged in an interval when (1) the daily `fan_in` job's rule holds on
+the interval (jobs/security_rules.FanInRule: at least [security] fan_in_min_sources
+distinct sources and a robust z-score >= fan_in_min_z against every destination's count),
+(2) its packet rate reaches [alerts] fan_in_min_pps, and (3) its packet rate, byte rate
+and distinct sources all reach [alerts] fan_in_factor times its baseline. The baseline is an exponentially
+weighted mean of the destination's rates with a time constant of [alerts] baseline_minutes
+(an absence counts as zero); a flood does not teach it (not updated while flagged). A
+popular server thus stays quiet, a host that suddenly draws a crowd does not.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from flowlake.jobs.security_rules import FanInRule, robust_scale
+
+from .base import Detector, Finding, Interval, severity, si
+
+
+class FanInDetector(Detector):
+    name = "fan_in"
+
+    def __init__(self, rule: FanInRule, factor: float, min_pps: float, baseline_minutes: float,
+                 warmup_minutes: float, max_tracked: int, critical_factor: float = 4.0, sample: int = 10):
+        self.rule, self.factor, self.min_pps = rule, factor, min_pps
+        self.tau_ms = baseline_minutes * 60_000
+        self.warmup_ms = warmup_minutes * 60_000
+        self.max_tracked, self.critical_factor, self.sample = max_tracked, critical_factor, sample
+        self.base: dict[str, list] = {}  # dst -> [pps, bps, at_ms]
+        self.learning_since: int | None = None
+
+    @classmethod
+    def from_config(cls, cfg) -> "FanInDetector":
+        a = cfg.alerts
+        return cls(FanInRule.from_config(cfg), float(a.fan_in_factor), float(a.fan_in_min_pps),
+                   float(a.baseline_minutes), float(a.warmup_minutes), int(a.max_tracked),
+                   float(a.critical_factor), int(cfg.security.sample_size))
+
+    def _baseline(self, dst: str, now_ms: int) -> tuple[float, float, float]:
+        """(pps, bps, sources) the destination usually has, as of now_ms: the EWMA (silence
+        since it was last seen counts as zero traffic), divided by the weight its history
+        has (1 - exp(-age/tau)), so a destination seen for minutes is not taken as near zero."""
+        b = self.base.get(dst)
+        if b is None:
+            return 0.0, 0.0, 0.0
+        decay = math.exp(-max(0, now_ms - b[2]) / self.tau_ms)
+        weight = max(1.0 - math.exp(-max(1, now_ms - b[4]) / self.tau_ms), 1e-9)
+        return b[0] * decay / weight, b[1] * decay / weight, b[3] * decay / weight
+
+    def evaluate(self, iv: Interval) -> list[Finding]:
+        if self.learning_since is None:
+            self.learning_since = iv.start_ms
+        f = iv.flows
+        if f.num_rows == 0:
+            return []
+        scaled = pa.table({"dst_addr": f["dst_addr"], "src_addr": f["src_addr"], "packets": iv.in_interval("packets"),
+                           "bytes": iv.in_interval("bytes")})
+        per = scaled.group_by("dst_addr").aggregate([("src_addr", "count_distinct"), ("packets", "sum"), ("bytes", "sum")])
+        dst = per["dst_addr"].to_pylist()
+        sources = per["src_addr_count_distinct"].to_numpy()
+        pps = per["packets_sum"].to_numpy() / iv.seconds
+        bps = per["bytes_sum"].to_numpy() * 8.0 / iv.seconds
+        med = float(np.median(sources))
+        dev = np.abs(sources - med)
+        scale = robust_scale(float(np.median(dev)), float(dev.mean()))
+        z = (sources - med) / scale if scale > 0 else np.zeros(len(sources))
+        candidates = np.flatnonzero((sources >= self.rule.min_sources) & (z >= self.rule.min_z)
+                                    & (pps >= self.min_pps))
+        warm = iv.end_ms - self.learning_since >= self.warmup_ms
+        flagged, out = set(), []
+        for i in candidates.tolist():
+            base_pps, base_bps, base_src = self._baseline(dst[i], iv.start_ms)
+            if not (pps[i] >= self.factor * base_pps and bps[i] >= self.factor * base_bps
+                    and sources[i] >= self.factor * base_src):
+                continue
+            if not warm:  # still learning: everything teaches the baselines
+                continue
+            flagged.add(i)
+            ratio = pps[i] / max(base_pps, self.min_pps / self.factor)
+            mine = f.filter(pc.equal(f["dst_addr"], dst[i]))
+            top = pc.mode(mine["dst_port"]).to_pylist()
+            sample = pc.unique(mine["src_addr"])[:self.sample].to_pylist()
+            summary = (f"fan-in to {dst[i]}: {int(sources[i])} sources, {si(pps[i], 'pkt/s')}, {si(bps[i], 'bit/s')} "
+                       f"(baseline {si(base_pps, 'pkt/s')}, {si(base_bps, 'bit/s')}; robust z {z[i]:.1f}; "
+                       f"top port {top[0]['mode'] if top else '-'})")
+            details = {"sources": int(sources[i]), "pps": float(pps[i]), "bps": float(bps[i]),
+                       "baseline_pps": base_pps, "baseline_bps": base_bps, "baseline_sources": base_src, "robust_z": float(z[i]),
+                       "median_sources": med, "top_port": top[0]["mode"] if top else None, "sample_sources": sample}
+            out.append(Finding(self.name, dst[i], summary, float(ratio), self.factor, details,
+                               severity(ratio, self.factor, self.critical_factor)))
+        self._learn(dst, pps, bps, sources, flagged, iv)
+        return out
+
+    def _learn(self, dst, pps, bps, sources, flagged, iv: Interval) -> None:
+        alpha = 1.0 - math.exp(-iv.seconds * 1000 / self.tau_ms)
+        for i, d in enumerate(dst):
+            if i in flagged:
+                continue
+            b = self.base.get(d)
+            if b is None:  # [pps, bps, last seen, sources, first seen]: raw EWMAs from zero
+                b = self.base[d] = [0.0, 0.0, iv.start_ms, 0.0, iv.start_ms]
+            decay = math.exp(-max(0, iv.start_ms - b[2]) / self.tau_ms) * (1 - alpha)
+            b[0], b[1], b[3] = b[0] * decay + alpha * pps[i], b[1] * decay + alpha * bps[i], b[3] * decay + alpha * float(sources[i])
+            b[2] = iv.end_ms
+        if len(self.base) > self.max_tracked:  # forget the least recently seen, a tenth at once (not per interval)
+            keep = sorted(self.base.items(), key=lambda kv: kv[1][2])[-int(self.max_tracked * 0.9):]
+            self.base = dict(keep)
+
+    def state(self) -> dict:
+        return {"base": self.base, "learning_since": self.learning_since}
+
+    def restore(self, state: dict) -> None:
+        self.base = {k: list(v) for k, v in (state.get("base") or {}).items()}
+        self.learning_since = state.get("learning_since")
