@@ -15,7 +15,10 @@ Definitions, as PingER's documentation gives them:
   PingER has no loss to put in; [active] zero_loss_rule decides as in active_summary.
 - Quality bands (edges and names in [pinger]):
   loss: the PingER tutorial's packet-loss quality (same page, "Packet loss"): excellent < 0.1 %,
-        good < 1 %, acceptable < 2.5 %, poor < 5 %, very poor < 12 %, bad beyond;
+        good < 1 %, acceptable < 2.5 %, poor < 5 %, very poor < 12 %, bad beyond; the 1 / 2.5 / 5 %
+        edges are also as PingER's "Examples of the use of PingER" applies them
+        (www-iepm.slac.stanford.edu/pinger/uses.html: "very poor (> 5% packet loss) and poor
+        (> 2.5% loss)", "acceptable packet loss (>1%)");
   RTT: the doubling scale 64/128/256/512 ms already used by active_summary;
   IPDV: 1/10/20/50 ms, the last the ITU-T Y.1541 IPDV objective for interactive classes.
   The search tool reached the tutorial's opening only, not its RTT or jitter tables: those
