@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .ports import free_port
+from .process import stop_child
 
 
 @dataclass
@@ -24,13 +25,7 @@ class Dnsmasq:
     log: Path
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_child(self.proc)
 
 
 def reverse_zone(network: str) -> str:

@@ -105,6 +105,18 @@ class Managed:
                 pass
 
 
+def stop_child(proc: subprocess.Popen | None, grace: float = 10) -> None:
+    """Stop a child this process started (test servers): SIGTERM, then SIGKILL after `grace` s."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .process import stop_child
+
 NS_CACHE_TIMEOUT = "1.3.6.1.4.1.8072.1.5.3.1.2"  # NET-SNMP-AGENT-MIB::nsCacheTimeout.<table OID>
 IF_TABLE = "1.3.6.1.2.1.2.2"
 V3_AUTH = ("SHA", "MD5", "SHA-224", "SHA-256", "SHA-384", "SHA-512")
@@ -108,13 +110,7 @@ class Snmpd:
         raise TimeoutError(f"snmpd on {self.address}:{self.port} did not answer within {timeout:.0f}s")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_child(self.proc)
 
     def tool(self, tool: str, *args: str, user: V3User | None = None, check: bool = True,
              community: str | None = None) -> subprocess.CompletedProcess:
