@@ -192,6 +192,11 @@ def test_real_netflow_lands_exactly(stack, tmp_path):
     assert "timeout" in snmp["exporters"]["127.0.0.1"]["error"] and snmp["errors"] == 1
     names = json.loads((stack["home"] / "state" / "snmp" / "interfaces.json").read_text())["exporters"]["127.0.0.1"]
     assert names["interfaces"] == {} and names["sys_name"] == "" and "timeout" in names["error"]
+    # ... and the flows in the lake carry explicit unknowns for the names, never a guess
+    named = lake(stack, "select count(*) from flows where exporter_name <> '' or in_if_name <> '' or out_if_name <> ''"
+                        " or in_if_description <> '' or in_if_speed <> 0")[0][0]
+    assert named == 0
+    assert lake(stack, "select count(*) from flows where in_if_name = '' and exporter_name = ''")[0][0] == ref2["flows"]
 
 
 def _kill(stack, name: str):
