@@ -38,8 +38,13 @@ def active_df(spark, rows):
 
 
 def flow(start_s, end_s, src, dst, sport, dport, nbytes, proto=6, exporter="192.0.2.1", out_if=3):
-    return (at(start_s), at(end_s), exporter, 1, out_if, src, dst, sport, dport, proto, 0, 0, nbytes // 1000,
-            nbytes, 1, 0, 0, "f", 0, "", "2026-11-20", 10)
+    """A lake row in FLOWS_TABLE's column order; columns not named here (VLANs, enrichment,
+    run_id) take their explicit unknown, so the row follows the schema as it grows."""
+    given = dict(time_start=at(start_s), time_end=at(end_s), exporter=exporter, input_if=1, output_if=out_if,
+                 src_addr=src, dst_addr=dst, src_port=sport, dst_port=dport, proto=proto, packets=nbytes // 1000,
+                 bytes=nbytes, sampling_rate=1, source_file="f", date="2026-11-20", hour=10)
+    unknown = {"string": "", "timestamp_ms": None}
+    return tuple(given.get(f.name, unknown.get(f.type, 0)) for f in FLOWS_TABLE.fields)
 
 
 # ---- active_summary ----------------------------------------------------------------------
