@@ -11,6 +11,7 @@ from scipy.stats import mannwhitneyu
 from flowlake.jobs import active_summary, bulk_impact, bulk_transfers, path_models
 from flowlake.schemas import FLOWS_TABLE
 from flowlake.schemas.active import ACTIVE
+from flow_rows import lake_row
 
 T0 = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.timezone.utc)
 
@@ -38,13 +39,10 @@ def active_df(spark, rows):
 
 
 def flow(start_s, end_s, src, dst, sport, dport, nbytes, proto=6, exporter="192.0.2.1", out_if=3):
-    """A lake row in FLOWS_TABLE's column order; columns not named here (VLANs, enrichment,
-    run_id) take their explicit unknown, so the row follows the schema as it grows."""
-    given = dict(time_start=at(start_s), time_end=at(end_s), exporter=exporter, input_if=1, output_if=out_if,
-                 src_addr=src, dst_addr=dst, src_port=sport, dst_port=dport, proto=proto, packets=nbytes // 1000,
-                 bytes=nbytes, sampling_rate=1, source_file="f", date="2026-11-20", hour=10)
-    unknown = {"string": "", "timestamp_ms": None}
-    return tuple(given.get(f.name, unknown.get(f.type, 0)) for f in FLOWS_TABLE.fields)
+    return lake_row(time_start=at(start_s), time_end=at(end_s), exporter=exporter, input_if=1, output_if=out_if,
+                    src_addr=src, dst_addr=dst, src_port=sport, dst_port=dport, proto=proto,
+                    packets=nbytes // 1000, bytes=nbytes, sampling_rate=1, source_file="f", date="2026-11-20",
+                    hour=10)
 
 
 # ---- active_summary ----------------------------------------------------------------------

@@ -298,19 +298,25 @@ def flow_rows(date, rng):
     """Hand-made flows: inbound TCP with a Pareto tail in bytes, a few UDP flows."""
     import datetime as _dt
 
+    from flow_rows import lake_row
+
     rows = []
     t0 = _dt.datetime.combine(date, _dt.time(), tzinfo=_dt.timezone.utc)
     sizes = np.floor(mixture(rng, 1600, 2.2, 2000.0)).astype(int) + 1
     for i, b in enumerate(sizes):
         hour = i % 2
         ts = t0 + _dt.timedelta(hours=hour, seconds=i)
-        rows.append((ts, ts, "192.0.2.1", 1, 2, f"203.0.113.{i % 200}", f"10.0.0.{i % 50}",
-                     40000 + i % 1000, 443, 6, 24, 0, max(1, int(b // 1000)), int(b), 1, 0, 0,
-                     "nfcapd.test", 1, date.isoformat(), hour))
+        rows.append(lake_row(time_start=ts, time_end=ts, exporter="192.0.2.1", input_if=1, output_if=2,
+                             src_addr=f"203.0.113.{i % 200}", dst_addr=f"10.0.0.{i % 50}",
+                             src_port=40000 + i % 1000, dst_port=443, proto=6, tcp_flags=24,
+                             packets=max(1, int(b // 1000)), bytes=int(b), sampling_rate=1,
+                             source_file="nfcapd.test", file_seq=1, date=date.isoformat(), hour=hour))
     for i in range(12):
         ts = t0 + _dt.timedelta(seconds=i)
-        rows.append((ts, ts, "192.0.2.1", 1, 2, "10.0.0.1", "198.18.0.1", 5000, 53, 17, 0, 0,
-                     1, 80 + i, 1, 0, 0, "nfcapd.test", 1, date.isoformat(), 0))
+        rows.append(lake_row(time_start=ts, time_end=ts, exporter="192.0.2.1", input_if=1, output_if=2,
+                             src_addr="10.0.0.1", dst_addr="198.18.0.1", src_port=5000, dst_port=53, proto=17,
+                             packets=1, bytes=80 + i, sampling_rate=1, source_file="nfcapd.test", file_seq=1,
+                             date=date.isoformat(), hour=0))
     return rows, sizes
 
 
