@@ -56,8 +56,12 @@ def tag(table, runs: dict[str, tuple[str, int, int]]):
             ts = table.column("time_start").cast(pa.int64()).to_numpy()
             exp_np = exp.to_numpy(zero_copy_only=False)
             # by start: where an open-ended window (a run killed mid-way) overlaps a later
-            # run, the later run wins
-            for run_id, (e, start, end) in sorted(runs.items(), key=lambda kv: kv[1][1]):
-                hit = mine & (exp_np == e) & (ts >= start - SLACK_MS) & (ts <= end + SLACK_MS)
-                ids[hit] = run_id
+            # run, the later run wins. The slack only catches flows no run's own window
+            # holds: a flow inside one run's window never goes to a neighbour through the
+            # neighbour's slack (back-to-back runs are often closer than 2 s).
+            ordered = sorted(runs.items(), key=lambda kv: kv[1][1])
+            for slack in (SLACK_MS, 0):
+                for run_id, (e, start, end) in ordered:
+                    hit = mine & (exp_np == e) & (ts >= start - slack) & (ts <= end + slack)
+                    ids[hit] = run_id
     return table.append_column(pa.field("run_id", pa.string(), nullable=True), pa.array(ids, pa.string()))

@@ -270,6 +270,18 @@ def build_datasets(cfg, registry: dict, spec: dict, where: str) -> dict[str, Dat
     return out
 
 
+def _unique_uuids(paths) -> None:
+    """Superset imports by UUID: a dashboard or chart reusing another's UUID silently
+    replaces it (two dashboards once shared one and only one of them showed)."""
+    seen: dict[str, str] = {}
+    for path in paths:
+        for found in re.findall(r"uuid:\s*([0-9a-fA-F-]{36})", path.read_text()):
+            key = found.lower()
+            if key in seen:
+                raise BundleError(f"{path}: uuid {found} is already used in {seen[key]}")
+            seen[key] = path.name
+
+
 def _need(obj, keys, where):
     if not isinstance(obj, dict):
         raise BundleError(f"{where}: expected a mapping")
@@ -586,7 +598,9 @@ def build(cfg, registry: dict | None = None, source: Path = HERE) -> Bundle:
     datasets = build_datasets(cfg, registry, _load(ds_path) or {}, str(ds_path))
     bundle.views = {name: ds.sql for name, ds in datasets.items()}  # tables first, then derived in YAML order
     used: set[str] = set()
-    for dash_path in sorted((source / "dashboards").glob("*.yaml")):
+    dashboards = sorted((source / "dashboards").glob("*.yaml"))
+    _unique_uuids(dashboards)
+    for dash_path in dashboards:
         used |= _build_dashboard(bundle, dash_path, datasets, db_uuid)
     for name in sorted(used):
         bundle.files[f"datasets/{name}.yaml"] = _dump(dataset_yaml(datasets[name], db_uuid))

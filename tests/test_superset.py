@@ -45,6 +45,20 @@ def _bundle_mod():
     return superset_cli._bundle_module()
 
 
+def test_a_dashboard_reusing_a_uuid_is_refused(tmp_path):
+    """Superset imports by UUID: a copy-pasted dashboard would silently replace another."""
+    import shutil
+
+    bundle = _bundle_mod()
+    shipped = sorted((Path(__file__).resolve().parent.parent / "superset" / "dashboards").glob("*.yaml"))
+    bundle._unique_uuids(shipped)  # the shipped dashboards and charts are all distinct
+    for f in shipped:
+        shutil.copy(f, tmp_path)
+    shutil.copy(shipped[0], tmp_path / "99_copy.yaml")
+    with pytest.raises(bundle.BundleError, match="is already used in"):
+        bundle._unique_uuids(sorted(tmp_path.glob("*.yaml")))
+
+
 def test_direction_sql_matches_python_ipaddress():
     import ipaddress
 

@@ -121,6 +121,12 @@ class FlowExport:
             sh(*in_ns(self.topo.client, "softflowctl", "-c", ctl, "expire-all"), check=False, timeout=10)
         time.sleep(0.3)
 
+    def interrupted(self, run, t0: float) -> None:
+        """Close a killed attempt's window now: its flows (some may be in the lake already,
+        tagged while the window was open) all carry that attempt's run_id, which no result
+        row has; the rerun is another attempt with an id of its own (Run.run_id)."""
+        self._write(run, t0, time.time())
+
     def void(self, run, t0: float) -> None:
         """An empty window (end before start): the interrupted attempt's flows match no run."""
         self._write(run, t0, t0 - 10)  # beyond the tagging slack

@@ -7,6 +7,7 @@ a rerun skips runs with markers. The namespaces are removed on every exit path
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -33,7 +34,7 @@ class State:
         self.dir.mkdir(parents=True, exist_ok=True)
 
     def marker(self, run: Run) -> Path:
-        return self.dir / f"{run.run_id}.json"
+        return self.dir / f"{run.grid_id}.json"
 
     def done(self, run: Run) -> dict | None:
         try:
@@ -82,7 +83,8 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
         if shutil.which(tool) is None:
             raise click.ClickException(f"the lab needs `{tool}` (Debian package) on PATH")
     state = State(state_root or cfg.path("state", "lab"), spec.study)
-    todo = [r for r in spec.runs if state.done(r) is None]
+    attempt = f"a{int(time.time()):x}"  # this process's attempt at the runs left (Run.run_id)
+    todo = [dataclasses.replace(r, attempt=attempt) for r in spec.runs if state.done(r) is None]
     done_before = len(spec.runs) - len(todo)
     echo(f"lab {spec.study}: {len(spec.runs)} runs, {done_before} already done, {len(todo)} to run")
     if not todo:
@@ -95,7 +97,7 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
     _load_models(spec, state, runner)
     exporter = None
     took: list[float] = []
-    current = None  # (run, start) of a run under way: voided in the registry if the lab stops in it
+    current = None  # (run, start) of a run under way: its window closed if the lab stops in it
     with signals_raise():
         try:
             topo.build()
@@ -147,8 +149,8 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
         finally:
             try:
                 if exporter is not None:
-                    if current is not None:  # a half-done run's flows belong to no run: the rerun makes it whole
-                        exporter.void(*current)
+                    if current is not None:  # a half-done attempt keeps its flows; the rerun is a new attempt
+                        exporter.interrupted(*current)
                     exporter.stop()
             finally:  # the namespaces go whatever the export's last words did
                 lab.close()

@@ -76,12 +76,21 @@ class Run:
     condition: Condition
     repetition: int
     params: dict   # protocol, congestion_control, frame_size, rate, streams, window, path, message_size
+    attempt: str = ""  # set by `lab run` per process: see run_id
 
     @property
-    def run_id(self) -> str:
+    def grid_id(self) -> str:
+        """The grid point and repetition: the same in every attempt (the done marker's name)."""
         key = json.dumps([self.kind, self.condition.name, self.params], sort_keys=True)
         digest = hashlib.sha1(key.encode()).hexdigest()[:10]
         return f"{self.study}-{digest}-r{self.repetition}"
+
+    @property
+    def run_id(self) -> str:
+        """What the run's flows and result rows carry. An attempt killed mid-run may already
+        have flows in the lake under its id (tagged while its window was open): the rerun's
+        attempt gets an id of its own, so the completed run's flows are its own alone."""
+        return f"{self.grid_id}-{self.attempt}" if self.attempt else self.grid_id
 
     def label(self) -> str:
         p = " ".join(f"{k}={v}" for k, v in self.params.items() if v not in (None, ""))
@@ -266,5 +275,5 @@ def _expand(block: dict, i: int, spec: Spec) -> list[Run]:
             for rep in range(spec.repetitions):
                 runs.append(Run(spec.study, kind, spec.conditions[c], rep, params))
     # a UDP point swept over congestion controls collapses to one run
-    unique = {r.run_id: r for r in runs}
+    unique = {r.grid_id: r for r in runs}
     return list(unique.values())
