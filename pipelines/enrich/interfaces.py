@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from flowlake import config as _config
+from flowlake.collectors.snmp import store as snmp_store
 
 SNMP_VERSION = 1
 REFRESH_EVERY_S = 60.0
@@ -35,16 +36,10 @@ IF_KEYS = ("name", "description", "speed_mbps")
 UNKNOWN = ("", "", 0)
 
 
-def snmp_file(cfg) -> Path:
-    return cfg.path("state", "snmp", "interfaces.json")
-
-
-def refresh_dir(cfg) -> Path:
-    return cfg.path("state", "snmp", "refresh")
-
-
-def refresh_name(exporter: str) -> str:
-    return exporter.replace(":", "_")
+# The poller owns the contract's paths and names (collectors/snmp/store.py): one definition.
+snmp_file = snmp_store.interfaces_file
+refresh_dir = snmp_store.refresh_dir
+refresh_name = snmp_store.safe_name
 
 
 class InterfacesError(ValueError):
