@@ -443,7 +443,8 @@ TABLE_PARTIALS = (
     '{{#*inline "pct"}}{{#unless (eqw v null)}}{{sprintf f (multiplication v 100)}}%{{/unless}}{{/inline}}'
     '{{#*inline "num"}}{{#unless (eqw v null)}}{{sprintf f (division v 1)}}{{/unless}}{{/inline}}')
 # Cells never wrap (a table wider than its chart scrolls), except addresses (align="left"):
-# an IPv6 address may break anywhere. Superset's markdown renderer turns align into
+# an IPv6 address may break anywhere; so may the free-text columns a chart names in `wrap`
+# (an alert's summary is as long as its evidence). Superset's markdown renderer turns align into
 # style="text-align: ...", the only presentational attribute its sanitizer lets through.
 TABLE_CSS = """.handlebars table { border-collapse: collapse; width: 100%; font-variant-numeric: tabular-nums; }
 .handlebars th { text-align: left; font-weight: 600; padding: 4px 8px; border-bottom: 1px solid rgba(128,128,128,.5); }
@@ -515,7 +516,8 @@ def report_table(chart: dict, ds: Dataset, params: dict, query: dict, metrics: l
     head, row = [], []
     for label, type_ in cells:
         cell, numeric = table_cell(label, "VARCHAR" if _temporal(type_) else type_, formats.get(label), where)
-        align = ' align="right"' if numeric else (' align="left"' if label.endswith("_addr") else "")
+        wraps = label.endswith("_addr") or label in (chart.get("wrap") or ())
+        align = ' align="right"' if numeric else (' align="left"' if wraps else "")
         head.append(f"<th{align}>{html.escape(label)}</th>")
         row.append(f"<td{align}>{cell}</td>")
     params.update(handlebarsTemplate=TABLE_PARTIALS + "<table><thead><tr>" + "".join(head) + "</tr></thead><tbody>"
