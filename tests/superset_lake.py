@@ -145,6 +145,19 @@ def _column(f, n, rng, day):
     raise ValueError(f"no demo value for {f.name} ({f.type})")
 
 
+def _coherent(cols: dict) -> dict:
+    """Columns drawn independently, made to agree where a reader would notice: an alert
+    starts before it is updated and ends after both (no negative durations on the dashboard)."""
+    times = [c for c in ("started", "updated", "ended") if c in cols]
+    if len(times) > 1:
+        for i, row in enumerate(zip(*(cols[c] for c in times))):
+            for c, t in zip(times, sorted(row)):
+                cols[c][i] = t
+    if "state" in cols and "ended" in cols:  # only resolved alerts have ended
+        cols["ended"] = [t if s == "resolved" else None for t, s in zip(cols["ended"], cols["state"])]
+    return cols
+
+
 def write_reports(lake: Path, rows: int = 600, seed: int = 11) -> list[str]:
     """Every declared report table (and `active`), two dates, `rows` rows each."""
     from flowlake.schemas import registry
@@ -160,7 +173,8 @@ def write_reports(lake: Path, rows: int = 600, seed: int = 11) -> list[str]:
         fields = [f for f in rec.fields if f.name != "date"]
         schema = pa.schema([(f.name, ARROW[f.type]) for f in fields])
         for day in DAYS:
-            data = {f.name: pa.array(_column(f, rows, rng, day), type=ARROW[f.type]) for f in fields}
+            cols = _coherent({f.name: _column(f, rows, rng, day) for f in fields})
+            data = {f.name: pa.array(cols[f.name], type=ARROW[f.type]) for f in fields}
             part = base / f"date={day.isoformat()}"
             part.mkdir(parents=True, exist_ok=True)
             pq.write_table(pa.table(data, schema=schema), part / "part-0.parquet")
