@@ -1,5 +1,19 @@
-"""behaviour_needs: per behaviour class and RTT-tested path of the day, whether the
-measured latency, jitter and loss (active results) meet what the class needs.
+"""behaviour_needs: per behaviour class, the RTT-tested paths that carry that class's
+flows, and whether each path's measured latency, jitter and loss (active results) meet
+what the class needs.
+
+Which flows a tested path carries (the rule): a path is the route to one RTT test target
+(all of the day's RTT tests to it, whatever their source). A flow travels that path when
+one of its ends is the target's address or lies in the target's network, the target's
+address cut to [behaviour] needs_prefix_v4 bits (IPv4) or needs_prefix_v6 bits (IPv6): the
+tested host stands for its site, whose hosts share the route beyond our border. With 32 /
+128 only the target itself counts. A flow reaching two tested networks (both of its ends, or
+overlapping prefixes) counts for each. Targets given as names, not addresses, cannot be
+matched to flow addresses: they are named in the job's log. Rows: one per class and path
+with at least one flow of the class on it, with class_flows (all the class's flows of the
+day) beside flows to show how much of the class the path carries; tested paths carrying
+none of the day's flows write no row (their measurements are in active_summary and
+pinger_matrix) and are named in the job's log.
 
 Needs (one-way latency, jitter, loss), with their sources:
 - latency: the tele-immersion data-type requirements of Leigh, Johnson & DeFanti (EVL,
@@ -16,11 +30,15 @@ median of the tests' IPDV inter-quartile ranges, loss = lost / sent.
 """
 from __future__ import annotations
 
+import ipaddress
+import logging
+
 from flowlake.schemas.pinger import BEHAVIOUR_NEEDS
 
 from .active_summary import rtt_tests
 from .behaviour_classes import CLASSES
 
+log = logging.getLogger(__name__)
 NAME = "behaviour_needs"
 TABLES = (BEHAVIOUR_NEEDS,)
 DEPENDS = ("behaviour_classes",)
@@ -38,27 +56,95 @@ NEEDS = {
     "streaming_bulk": (None, None, None, "throughput-bound (paced): no latency/jitter need"),
     "other": (None, None, None, "best effort: no need stated"),
 }
+MATCH_DDL = "addr string, target string, exact boolean"
 
 
 def paths(active):
-    """Per target: latency_ms (median RTT / 2), jitter_ms, loss_pct of the day's RTT tests."""
+    """Per target: tests, latency_ms (median RTT / 2), jitter_ms, loss_pct of the day's RTT tests."""
     from pyspark.sql import functions as F
 
     return (rtt_tests(active).groupBy("target")
-            .agg((F.percentile("rtt_median_ms", 0.5) / 2).alias("latency_ms"),
+            .agg(F.count("*").cast("long").alias("tests"),
+                 (F.percentile("rtt_median_ms", 0.5) / 2).alias("latency_ms"),
                  F.percentile("jitter_ms", 0.5).alias("jitter_ms"),
                  (100.0 * (F.sum("sent") - F.sum("received")) / F.sum("sent")).alias("loss_pct")))
 
 
-def needs(class_flows, measured):
-    """class_flows (class, flows) x measured paths -> BEHAVIOUR_NEEDS rows without date."""
+def target_networks(targets, prefix_v4: int, prefix_v6: int) -> tuple[dict, list[str]]:
+    """targets (strings) -> ({(version, network int): [(target, address)]}, targets that are
+    not addresses). The network int is the address shifted right past the host bits."""
+    for bits, most, key in ((prefix_v4, 32, "needs_prefix_v4"), (prefix_v6, 128, "needs_prefix_v6")):
+        if not 0 <= int(bits) <= most:
+            raise ValueError(f"[behaviour] {key} = {bits}: a prefix length 0..{most} expected")
+    nets: dict = {}
+    names = []
+    for t in sorted(set(targets)):
+        try:
+            ip = ipaddress.ip_address(t.strip())
+        except ValueError:
+            names.append(t)
+            continue
+        most, bits = (32, prefix_v4) if ip.version == 4 else (128, prefix_v6)
+        nets.setdefault((ip.version, int(ip) >> (most - int(bits))), []).append((t, ip))
+    return nets, names
+
+
+def address_matcher(nets: dict, prefix_v4: int, prefix_v6: int):
+    """mapInArrow function: batches of `addr` -> (addr, target, exact) for every tested
+    network the address lies in (exact: it is the target address itself)."""
+    import pyarrow as pa
+
+    shift = {4: 32 - int(prefix_v4), 6: 128 - int(prefix_v6)}
+    schema = pa.schema([("addr", pa.string()), ("target", pa.string()), ("exact", pa.bool_())])
+
+    def match(batches):
+        for batch in batches:
+            out = ([], [], [])
+            for a in batch.column(0).to_pylist():
+                try:
+                    ip = ipaddress.ip_address(a)
+                except (ValueError, TypeError):
+                    continue  # not an address: matches nothing
+                for target, addr in nets.get((ip.version, int(ip) >> shift[ip.version]), ()):
+                    out[0].append(a)
+                    out[1].append(target)
+                    out[2].append(ip == addr)
+            yield pa.RecordBatch.from_arrays([pa.array(c, t.type) for c, t in zip(out, schema)], schema=schema)
+
+    return match
+
+
+def class_paths(classified, nets: dict, prefix_v4: int, prefix_v6: int):
+    """classified flows (class, src_addr, dst_addr, bytes) -> per class and tested target:
+    flows, address_flows (an end is the target itself) and bytes, by the module's rule."""
+    from pyspark.sql import functions as F
+
+    pairs = (classified.groupBy("class", "src_addr", "dst_addr")
+             .agg(F.count("*").cast("long").alias("n"), F.sum("bytes").cast("long").alias("b")))
+    addrs = (pairs.select(F.col("src_addr").alias("addr")).union(pairs.select(F.col("dst_addr").alias("addr")))
+             .distinct())
+    matched = addrs.mapInArrow(address_matcher(nets, prefix_v4, prefix_v6), MATCH_DDL)
+    hits = (pairs.join(matched, pairs.src_addr == matched.addr)
+            .unionByName(pairs.join(matched, pairs.dst_addr == matched.addr))
+            .groupBy("class", "src_addr", "dst_addr", "target")  # a pair with both ends on one path: once
+            .agg(F.first("n").alias("n"), F.first("b").alias("b"), F.max("exact").alias("exact")))
+    return (hits.groupBy("class", "target")
+            .agg(F.sum("n").cast("long").alias("flows"),
+                 F.sum(F.when(F.col("exact"), F.col("n")).otherwise(0)).cast("long").alias("address_flows"),
+                 F.sum("b").cast("long").alias("bytes")))
+
+
+def needs(class_flows, on_paths, measured):
+    """class_flows (class, class_flows), on_paths (class_paths rows), measured (paths rows)
+    -> BEHAVIOUR_NEEDS rows without date: one per class and path carrying its flows."""
     from pyspark.sql import functions as F
 
     spark = measured.sparkSession
     table = spark.createDataFrame([(c, *NEEDS[c]) for c in CLASSES],
                                   "class string, latency_need_ms double, jitter_need_ms double, "
                                   "loss_need_pct double, source string")
-    df = table.join(class_flows, "class", "left").fillna(0, ["flows"]).crossJoin(measured)
+    df = (on_paths.join(measured, "target").join(table, "class")
+          .join(class_flows, "class", "left").fillna(0, ["class_flows"]))
     checks = []
     for need, got, out in (("latency_need_ms", "latency_ms", "meets_latency"), ("jitter_need_ms", "jitter_ms", "meets_jitter"),
                            ("loss_need_pct", "loss_pct", "meets_loss")):
@@ -78,10 +164,29 @@ def needs(class_flows, measured):
 def run(ctx) -> None:
     from pyspark.sql import functions as F
 
+    b = ctx.cfg.behaviour
+    v4, v6 = int(b.needs_prefix_v4), int(b.needs_prefix_v6)
     classified = ctx.shared.get("behaviour_flows")
     if classified is None:  # run alone: classify again
         from .behaviour_classes import classify
 
-        classified = classify(ctx.flows(), ctx.cfg.behaviour)
-    class_flows = classified.groupBy("class").agg(F.count("*").cast("long").alias("flows"))
-    ctx.write(needs(class_flows, paths(ctx.active())), NAME)
+        classified = classify(ctx.flows(), b)
+    measured = paths(ctx.active()).cache()
+    try:
+        nets, names = target_networks([r.target for r in measured.select("target").collect()], v4, v6)
+        if names:
+            log.warning("behaviour_needs %s: %d tested target(s) are names, not addresses, and cannot be matched "
+                        "to flows: %s", ctx.date, len(names), ", ".join(names))
+        class_flows = classified.groupBy("class").agg(F.count("*").cast("long").alias("class_flows"))
+        on_paths = class_paths(classified, nets, v4, v6).cache()
+        try:
+            carried = {r.target for r in on_paths.select("target").distinct().collect()}
+            idle = sorted(t for group in nets.values() for t, _ in group if t not in carried)
+            if idle:
+                log.info("behaviour_needs %s: %d tested path(s) carried none of the day's flows: %s",
+                         ctx.date, len(idle), ", ".join(idle))
+            ctx.write(needs(class_flows, on_paths, measured), NAME)
+        finally:
+            on_paths.unpersist()
+    finally:
+        measured.unpersist()

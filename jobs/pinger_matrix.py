@@ -4,26 +4,43 @@ monitoring region x remote region, for the report date and for its month to date
 cell with its PingER quality bands by name.
 
 Definitions, as PingER's documentation gives them:
-- A sample is one RTT test (PingER: 10 pings). Unreachable: a sample with no reply
-  ("Unreachability (no response to all pings)", PingER, www-zeuthen.desy.de/CHEP97/slide/d334/tsld005.htm).
-- IPDV IQR: "the reported value is the average of all the IQR's calculated in the time
-  period" (PingER history tables, www-iepm.slac.stanford.edu/pinger/tools/table.html), so
+- A sample is one RTT test (PingER: 10 pings). Unreachable: a sample none of whose pings
+  got a reply (PingER's CHEP97 slide, www-zeuthen.desy.de/CHEP97/slide/d334/tsld005.htm).
+- IPDV IQR: PingER reports, for a period, the mean of the IQRs of its samples (PingER
+  history tables' help, www-iepm.slac.stanford.edu/pinger/tools/table.html), so
   ipdv_iqr_ms is the mean of the samples' IQRs (collectors/active/pinger.py: jitter_ms).
 - Derived TCP throughput: Mathis et al. as PingER applies it (tutorial,
   www.slac.stanford.edu/comp/net/wan-mon/tutorial.html, "TCP throughput"): MSS/RTT * C/sqrt(loss)
   with MSS 1460 bytes, the average RTT and C = 1 ([pinger] mathis_constant). With no loss
   PingER has no loss to put in; [active] zero_loss_rule decides as in active_summary.
-- Quality bands (edges and names in [pinger]):
-  loss: the PingER tutorial's packet-loss quality (same page, "Packet loss"): excellent < 0.1 %,
-        good < 1 %, acceptable < 2.5 %, poor < 5 %, very poor < 12 %, bad beyond; the 1 / 2.5 / 5 %
-        edges are also as PingER's "Examples of the use of PingER" applies them
-        (www-iepm.slac.stanford.edu/pinger/uses.html: "very poor (> 5% packet loss) and poor
-        (> 2.5% loss)", "acceptable packet loss (>1%)");
-  RTT: the doubling scale 64/128/256/512 ms already used by active_summary;
-  IPDV: 1/10/20/50 ms, the last the ITU-T Y.1541 IPDV objective for interactive classes.
-  The search tool reached the tutorial's opening only, not its RTT or jitter tables: those
-  two defaults are stated assumptions, configurable, to be checked against PingER's pages.
-A value below edge i is band i; at or above the last edge it is the last name.
+- Quality bands (edges and names in [pinger]; a value below edge i is band i, at or above
+  the last edge the last name). What PingER's own pages define, and what they do not:
+  loss: PingER defines these bands, in the tutorial's packet-loss section
+        (www.slac.stanford.edu/comp/net/wan-mon/tutorial.html#loss): excellent below 0.1 %,
+        good below 1 %, acceptable below 2.5 %, poor below 5 %, very poor below 12 %, bad from
+        12 % on. (The search tool stores only the opening of that page, so the table itself
+        was not re-read for this module.) The edges are confirmed by PingER's other pages:
+        Examples of the use of PingER (www-iepm.slac.stanford.edu/pinger/uses.html) calls loss
+        above 5 % very poor, above 2.5 % poor and above 1 % no longer acceptable; the SLAC-RAL
+        loss history (www.slac.stanford.edu/comp/net/wan-mon/ral.html) calls loss above 12 %
+        bad and below 1 % low; Wikipedia's Packet loss article, citing PingER, gives below 1 %
+        as good and 1 to 2.5 % as acceptable for streaming audio and video.
+  RTT:  PingER documents no RTT quality bands (none in the tutorial's opening, the history
+        tables' help, the ICFA-SCIC reports or the SLAC Confluence pages the search reached).
+        What it documents is one RTT landmark: a minimum RTT over about 500 ms points to a
+        geostationary satellite hop (www-iepm.slac.stanford.edu/pinger/tools/table.html,
+        the minimum RTT entry). The defaults are flowlake's own doubling scale of active_summary
+        (64 / 128 / 256 / 512 ms); its last edge lies close to that satellite mark.
+  IPDV: PingER defines the metric (per sample the inter-quartile range of the RTTs, the
+        period's value the mean of those IQRs: table.html, the IQR entry; IQR of the
+        inter-packet delay differences: www.slac.stanford.edu/comp/net/wan-mon/daily-jitter.html)
+        but no bands for it. Defaults: 50 ms is the ITU-T Y.1541 IPDV objective of its
+        interactive QoS classes 0 and 1; 1 / 10 / 20 ms below it are flowlake's assumption.
+  Unreachability: PingER defines it (a sample with no reply at all: the CHEP97 slide
+        www-zeuthen.desy.de/CHEP97/slide/d334/tsld005.htm; www.slac.stanford.edu/comp/net/
+        wan-mon/availability.htm) and compares regions by it (developed regions below about
+        0.3 %, others 0.7 to 2 %: SLAC Confluence, PingER Africa report, pageId 32784), but it
+        names no quality bands for it, so pinger_matrix reports unreachable_pct without a band.
 """
 from __future__ import annotations
 

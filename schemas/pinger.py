@@ -48,12 +48,19 @@ BEHAVIOUR_CLASSES = Record(
 
 BEHAVIOUR_NEEDS = Record(
     name="behaviour_needs", namespace="flowlake.reports",
-    doc="Per behaviour class and remote target tested that day: the class's latency/jitter/loss needs against "
-        "the measured active results (active RTT tests, one-way latency taken as RTT/2).",
+    doc="Per behaviour class and RTT-tested path (target) that carries flows of the class that day: the class's "
+        "latency/jitter/loss needs against the path's measured active results (one-way latency taken as RTT/2). "
+        "A flow is on a path when one of its ends is the target address or in the target's network "
+        "([behaviour] needs_prefix_v4 / needs_prefix_v6 bits); paths without such flows have no row "
+        "(jobs/behaviour_needs.py states the rule).",
     fields=(
         Field("class", "string", "behaviour class"),
-        Field("target", "string", "destination of the RTT tests", address="one"),
-        Field("flows", "long", "flows of the class seen that day (all targets)"),
+        Field("target", "string", "destination address of the RTT tests: the path", address="one"),
+        Field("flows", "long", "flows of the class that day on this path (an end in the target's network)"),
+        Field("address_flows", "long", "of those, flows with an end at the target address itself"),
+        Field("bytes", "long", "bytes of the class's flows on this path", "bytes"),
+        Field("class_flows", "long", "all flows of the class that day, on any path or none"),
+        Field("tests", "long", "RTT tests of the day measuring the path"),
         Field("latency_need_ms", "double", "one-way latency the class needs at most", "ms", nullable=True),
         Field("jitter_need_ms", "double", "jitter the class tolerates at most", "ms", nullable=True),
         Field("loss_need_pct", "double", "loss the class tolerates at most", "%", nullable=True),

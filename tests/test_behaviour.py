@@ -87,31 +87,109 @@ def test_daily_table_counts_flows_packets_bytes_hosts(spark, model_lake):
     assert rows["avatar"].hosts == len({e["src"] for e in tele}) + sum(len(e["peers"]) for e in tele)
 
 
-def test_needs_against_measured_paths(spark):
-    from flowlake.jobs import behaviour_needs
+NEAR, FAR, V6, NAMED, IDLE = "134.79.18.40", "193.62.193.5", "2001:db8:1::7", "ping.example.org", "192.0.2.9"
+
+
+def rtt_test(target, minute, sent, received, median, jitter):
+    start = dt.datetime.combine(DAY, dt.time(12, minute), dt.timezone.utc)
+    m = {"sent": float(sent), "received": float(received), "rtt_median_ms": float(median),
+         "rtt_avg_ms": float(median), "jitter_ms": float(jitter)}
+    return ("rtt", "probe", target, start, start + dt.timedelta(seconds=10), {}, m, "probe", "", str(DAY))
+
+
+ACTIVE_ROWS = [
+    rtt_test(NEAR, 0, 10, 10, 8.0, 1.0), rtt_test(NEAR, 30, 10, 10, 12.0, 3.0),   # one-way 5 ms, jitter 2
+    rtt_test(FAR, 0, 10, 10, 150.0, 60.0), rtt_test(FAR, 30, 10, 9, 170.0, 40.0),  # one-way 80 ms, jitter 50, loss 5 %
+    rtt_test(V6, 0, 10, 10, 40.0, 1.0),                                           # one-way 20 ms
+    rtt_test(NAMED, 0, 10, 10, 30.0, 1.0), rtt_test(IDLE, 0, 10, 10, 30.0, 1.0),
+]
+# (class, src_addr, dst_addr, bytes, how many such flows)
+FLOW_ROWS = [
+    ("avatar", "10.0.0.5", NEAR, 100, 2),             # to the tested host itself
+    ("avatar", "10.0.0.5", "134.79.18.77", 100, 1),   # to its /24: same site, same path
+    ("avatar", "134.79.18.99", "10.0.0.6", 100, 1),   # from it
+    ("avatar", "10.0.0.5", "8.8.8.8", 100, 3),        # on no tested path
+    ("video", "10.0.0.7", "193.62.193.200", 5000, 2),
+    ("audio", "2001:db8:1:ffff::1", "2001:db8:99::1", 300, 1),  # in the IPv6 target's /48
+    ("large_bulk", NEAR, FAR, 10**8, 1),              # both ends tested: on both paths
+    ("large_bulk", NEAR, "134.79.18.41", 10**8, 1),   # both ends on one path: once
+    ("other", "10.0.0.9", "203.0.113.1", 10, 1),
+    ("other", "not-an-address", "203.0.113.1", 10, 1),
+]
+
+
+def classified_flows(spark):
+    rows = [(c, s, d, b) for c, s, d, b, n in FLOW_ROWS for _ in range(n)]
+    return spark.createDataFrame(rows, "class string, src_addr string, dst_addr string, bytes long")
+
+
+def needs_rows(spark, v4=24, v6=48):
+    from pyspark.sql import functions as F
+
+    from flowlake.jobs import behaviour_needs as bn
     from flowlake.schemas.active import ACTIVE
 
-    def test(target, minute, sent, received, median, jitter):
-        start = dt.datetime.combine(DAY, dt.time(12, minute), dt.timezone.utc)
-        m = {"sent": float(sent), "received": float(received), "rtt_median_ms": float(median),
-             "rtt_avg_ms": float(median), "jitter_ms": float(jitter)}
-        return ("rtt", "probe", target, start, start + dt.timedelta(seconds=10), {}, m, "probe", "", str(DAY))
+    measured = bn.paths(spark.createDataFrame(ACTIVE_ROWS, ACTIVE.spark_schema()))
+    nets, names = bn.target_networks([r.target for r in measured.collect()], v4, v6)
+    assert names == [NAMED]
+    flows = classified_flows(spark)
+    class_flows = flows.groupBy("class").agg(F.count("*").cast("long").alias("class_flows"))
+    rows = bn.needs(class_flows, bn.class_paths(flows, nets, v4, v6), measured).collect()
+    return {(r["class"], r.target): r for r in rows}
 
-    active = spark.createDataFrame([
-        test("near", 0, 10, 10, 8.0, 1.0), test("near", 30, 10, 10, 12.0, 3.0),   # one-way 5 ms, jitter 2
-        test("far", 0, 10, 10, 150.0, 60.0), test("far", 30, 10, 9, 170.0, 40.0),  # one-way 80 ms, jitter 50, loss 5 %
-    ], ACTIVE.spark_schema())
-    flows = spark.createDataFrame([("avatar", 12), ("video", 3), ("large_bulk", 7)], "class string, flows long")
-    rows = {(r["class"], r.target): r for r in behaviour_needs.needs(flows, behaviour_needs.paths(active)).collect()}
-    assert len(rows) == 2 * len(behaviour_classes.CLASSES)
-    near, far = rows[("avatar", "near")], rows[("avatar", "far")]
-    assert near.flows == 12 and near.latency_ms == pytest.approx(5.0) and near.jitter_ms == pytest.approx(2.0)
-    assert near.loss_pct == 0 and (near.meets_latency, near.meets_jitter, near.meets_loss, near.meets) == (True,) * 4
-    # far: 80 ms one way misses tracking's 10 ms; jitter 50 ms is just within Y.1541's 50; 5 % loss is not
-    assert far.latency_ms == pytest.approx(80.0) and far.jitter_ms == pytest.approx(50.0) and far.loss_pct == pytest.approx(5.0)
-    assert (far.meets_latency, far.meets_jitter, far.meets_loss, far.meets) == (False, True, False, False)
-    video = rows[("video", "far")]
-    assert video.meets_latency is True and video.meets is False  # within 100 ms, but the loss
-    bulk = rows[("large_bulk", "far")]
-    assert bulk.latency_need_ms is None and bulk.meets is None and "throughput" in bulk.source
-    assert rows[("audio", "near")].flows == 0 and rows[("audio", "near")].meets is True
+
+def test_needs_per_class_on_the_paths_that_carry_it(spark):
+    rows = needs_rows(spark)
+    # only class x path pairs with traffic; the named and the idle target carry none
+    assert set(rows) == {("avatar", NEAR), ("video", FAR), ("audio", V6), ("large_bulk", NEAR), ("large_bulk", FAR)}
+    av = rows[("avatar", NEAR)]
+    assert (av.flows, av.address_flows, av.class_flows, av.bytes, av.tests) == (4, 2, 7, 400, 2)
+    assert av.latency_ms == pytest.approx(5.0) and av.jitter_ms == pytest.approx(2.0) and av.loss_pct == 0
+    assert (av.meets_latency, av.meets_jitter, av.meets_loss, av.meets) == (True,) * 4
+    # video on the far path: 80 ms one way is within 100; jitter 50 just within Y.1541's 50; 5 % loss is not
+    vid = rows[("video", FAR)]
+    assert (vid.flows, vid.address_flows, vid.class_flows) == (2, 0, 2)
+    assert vid.latency_ms == pytest.approx(80.0) and vid.jitter_ms == pytest.approx(50.0) and vid.loss_pct == pytest.approx(5.0)
+    assert (vid.meets_latency, vid.meets_jitter, vid.meets_loss, vid.meets) == (True, True, False, False)
+    au = rows[("audio", V6)]
+    assert au.flows == 1 and au.latency_ms == pytest.approx(20.0) and au.meets is True
+    near, far = rows[("large_bulk", NEAR)], rows[("large_bulk", FAR)]
+    assert (near.flows, near.address_flows, far.flows, far.address_flows, near.class_flows) == (2, 2, 1, 1, 2)
+    assert near.latency_need_ms is None and near.meets is None and "throughput" in near.source
+
+
+def test_needs_prefix_32_keeps_the_target_itself_only(spark):
+    rows = needs_rows(spark, v4=32, v6=128)
+    assert set(rows) == {("avatar", NEAR), ("large_bulk", NEAR), ("large_bulk", FAR)}
+    assert (rows[("avatar", NEAR)].flows, rows[("avatar", NEAR)].address_flows) == (2, 2)
+    assert rows[("large_bulk", NEAR)].flows == 2  # NEAR -> FAR and NEAR -> .41: the target is an end of both
+
+
+def test_needs_prefix_checked():
+    from flowlake.jobs import behaviour_needs as bn
+
+    with pytest.raises(ValueError, match=r"\[behaviour\] needs_prefix_v4 = 33: a prefix length 0..32"):
+        bn.target_networks([NEAR], 33, 48)
+
+
+def test_needs_job_from_the_lake(spark, tmp_path, caplog):
+    """run(): the day's active results from the lake, the classes from behaviour_classes;
+    the named target and the idle path are named in the log."""
+    import logging
+
+    from flowlake.jobs import behaviour_needs as bn
+    from flowlake.schemas.active import ACTIVE
+
+    cfg = config.load(env={**os.environ, "FLOWLAKE_HOME": str(tmp_path / "home"),
+                           "FLOWLAKE_BEHAVIOUR_NEEDS_PREFIX_V4": "32"})
+    (spark.createDataFrame(ACTIVE_ROWS, ACTIVE.spark_schema()).write.partitionBy("date")
+     .parquet(str(cfg.lake / "active")))
+    ctx = JobContext(spark=spark, cfg=cfg, date=DAY)
+    ctx.shared = {"behaviour_flows": classified_flows(spark)}
+    with caplog.at_level(logging.INFO, logger="flowlake.jobs.behaviour_needs"):
+        bn.run(ctx)
+    assert f"names, not addresses, and cannot be matched to flows: {NAMED}" in caplog.text
+    assert f"carried none of the day's flows: {IDLE}" in caplog.text
+    rows = spark.read.parquet(str(cfg.lake / "reports" / "behaviour_needs" / f"date={DAY}")).collect()
+    got = {(r["class"], r.target): r.flows for r in rows}
+    assert got == {("avatar", NEAR): 2, ("large_bulk", NEAR): 2, ("large_bulk", FAR): 1, ("audio", V6): 1}
