@@ -7,13 +7,13 @@ Which flows a tested path carries (the rule): a path is the route to one RTT tes
 one of its ends is the target's address or lies in the target's network, the target's
 address cut to [behaviour] needs_prefix_v4 bits (IPv4) or needs_prefix_v6 bits (IPv6): the
 tested host stands for its site, whose hosts share the route beyond our border. With 32 /
-128 only the target itself counts. A flow reaching two tested networks (both of its ends, or
-overlapping prefixes) counts for each. Targets given as names, not addresses, cannot be
-matched to flow addresses: they are named in the job's log. Rows: one per class and path
-with at least one flow of the class on it, with class_flows (all the class's flows of the
-day) beside flows to show how much of the class the path carries; tested paths carrying
-none of the day's flows write no row (their measurements are in active_summary and
-pinger_matrix) and are named in the job's log.
+128 only the target itself counts. A flow on two paths (its two ends in two tested
+networks) counts for each; targets sharing one network share its flows. Targets given as
+names, not addresses, cannot be matched to flow addresses: they are named in the job's
+log. Rows: one per class and path with at least one flow of the class on it, with
+class_flows (all the class's flows of the day) beside flows to show how much of the class
+the path carries; tested paths carrying none of the day's flows write no row (their
+measurements are in active_summary and pinger_matrix) and are named in the job's log.
 
 Needs (one-way latency, jitter, loss), with their sources:
 - latency: the tele-immersion data-type requirements of Leigh, Johnson & DeFanti (EVL,
