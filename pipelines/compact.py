@@ -244,19 +244,35 @@ def retire(lake: Path, table: str, old: Path, hour: Hour) -> Path:
     return dest
 
 
+def retired_folders(lake: Path) -> list[tuple[Path, float]]:
+    """Every swapped-out folder under lake/.retired (all tables), with when it was retired."""
+    out = []
+    base = Path(lake) / ".retired"
+    for table in sorted(base.iterdir()) if base.is_dir() else ():
+        for d in sorted(table.iterdir()) if table.is_dir() else ():
+            stamp = d.name.split("-", 1)[0]
+            if stamp.isdigit():
+                out.append((d, int(stamp) / 1000.0))
+    return out
+
+
 def expire_retired(lake: Path, table: str, grace_s: float, now: float | None = None) -> dict:
-    """Delete retired folders older than the grace (the bound); what is left, for status."""
+    """Delete retired folders older than the grace (the bound), once no pin in progress can
+    still reach them (lake_snapshot.pins_settled); what is left, for status."""
+    from . import lake_snapshot
+
     now = time.time() if now is None else now
     base = retired_root(lake, table)
     out = {"removed": 0, "folders": 0, "bytes": 0}
-    if not base.is_dir():
-        return out
-    for d in sorted(base.iterdir()):
-        stamp = d.name.split("-", 1)[0]
-        if stamp.isdigit() and now - int(stamp) / 1000.0 >= grace_s:
-            shutil.rmtree(d, ignore_errors=True)
-            out["removed"] += 1
-        else:
+    found = [(d, at) for d, at in retired_folders(lake) if d.parent == base]
+    old = [d for d, at in found if now - at >= grace_s]
+    if old and not lake_snapshot.pins_settled(lake):
+        old = []  # readers are pinning right now: next pass
+    for d in old:
+        shutil.rmtree(d, ignore_errors=True)
+        out["removed"] += 1
+    for d, _ in found:
+        if d not in old:
             out["folders"] += 1
             out["bytes"] += sum(p.stat().st_size for p in d.iterdir() if p.is_file())
     return out

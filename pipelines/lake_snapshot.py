@@ -15,23 +15,60 @@ link taken from it always finds its file; once linked, the rows stay as long as 
 takes, whatever compaction or retention do. Paths keep their `date=/hour=` folders: Spark's
 partition discovery and DuckDB's hive_partitioning read a snapshot as they read the lake.
 
+A pin holds a shared lock (`lake/.snapshots/.pins.lock`) while it lists and links: a
+folder retired by a swap can only be reached by a pin that opened it before the swap, so
+once `pins_settled` has had the lock exclusively, no reader can need the folders retired
+before that moment (retention and the disk guard delete them then, grace or not).
+
 Cost: one link per file (about 10 us); nothing is copied. Snapshots are removed when the
-reader closes them; those of dead processes by the compactor's pass (`sweep`). Used by
-the jobs (JobContext, jobs/duck.py) and both engines of `flowlake query`. Readers outside
-flowlake that glob the lake themselves (Superset's views, an analyst's own DuckDB) are not
-pinned: a swap during such a query fails it with a missing file, and a rerun is exact.
+reader closes them; those of dead processes by the compactor's pass (`sweep`) and by
+retention. Used by the jobs (JobContext, jobs/duck.py) and both engines of `flowlake query`.
+Readers outside flowlake that glob the lake themselves (Superset's views, an analyst's own
+DuckDB) are not pinned: a swap during such a query fails it with a missing file, and a
+rerun is exact (Superset's lake connection reruns it: superset/superset_config.py).
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 SNAPSHOTS = ".snapshots"
+PINS_LOCK = ".pins.lock"
 
 
 def root(lake: Path) -> Path:
     return Path(lake) / SNAPSHOTS
+
+
+@contextmanager
+def _pins_lock(lake: Path):
+    base = root(lake)
+    base.mkdir(parents=True, exist_ok=True)
+    fd = os.open(base / PINS_LOCK, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        yield fd
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def pins_settled(lake: Path, timeout_s: float = 10.0) -> bool:
+    """Wait until no pin is in progress (the pins' lock had exclusively, then let go).
+    After True, no reader can reach a folder that was retired before this call. False:
+    pins kept the lock busy for timeout_s (try again later)."""
+    deadline = time.monotonic() + timeout_s
+    with _pins_lock(lake) as fd:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.005)
 
 
 def _hidden(name: str) -> bool:
@@ -66,15 +103,17 @@ class Snapshot:
         self._generations += 1
         gen = self.path / f"g{self._generations}"
         out: list[str] = []
-        for part in map(Path, parts):
-            try:
-                fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            try:
-                self._link_dir(fd, gen / part.relative_to(self.lake), out)
-            finally:
-                os.close(fd)
+        with _pins_lock(self.lake) as lock:
+            fcntl.flock(lock, fcntl.LOCK_SH)  # retired folders stay while we may hold one open
+            for part in map(Path, parts):
+                try:
+                    fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                try:
+                    self._link_dir(fd, gen / part.relative_to(self.lake), out)
+                finally:
+                    os.close(fd)
         return gen, sorted(out)
 
     def files(self, part: Path) -> list[str]:
@@ -108,14 +147,21 @@ class Snapshot:
                 out.append(str(dst / entry.name))
 
 
+def snapshots(lake: Path) -> list[tuple[Path, bool]]:
+    """Every reader's snapshot folder, with whether its process is still alive."""
+    base = root(lake)
+    out = []
+    if base.is_dir():
+        for d in sorted(base.iterdir()):
+            pid = d.name.split("-", 1)[0]
+            if pid.isdigit() and d.is_dir():
+                out.append((d, Path(f"/proc/{pid}").exists()))
+    return out
+
+
 def sweep(lake: Path) -> int:
     """Remove snapshots whose process is gone (a reader killed before close); returns how many."""
-    base = root(lake)
-    n = 0
-    if base.is_dir():
-        for d in base.iterdir():
-            pid = d.name.split("-", 1)[0]
-            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-                shutil.rmtree(d, ignore_errors=True)
-                n += 1
-    return n
+    dead = [d for d, alive in snapshots(lake) if not alive]
+    for d in dead:
+        shutil.rmtree(d, ignore_errors=True)
+    return len(dead)

@@ -270,3 +270,100 @@ def _speed_up_duckdb_engine() -> None:
 
 
 _speed_up_duckdb_engine()
+
+
+# ---- reads that meet a compaction swap: re-run, never a partial answer ----------------
+# A dataset view globs lake/<table>/**/*.parquet: DuckDB lists the files when the query
+# starts and opens them while it runs. When the compactor swaps an hour in between
+# (pipelines/compact.py: one renameat2 exchange of the hour folder) the listed names are
+# gone and the read fails with "Cannot open file ...: No such file or directory". It never
+# counts wrong: a listing is all old files or all new ones, and a read that cannot open a
+# listed file fails as a whole. Running the statement again lists the hour anew, and is
+# exact. DuckDB 2 streams results (the error may come with the first fetch, not at
+# execute), so a statement's rows are fetched here, inside the retry, and served from
+# that buffer; Superset fetches every row anyway (its LIMIT is in the SQL).
+SWAP_RETRIES = 3  # the compactor swaps an hour once as it closes (again after a late batch)
+SWAP_RETRIED = {"statements": 0}  # how many statements met a swap (for tests and logs)
+
+
+def _vanished_lake_file(exc: Exception) -> bool:
+    text = str(exc)
+    return ("No such file or directory" in text or "No files found that match" in text) and (
+        not LAKE_DIR or LAKE_DIR.rstrip("/") + "/" in text)
+
+
+def _retry_swapped_reads() -> None:
+    import logging
+
+    try:
+        import duckdb
+        import duckdb_engine
+    except ImportError:
+        return
+    cursor_cls = getattr(duckdb_engine, "CursorWrapper", None)
+    if cursor_cls is None or getattr(cursor_cls, "_flowlake_retry", False):
+        return
+    log = logging.getLogger("flowlake.superset")
+    execute = cursor_cls.execute
+
+    def retrying_execute(self, statement, parameters=None, context=None):  # noqa: ANN001
+        raw = self._CursorWrapper__c
+        self._flowlake_rows = self._flowlake_description = None
+        for attempt in range(SWAP_RETRIES + 1):
+            try:
+                execute(self, statement, parameters, context)
+                description = raw.description
+                if description is not None:  # a statement with rows: read them all here
+                    self._flowlake_rows = list(raw.fetchall())
+                    self._flowlake_description = description
+                return
+            except duckdb.IOException as exc:
+                if attempt == SWAP_RETRIES or not _vanished_lake_file(exc):
+                    raise
+                SWAP_RETRIED["statements"] += 1
+                log.warning("a lake file vanished during the read (compaction swapped its hour): "
+                            "running the statement again (%d/%d): %s", attempt + 1, SWAP_RETRIES,
+                            str(exc).splitlines()[0])
+                try:  # an error aborts the open transaction: start a fresh one (reads only)
+                    raw.rollback()
+                except duckdb.Error:
+                    continue  # none was open
+                raw.begin()
+
+    def _rows(self):  # noqa: ANN001
+        return getattr(self, "_flowlake_rows", None)
+
+    def fetchall(self):  # noqa: ANN001
+        rows = _rows(self)
+        if rows is None:
+            return self._CursorWrapper__c.fetchall()
+        out, self._flowlake_rows = rows, []
+        return out
+
+    def fetchmany(self, size=None):  # noqa: ANN001
+        rows = _rows(self)
+        if rows is None:
+            c = self._CursorWrapper__c
+            return c.fetchmany() if size is None else c.fetchmany(size)
+        size = 1 if size is None else size
+        out, self._flowlake_rows = rows[:size], rows[size:]
+        return out
+
+    def fetchone(self):  # noqa: ANN001
+        rows = _rows(self)
+        if rows is None:
+            return self._CursorWrapper__c.fetchone()
+        return fetchmany(self, 1)[0] if rows else None
+
+    def description(self):  # noqa: ANN001
+        if _rows(self) is not None:
+            return self._flowlake_description
+        return self._CursorWrapper__c.description
+
+    cursor_cls.execute = retrying_execute
+    cursor_cls.fetchall, cursor_cls.fetchmany, cursor_cls.fetchone = fetchall, fetchmany, fetchone
+    cursor_cls.description = property(description)
+    cursor_cls._flowlake_retry = True
+
+
+_retry_swapped_reads()

@@ -8,6 +8,9 @@ Tiers and what bounds them ([retention] in flowlake.toml):
   quarantine  lake/quarantine/...         quarantine_days
   rollup_*    lake/rollups/<res>/date=D   rollup_1m_days, rollup_5m_days, rollup_1h_days
   reports, active                          kept
+  retired     lake/.retired/<table>/...   [compaction] retired_grace_minutes after the swap;
+                                          the disk guard takes them first (readers.py)
+  snapshots   lake/.snapshots/<pid>-...   while their reader runs (dead readers' go)
 Age is the flows' own time (the date= partition), never a file's mtime.
 
 `expired_dates(cfg, dates)` is the one rule other commands (e.g. `flowlake import`) use to

@@ -19,12 +19,12 @@ def human(n: int | float) -> str:
 def status_summary(cfg) -> dict:
     """Per tier size, oldest day and limit; disk vs high water and floor; the pause; Kafka's
     topic settings. Cheap: directory sizes only, no ledger read."""
-    from . import run, spool, topics
+    from . import readers, run, spool, topics
 
     spool_tier = Tier("spool", f"in the lake + {cfg.retention.spool_grace_hours} h")
     spool_tier.units = [Unit("spool", p, tiers.nfcapd_day(p.name), tiers.disk_bytes(p))
                         for p in spool.spool_files(cfg).values()]
-    all_tiers = [spool_tier, run.kafka_tier(cfg), *tiers.lake_tiers(cfg)]
+    all_tiers = [spool_tier, run.kafka_tier(cfg), *tiers.lake_tiers(cfg), *readers.reader_tiers(cfg)]
     out = {"tiers": [t.summary() for t in all_tiers]}
     u = disk.usage(cfg)
     out["disk"] = u.as_json()

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import disk, spool, tiers, today_utc
+from . import disk, readers, spool, tiers, today_utc
 from .tiers import Tier, Unit
 
 log = logging.getLogger("flowlake.retention")
@@ -39,11 +39,13 @@ class Plan:
 
 
 def guard_candidates(cfg, all_tiers: list[Tier], today: dt.date) -> list[Unit]:
-    """Expendable beyond the keys, in the order they go: spool files already in the lake
-    (still in their grace), then raw flow days that have rollups, oldest first. Today's
-    flows, unshipped files and anything without a second copy never appear here."""
+    """Expendable beyond the keys, in the order they go: hour folders compaction swapped
+    out (lake/.retired, no reader needs them), spool files already in the lake (still in
+    their grace), then raw flow days that have rollups, oldest first. Today's flows,
+    unshipped files and anything without a second copy never appear here."""
     by = {t.name: t for t in all_tiers}
-    out = sorted(spool.within_grace(by["spool"]), key=lambda u: (u.day or today, str(u.path)))
+    out = readers.guard_candidates(all_tiers)
+    out += sorted(spool.within_grace(by["spool"]), key=lambda u: (u.day or today, str(u.path)))
     rolled = tiers.rolled_up_days(cfg, today)
     flows = by["flows"]
     gone = {id(u) for u in flows.expire}
@@ -54,7 +56,8 @@ def guard_candidates(cfg, all_tiers: list[Tier], today: dt.date) -> list[Unit]:
 def plan(cfg, today: dt.date | None = None, now: float | None = None, ledger: dict | None = None,
          kafka_apply: bool = False) -> Plan:
     today = today or today_utc()
-    all_tiers = [spool.spool_tier(cfg, now, ledger), kafka_tier(cfg), *tiers.lake_tiers(cfg, today)]
+    all_tiers = [spool.spool_tier(cfg, now, ledger), kafka_tier(cfg), *tiers.lake_tiers(cfg, today),
+                 *readers.reader_tiers(cfg, now)]
     p = Plan(all_tiers, disk.usage(cfg))
     need = p.usage.over_high_water() - sum(u.bytes for u in p.expire)
     if need > 0:
@@ -62,8 +65,9 @@ def plan(cfg, today: dt.date | None = None, now: float | None = None, ledger: di
         for unit in guard_candidates(cfg, all_tiers, today):
             if need <= 0:
                 break
-            unit.why = f"disk above {p.usage.high_water_pct:g}% used: " + (
-                "spool file already in the lake" if unit.tier == "spool" else "raw flows of a day kept as rollups")
+            unit.why = f"disk above {p.usage.high_water_pct:g}% used: " + {
+                "spool": "spool file already in the lake", readers.RETIRED: "swapped out by compaction, no reader needs it",
+            }.get(unit.tier, "raw flows of a day kept as rollups")
             by[unit.tier].expire.append(unit)
             p.guard.append(unit)
             need -= unit.bytes
@@ -90,7 +94,7 @@ def execute(cfg, p: Plan) -> dict:
     lake = Path(cfg.lake)
     tiers.clear_trash(lake)
     gone: dict[str, dict] = {}
-    for unit in p.expire:
+    for unit in readers.removable(p.expire, lake):
         try:
             tiers.remove(unit, lake)
         except OSError as exc:
