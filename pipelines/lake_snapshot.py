@@ -15,7 +15,7 @@ link taken from it always finds its file; once linked, the rows stay as long as 
 takes, whatever compaction or retention do. Paths keep their `date=/hour=` folders: Spark's
 partition discovery and DuckDB's hive_partitioning read a snapshot as they read the lake.
 
-A pin holds a shared lock (`lake/.snapshots/.pins.lock`) while it lists and links: a
+A pin holds a shared lock (`lake/.pins.lock`) while it lists and links: a
 folder retired by a swap can only be reached by a pin that opened it before the swap, so
 once `pins_settled` has had the lock exclusively, no reader can need the folders retired
 before that moment (retention and the disk guard delete them then, grace or not).
@@ -46,9 +46,8 @@ def root(lake: Path) -> Path:
 
 @contextmanager
 def _pins_lock(lake: Path):
-    base = root(lake)
-    base.mkdir(parents=True, exist_ok=True)
-    fd = os.open(base / PINS_LOCK, os.O_CREAT | os.O_RDWR, 0o644)
+    Path(lake).mkdir(parents=True, exist_ok=True)
+    fd = os.open(Path(lake) / PINS_LOCK, os.O_CREAT | os.O_RDWR, 0o644)
     try:
         yield fd
     finally:

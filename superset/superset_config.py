@@ -356,13 +356,16 @@ def _retry_swapped_reads() -> None:
         return fetchmany(self, 1)[0] if rows else None
 
     def description(self):  # noqa: ANN001
-        if _rows(self) is not None:
+        if getattr(self, "_flowlake_description", None) is not None:
             return self._flowlake_description
         return self._CursorWrapper__c.description
 
+    def set_description(self, value):  # noqa: ANN001 - Superset's fetch_data puts it back
+        self._flowlake_description = value
+
     cursor_cls.execute = retrying_execute
     cursor_cls.fetchall, cursor_cls.fetchmany, cursor_cls.fetchone = fetchall, fetchmany, fetchone
-    cursor_cls.description = property(description)
+    cursor_cls.description = property(description, set_description)
     cursor_cls._flowlake_retry = True
 
 

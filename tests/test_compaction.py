@@ -34,12 +34,13 @@ def home(tmp_path, monkeypatch):
     config.reset()
 
 
-def batch_table(batch: int, hours: list[int], rows_per_hour: int) -> pa.Table:
-    """Flow rows of one micro-batch: `source_file` = batch, `file_seq` unique within it."""
+def batch_table(batch: int, hours: list[int], rows_per_hour: int, t0: int = T0) -> pa.Table:
+    """Flow rows of one micro-batch: `source_file` = batch, `file_seq` unique within it;
+    times in the hours of the day that starts at t0 (ms)."""
     rng = np.random.default_rng(batch)
     n = rows_per_hour * len(hours)
     hour = np.repeat(np.array(hours), rows_per_hour)
-    ts = T0 + hour * 3_600_000 + rng.integers(0, 3_600_000, n)
+    ts = t0 + hour * 3_600_000 + rng.integers(0, 3_600_000, n)
     return pa.table({
         "time_start": pa.array(ts, pa.timestamp("ms", tz="UTC")),
         "time_end": pa.array(ts + rng.integers(0, 60_000, n), pa.timestamp("ms", tz="UTC")),
