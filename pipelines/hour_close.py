@@ -140,7 +140,15 @@ def status(cfg) -> dict:
             "bytes_per_flow": round(size / rows, 2) if rows else None,
             "last_run": state.get("last_run"), "runs": state.get("runs", 0),
             "errors": state.get("errors", 0), "last_error": state.get("last_error"),
-            "retired": state.get("retired", {"folders": 0, "bytes": 0})}
+            "retired": retired_now(cfg)}
+
+
+def retired_now(cfg) -> dict:
+    """Swapped-out hours still kept (as they are now: retention may have deleted some since
+    the last pass)."""
+    folders = [d for d, _ in compact.retired_folders(cfg.lake) if d.parent.name == TABLE]
+    return {"folders": len(folders),
+            "bytes": sum(p.stat().st_size for d in folders for p in d.iterdir() if p.is_file())}
 
 
 @click.command("compact")

@@ -64,8 +64,10 @@ def test_retired_and_snapshots_are_counted_and_expire_after_the_grace(home):
     assert r["bytes"] >= old_bytes > 0
     assert (s["units"], s["expire_units"]) == (2, 1)
     assert [u["path"] for u in dry["remove"]] == [str(dead)]
-    status = json.loads(cli(cfg.home_dir, "status", "--json").stdout)["retention"]
+    doc = json.loads(cli(cfg.home_dir, "status", "--json").stdout)
+    status = doc["retention"]
     assert _tier(status, "retired")["units"] == 4 and _tier(status, "snapshots")["units"] == 2
+    assert doc["counts"]["compaction"]["retired"]["folders"] == 4
     assert _tier(status, "retired")["bytes"] == r["bytes"]
     assert "retired" in cli(cfg.home_dir, "status").stdout
 
@@ -81,6 +83,7 @@ def test_retired_and_snapshots_are_counted_and_expire_after_the_grace(home):
     assert live.path.exists() and _count(live_files) == expected
     assert _count(str(p) for p in (cfg.lake / "flows").rglob("*.parquet")) == expected
     live.close()
+    assert json.loads(cli(cfg.home_dir, "status", "--json").stdout)["counts"]["compaction"]["retired"]["folders"] == 0
     after = json.loads(cli(cfg.home_dir, "retention", "--dry-run", "--json", env=env).stdout)
     assert _tier(after, "retired")["units"] == 0 and _tier(after, "snapshots")["units"] == 0
 
