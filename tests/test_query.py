@@ -170,6 +170,7 @@ def nfdump_flows(nf: Path) -> list[dict]:
             "proto": rec["proto"], "tcp_flags": sum(1 << (7 - i) for i, c in enumerate(fl) if c != "."),
             "tos": rec.get("src_tos", 0), "packets": rec["in_packets"], "bytes": rec["in_bytes"],
             "sampling_rate": 1, "src_as": rec.get("src_as", 0), "dst_as": rec.get("dst_as", 0),
+            "src_vlan": rec.get("src_vlan", 0), "dst_vlan": rec.get("dst_vlan", 0),
             "source_file": nf.name, "file_seq": len(rows),
             "date": ts.strftime("%Y-%m-%d"), "hour": ts.hour,
         })

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 # Numeric fields a comparison can address; derived ones are computed by the compiler.
 NUMERIC = ("bytes", "packets", "duration", "bps", "pps", "bpp", "tos", "src_port", "dst_port",
-           "src_as", "dst_as", "input_if", "output_if", "proto")
+           "src_as", "dst_as", "input_if", "output_if", "proto", "src_vlan", "dst_vlan")
 OPS = ("==", "<", ">", "<=", ">=")
 
 

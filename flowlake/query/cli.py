@@ -73,7 +73,7 @@ def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, eng
     [src|dst] ip|host ADDR, [src|dst] net PREFIX/LEN or net ADDR MASK,
     [src|dst] ip in [ADDR, NET ...], [src|dst] port [COMP] N, [src|dst] port in [N ...],
     proto tcp|udp|icmp|icmp6|N, flags SAFRPU (all set; `not flags` = none set),
-    [src|dst] as [COMP] N, as in [...], [in|out] if N, router ip ADDR,
+    [src|dst] as [COMP] N, as in [...], [in|out] if N, [src|dst] vlan N, router ip ADDR,
     bytes|packets|duration|bps|pps|bpp|tos [COMP] N (K/M/G = 1000-based; duration in ms),
     ipv4|ipv6, any; combined with and/&&, or/||, not/!, parentheses.
     COMP is one of = == < > <= >= eq lt gt le ge.
@@ -84,6 +84,7 @@ def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, eng
       flowlake query 'src net 10.0.0.0/8 and bytes > 1M' --from 2026-11-25 --to 2026-11-26
       flowlake query 'ip in [192.0.2.10 2001:db8::/32]' --format json --limit 0 > flows.json
       flowlake query 'proto udp' -A srcip,dstport --format csv
+      flowlake query 'src vlan 210 and proto tcp' -s dstip/bytes
       flowlake query any -s dstport/bytes -s srcip/packets -n 20
       flowlake query 'proto tcp and dst port 443' -s srcip/bytes --engine spark
     """

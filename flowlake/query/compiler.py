@@ -15,6 +15,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from . import ast
+from .sql import LATER_COLUMNS
 
 
 def to_column(node) -> Column:
@@ -76,6 +77,8 @@ def metric(name: str) -> Column:
         return F.when(d > 0, F.floor(F.col("packets") * 1000 / d)).otherwise(F.lit(0))
     if name == "bpp":
         return F.when(F.col("packets") > 0, F.floor(F.col("bytes") / F.col("packets"))).otherwise(F.lit(0))
+    if name in LATER_COLUMNS:  # NULL (a file from before the column) reads as 0, as in sql.py
+        return F.coalesce(F.col(name), F.lit(0))
     return F.col(name)
 
 

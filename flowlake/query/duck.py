@@ -103,22 +103,32 @@ class DuckEngine:
             self._attached[path] = f"{alias}.flows"
         return self._attached[path]
 
-    def _source(self, parts=None) -> str | None:
+    def _source(self, parts=None, tree=None) -> str | None:
         """A subquery of the window's flows: indexed hours from their DuckDB files, the
-        others from Parquet (None when no file is in the window)."""
+        others from Parquet (None when no file is in the window). Columns of a later schema
+        revision that the filter `tree` reads and the files lack come as NULL."""
         from flowlake.jobs.duck import sql_list
 
         parts = self.parts if parts is None else parts
+        later = sorted(sql.columns(tree) & set(sql.LATER_COLUMNS)) if tree is not None else []
         subs = []
         plain = [f for _, files, ix in parts if ix is None for f in files]
         if plain:
             rel = f"read_parquet({sql_list(plain)}, union_by_name = true)"
-            subs.append(f"SELECT * FROM {rel} WHERE {self._bounds('parquet', rel)}")
+            subs.append(f"SELECT *{self._missing(rel, later)} FROM {rel} WHERE {self._bounds('parquet', rel)}")
         for _, _, ix in parts:
             if ix is not None:
                 rel = self._indexed(ix)
-                subs.append(f"SELECT * FROM {rel} WHERE {self._bounds('index', rel)}")
+                subs.append(f"SELECT *{self._missing(rel, later)} FROM {rel} WHERE {self._bounds('index', rel)}")
         return "(" + " UNION ALL BY NAME ".join(subs) + ")" if subs else None
+
+    def _missing(self, relation: str, columns: list[str]) -> str:
+        """`, NULL AS col` for each of columns the relation lacks (asked only when a filter
+        names such a column: a DESCRIBE reads the files' footers)."""
+        if not columns:
+            return ""
+        have = {r[0] for r in self._exec(f"DESCRIBE SELECT * FROM {relation}").fetchall()}
+        return "".join(f", CAST(NULL AS INTEGER) AS {c}" for c in columns if c not in have)
 
     def _exec(self, query: str, label: str = "scanning"):
         duckdb = duckdb_module()
@@ -136,7 +146,7 @@ class DuckEngine:
         return [dict(zip(cols, row)) for row in res.fetchall()]
 
     def _selected(self, tree, columns) -> str | None:
-        src = self._source()
+        src = self._source(tree=tree)
         if src is None:
             return None
         return f"(SELECT {', '.join(columns)} FROM {src} WHERE {sql.to_sql(tree)})"
@@ -152,7 +162,7 @@ class DuckEngine:
             if self.progress:
                 self.progress.step(i, len(self.parts), f"{part[0].parent.name}/{part[0].name}")
             cap = f" LIMIT {limit - done}" if limit else ""
-            rows = self._run(f"SELECT {cols} FROM {self._source([part])} WHERE {where} "
+            rows = self._run(f"SELECT {cols} FROM {self._source([part], tree)} WHERE {where} "
                              f"ORDER BY time_start, source_file, file_seq{cap}")
             yield from rows
             done += len(rows)

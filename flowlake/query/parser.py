@@ -213,6 +213,12 @@ class _ToAst(Transformer):
         fields = ("input_if", "output_if") if d is None else (("input_if",) if d.lower() == "in" else ("output_if",))
         return ast.either(fields, lambda f: ast.Cmp(f, "==", value))
 
+    def vlan(self, *args):
+        # nfdump 1.7.1: equality only (`vlan > 5` is its syntax error), 0..65535; no side = either
+        toks = {t.type: t for t in args if t.type != "VALUE"}
+        value = _number(args[-1], "a VLAN number", 65535)
+        return ast.either(_dir_fields(toks, "src_vlan", "dst_vlan"), lambda f: ast.Cmp(f, "==", value))
+
     def router(self, _kw, _ip, tok):
         return ast.Addr("exporter", (_address(tok),))
 

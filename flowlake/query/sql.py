@@ -13,6 +13,9 @@ import ipaddress
 from . import ast
 
 FIELDS = frozenset(ast.NUMERIC) | {"tcp_flags", "src_addr", "dst_addr", "exporter"}
+# columns a later revision of the flow schema added (schemas/flow.py: revision 2, VLANs):
+# lake files written before it lack them, and a filter on them reads those flows as 0
+LATER_COLUMNS = ("src_vlan", "dst_vlan")
 
 
 def to_sql(node) -> str:
@@ -92,6 +95,8 @@ def metric(name: str) -> str:
                 f"ELSE 0 END)")
     if name == "bpp":
         return "(CASE WHEN packets > 0 THEN floor(CAST(bytes AS DOUBLE) / packets) ELSE 0 END)"
+    if name in LATER_COLUMNS:  # NULL (a file from before the column) reads as "none", as nfdump's 0
+        return f"coalesce({name}, 0)"
     return _col(name)
 
 
