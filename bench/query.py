@@ -1,8 +1,9 @@
 """Benchmark: `flowlake query` against `nfdump -R` on the same day of flows.
 
 One synthetic day (numpy, seeded) is written twice:
-  * as the lake (pyarrow Parquet, lake/flows/date=/hour=/, zstd, one file per hour: the
-    shape of a compacted hour) under a scratch FLOWLAKE_HOME;
+  * as the lake (lake/flows/date=/hour=/) under a scratch FLOWLAKE_HOME, every hour closed
+    by the compactor's own writer (pipelines/compact.py: its sort, encodings, zstd level and
+    row groups from [compaction]): what a query reads once an hour has closed;
   * as NetFlow v5 datagrams sent to a real nfcapd (-y LZ4), giving the equivalent nfcapd
     file (one file for the day: nfdump's best case).
 Then, in one run:
@@ -91,8 +92,14 @@ def write_lake(flows: dict, home: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    import duckdb
+
+    from flowlake import config
+    from flowlake.pipelines import compact
     from flowlake.schemas import FLOW
 
+    settings = compact.Settings.from_config(config.get())
+    con = duckdb.connect()
     start = np.datetime64(DAY, "ms") + flows["ts"].astype("timedelta64[ms]")
     src, dst = ip_text(flows["src"]), ip_text(flows["dst"])
     hours = flows["ts"] // 3_600_000
@@ -114,9 +121,12 @@ def write_lake(flows: dict, home: Path) -> None:
             "file_seq": np.arange(lo, hi, dtype=np.int64),
         }
         part = home / "lake" / "flows" / f"date={DAY:%Y-%m-%d}" / f"hour={h:02d}"
-        part.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.table({f.name: cols[f.name] for f in FLOW.fields if f.name in cols}), part / "part-0.parquet",
-                       compression="zstd", row_group_size=1_000_000)
+        batch = home / "staging" / part.name / "b0-0.parquet"
+        batch.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({f.name: cols[f.name] for f in FLOW.fields if f.name in cols}), batch)
+        # the closed hour as the compactor writes it (its sort, encodings, zstd level, row groups)
+        compact.write_sorted(compact.sorted_reader(con, [batch], settings.sort, 65536), part, 0, settings, 1 << 40)
+    shutil.rmtree(home / "staging")
 
 
 def v5_datagrams(flows: dict):
@@ -214,8 +224,11 @@ def whole_commands(args, work: Path, nfdir: Path) -> None:
     def command(who: str, flt: str, *extra: str) -> list[str]:
         return [flowlake, "query", flt, *stat, *extra] if who != "nfdump" else ["nfdump", "-R", str(nfdir), *stat, *extra, flt]
 
+    from flowlake.query.engines import duck_threads
+
     print(f"\n1. Whole commands, median of {args.rounds} rounds in turns, wall s / CPU s; load average "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (a shared machine: wall follows CPU share)")
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (a shared machine: wall follows CPU share); "
+          f"DuckDB threads now {duck_threads(0)} ([query] threads = 0: the idle cores)")
     print(f"{'filter  (-s srcip/bytes -n 10)':<56} {'flowlake+index':>15} {'flowlake':>15} {'nfdump -R':>15} "
           f"{'nfdump/flowlake (index, parquet)':>33}  top-10")
     whos = list(envs)
@@ -224,8 +237,10 @@ def whole_commands(args, work: Path, nfdir: Path) -> None:
         runs = {w: [] for w in whos}
         for r in range(args.rounds):
             for who in whos[r % 3:] + whos[:r % 3]:  # rotate who goes first
-                runs[who].append(timed(command(who, flt), envs[who])[:2])
+                runs[who].append(timed(command(who, flt), envs[who])[:3])
         med = {w: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for w, v in runs.items()}
+        if flt == "any":  # a day's top-N: its rows print when the scan ends (the first line is their title)
+            top_first = {w: (statistics.median(x[2] for x in v), med[w][1]) for w, v in runs.items()}
         for w in whos:
             tot[w][0] += med[w][0]
             tot[w][1] += med[w][1]
@@ -238,14 +253,30 @@ def whole_commands(args, work: Path, nfdir: Path) -> None:
           + f" {tot['nfdump'][0] / tot['index'][0]:>15.2f}x {tot['nfdump'][0] / tot['parquet'][0]:>15.2f}x"
           + f"  (CPU: {tot['nfdump'][1] / tot['index'][1]:.2f}x, {tot['nfdump'][1] / tot['parquet'][1]:.2f}x)")
 
+    print("first rows of a day's top-N ('any' -s srcip/bytes -n 10), median s to the first line / CPU s: "
+          + ", ".join(f"{w} {top_first[w][0]:.2f} / {top_first[w][1]:.2f}" for w in whos))
     for w in ("index", "parquet"):
         first = [timed([flowlake, "query", FILTERS[1], "--limit", "20"], envs[w])[2] for _ in range(args.rounds)]
         print(f"first row of a listing ({FILTERS[1]!r}, --limit 20), {w}: median {statistics.median(first):.2f} s; "
               f"a top-N prints its first rows when its whole command ends (above)")
+    progress(flowlake, envs["parquet"])
     for flt in FILTERS[1:1 + args.spark_commands]:
         wall = timed([flowlake, "query", flt, *stat, "--engine", "spark", "--master", args.master], env)[0]
         # wall only: the JVM is not a child this process waits for, so its CPU is not counted
         print(f"Spark engine, whole command, {flt!r}: {wall:.1f} s wall (JVM start included)")
+
+
+def progress(flowlake: str, env: dict) -> None:
+    """A long scan (every flow's full key, -s record) with --progress: the updates drawn on
+    stderr while it runs (none in its first 0.5 s), and stdout free of them."""
+    t0 = time.perf_counter()
+    res = subprocess.run([flowlake, "query", "any", "-s", "record/bytes", "-n", "10", "--progress"],
+                         capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t0
+    updates = [u for u in res.stderr.split("\r\x1b[K") if u.strip()]
+    clean = res.returncode == 0 and "\x1b" not in res.stdout and "Top 10 record" in res.stdout
+    print(f"progress of a long scan ('any' -s record/bytes, {wall:.1f} s wall): {len(updates)} updates on stderr"
+          + (f", last {updates[-1].strip()!r}" if updates else "") + f"; stdout {'clean' if clean else 'NOT CLEAN'}")
 
 
 def in_process(args, nf: Path) -> None:
