@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 
 import click
@@ -91,11 +92,31 @@ def main(verbose: int) -> None:
     logs.setup(verbose)
 
 
+_quick_exit = False
+
+
+def quick_exit() -> None:
+    """Called by a command whose answer is complete: run() then ends the process with
+    os._exit once stdout and stderr are flushed, skipping the interpreter's teardown
+    (freeing click's, lark's and DuckDB's objects one by one: ~15-20 ms of CPU, a tenth of
+    a quick `flowlake query`). Only from the console script; tests invoking main() are
+    unaffected."""
+    global _quick_exit
+    _quick_exit = True
+
+
 def run() -> None:
     from .config import ConfigError
 
     try:
         main(standalone_mode=True)
+    except SystemExit as exc:
+        if _quick_exit and not exc.code:
+            sys.stdout.flush()  # a closed pipe raises here and takes the normal way out
+            sys.stderr.flush()
+            logging.shutdown()
+            os._exit(0)
+        raise
     except ConfigError as exc:
         click.echo(f"flowlake: configuration error: {exc}", err=True)
         sys.exit(2)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import random
 import shutil
 import struct
@@ -701,6 +702,16 @@ def test_engine_choice_in_one_place(tmp_path):
     assert show_progress(cfg(), True, Tty(False)) and not show_progress(cfg(), False, Tty(True))
 
 
+def test_duckdb_threads_default_to_the_idle_cores():
+    from flowlake.query.engines import duck_threads
+
+    assert duck_threads(3, cores=2, load=9.0) == 3  # [query] threads set: as set
+    assert duck_threads(0, cores=2, load=0.2) == 2  # idle machine: every core
+    assert duck_threads(0, cores=8, load=3.4) == 5
+    assert duck_threads(0, cores=2, load=14.0) == 1  # loaded: one thread, never none
+    assert 1 <= duck_threads(0) <= (os.cpu_count() or 1)
+
+
 def test_local_engine_names_an_unreadable_file(tmp_path, monkeypatch):
     from flowlake import config
 
@@ -743,8 +754,12 @@ def test_local_engine_whole_command_never_loads_spark(lake, nf_file, cfg):
     import os
     import sys
 
-    probe = ("import sys\nfrom flowlake.cli import run\ntry:\n    run()\nfinally:\n"
-             "    print(sorted(m for m in ('pyspark', 'pandas', 'pyarrow', 'rich') if m in sys.modules), file=sys.stderr)")
+    # the answer ends the process with os._exit (no interpreter teardown): report from there
+    probe = ("import os, sys\nend = os._exit\n"
+             "def loaded(code):\n"
+             "    print(sorted(m for m in ('pyspark', 'pandas', 'pyarrow', 'rich') if m in sys.modules), file=sys.stderr)\n"
+             "    sys.stderr.flush()\n    end(code)\n"
+             "os._exit = loaded\nfrom flowlake.cli import run\nrun()")
     res = subprocess.run([sys.executable, "-c", probe, "query", "proto tcp", "-s", "dstport/flows", "-n", "3",
                           "--format", "csv"], capture_output=True, text=True, env=dict(os.environ), timeout=120)
     assert res.returncode == 0, res.stderr

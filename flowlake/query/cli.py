@@ -6,6 +6,7 @@ import json
 import click
 
 from flowlake import anonymise
+from flowlake.cli import quick_exit
 
 ENGINE_HELP = ("Engine for this command: local (DuckDB in this process), spark, or auto "
                "(default: config [query] engine, FLOWLAKE_QUERY_ENGINE).")
@@ -101,34 +102,40 @@ def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, eng
     except StatError as exc:
         raise click.BadParameter(str(exc), param_hint="--stats/--aggregate") from None
 
-    from . import output
-    from .spec import FLOW_COLUMNS, MEASURES, TOP_COLUMNS
-
     if limit is None:
         limit = 20 if fmt == "table" else 0
     eng = _open(start, end, engine, master, progress)
     try:
-        if stat_specs:
-            out = {k: list(anon(rows)) for k, rows in eng.tops(tree, stat_specs, top_n).items()}
-            if fmt == "json":
-                click.echo(json.dumps({k: [output.deep(r) for r in rows] for k, rows in out.items()}, indent=1))
-                return
-            cols = [c for c in TOP_COLUMNS if c != "last_seen"]
-            for (key, order), rows in zip(stat_specs, out.values()):
-                output.stream(rows, cols, fmt, title=f"Top {top_n or 'all'} {key} ordered by {order}")
-            return
-        if agg:
-            rows = anon(eng.aggregate(tree, agg, "flows", limit))
-            output.stream(rows, agg + [c for c in MEASURES if c != "duration_s"], fmt,
-                          title=f"Aggregated by {','.join(agg)}")
-            return
-        cols = FLOW_COLUMNS if fmt != "table" else ("time_start", "time_end", "proto", "src_addr", "src_port",
-                                                    "dst_addr", "dst_port", "tcp_flags", "packets", "bytes")
-        output.stream(anon(eng.records(tree, limit)), cols, fmt)
+        _answer(eng, tree, stat_specs, top_n, agg, fmt, limit, anon)
     except RuntimeError as exc:  # duck.LakeReadError: a file unreadable or replaced while read
         raise click.ClickException(str(exc)) from None
     finally:
         eng.close()
+    if eng.name == "local":  # Spark's session ends its own way
+        quick_exit()
+
+
+def _answer(eng, tree, stat_specs, top_n, agg, fmt, limit, anon) -> None:
+    from . import output
+    from .spec import FLOW_COLUMNS, MEASURES, TOP_COLUMNS
+
+    if stat_specs:
+        out = {k: list(anon(rows)) for k, rows in eng.tops(tree, stat_specs, top_n).items()}
+        if fmt == "json":
+            click.echo(json.dumps({k: [output.deep(r) for r in rows] for k, rows in out.items()}, indent=1))
+            return
+        cols = [c for c in TOP_COLUMNS if c != "last_seen"]
+        for (key, order), rows in zip(stat_specs, out.values()):
+            output.stream(rows, cols, fmt, title=f"Top {top_n or 'all'} {key} ordered by {order}")
+        return
+    if agg:
+        rows = anon(eng.aggregate(tree, agg, "flows", limit))
+        output.stream(rows, agg + [c for c in MEASURES if c != "duration_s"], fmt,
+                      title=f"Aggregated by {','.join(agg)}")
+        return
+    cols = FLOW_COLUMNS if fmt != "table" else ("time_start", "time_end", "proto", "src_addr", "src_port",
+                                                "dst_addr", "dst_port", "tcp_flags", "packets", "bytes")
+    output.stream(anon(eng.records(tree, limit)), cols, fmt)
 
 
 @click.command("host", context_settings={"help_option_names": ["-h", "--help"]})
@@ -175,3 +182,5 @@ def host(address, start, end, top_n, fmt, engine, master, progress):
     output.table(prof["top_ports"], ["proto", "port", "role", "flows", "bytes", "peers"],
                  "Ports (role out: host is client, in: host serves)")
     output.table(prof["hourly"], ["hour", "flows", "bytes_out", "bytes_in", "peers"], "By hour")
+    if eng.name == "local":
+        quick_exit()
