@@ -524,7 +524,7 @@ def status(as_json: bool) -> None:
     sampling.print_status(console, st["sampling"])
     qs = st["query"]
     if "error" not in qs:
-        console.print(f"flowlake query: engine {qs['engine']}" + (" (DuckDB in the command)" if qs["engine"] == "local" else "")
+        console.print(f"flowlake query: engine {qs['engine']}" + (f" (DuckDB in the command, {qs['threads']} threads now)" if qs["engine"] == "local" else "")
                       + f"; the lake holds {qs['hours']} hours in {qs['files']} files (at most {qs['max_files_per_hour']} an hour); "
                       f"index {qs['index_hours']} hours, {qs['index_bytes']:,} bytes (last {qs['index_days']} days)")
     _print_exporters(console, st["exporters"])

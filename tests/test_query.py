@@ -778,6 +778,7 @@ def test_status_shows_the_query_engine(lake, cfg):
     st = status_dict(cfg)["query"]
     assert st["engine"] == "local" and st["hours"] == len({f.parent for f in files}) >= 1
     assert st["files"] == len(files) and st["max_files_per_hour"] >= 1
+    assert 1 <= st["threads"] <= (os.cpu_count() or 1)  # what a query would use now ([query] threads = 0)
 
 
 @pytest.mark.integration

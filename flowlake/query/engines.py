@@ -78,7 +78,7 @@ def status(cfg) -> dict:
     from . import index
     from .lake import partitions
 
-    out = {"engine": choose(cfg), "threads": int(cfg.query.threads) or None, "hours": 0, "files": 0,
+    out = {"engine": choose(cfg), "threads": duck_threads(int(cfg.query.threads)), "hours": 0, "files": 0,
            "max_files_per_hour": 0, **index.status(cfg)}
     try:
         parts = partitions(cfg.lake)
