@@ -112,8 +112,11 @@ def run() -> None:
         main(standalone_mode=True)
     except SystemExit as exc:
         if _quick_exit and not exc.code:
-            sys.stdout.flush()  # a closed pipe raises here and takes the normal way out
-            sys.stderr.flush()
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except OSError:  # a closed pipe (`| head`): the normal way out, as without quick_exit
+                raise exc from None
             logging.shutdown()
             os._exit(0)
         raise
