@@ -10,16 +10,24 @@ package main
 //
 // The columns are the FLOW record's fields in schema order (the same program the Avro
 // encoder follows), so the one declaration in schemas/flow.py stays the truth.
+//
+// The columns are gathered straight into reused little-endian byte slices and the
+// record batch message is written by flowbatch_ipc.go; arrow-go writes the schema
+// message and reads every message back in the tests. arrow-go's builders and IPC writer
+// cost the importer 0.6 of its 1.3 CPU-s per million flows (pprof, bench/import.py):
+// per-value appends through validity bitmaps, fresh zeroed buffers per message and a
+// zstd stream encoder at its default level with a frame checksum, none of it settable.
 
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -30,56 +38,64 @@ const (
 	batchVersion = 2
 )
 
-// column is one field's typed builder (only one pointer is set).
-type column struct {
-	id  fieldID
-	i64 *array.Int64Builder
-	i32 *array.Int32Builder
-	ts  *array.TimestampBuilder
-	str *array.StringBuilder
-	nul array.Builder // a nullable field the shipper does not know: always null
+// colKind is how a column's values are laid out in its Arrow buffers.
+type colKind uint8
+
+const (
+	kindInt64  colKind = iota // int64 and timestamp[ms]: 8 bytes a value
+	kindInt32                 // 4 bytes a value
+	kindString                // int32 offsets (n+1) and the bytes
+)
+
+var kindWidth = [...]int{kindInt64: 8, kindInt32: 4, kindString: 4}
+
+// colData is one column of a batch being gathered.
+type colData struct {
+	values []byte // fixed-width values, or a string column's offsets (from 0)
+	data   []byte // a string column's bytes
+	nulls  int    // a field the shipper does not know: every value null
+}
+
+func (c *colData) appendString(s string) {
+	c.data = append(c.data, s...)
+	c.values = binary.LittleEndian.AppendUint32(c.values, uint32(len(c.data)))
+}
+
+// colBatch is one message's worth of flows, column by column; reused once encoded.
+type colBatch struct {
+	cols   []colData
+	n      int
+	source string // the file's source_file: that column is written whole at encoding
 }
 
 // BatchEncoder gathers a file's flows per Kafka partition and cuts them into messages
 // of at most perMsg flows.
 type BatchEncoder struct {
-	header []byte
-	schema *arrow.Schema
-	perMsg int
-	mem    memory.Allocator
-	parts  []*partBatch
-	// One IPC writer for every message (see emit): its zstd encoders are made once. A
-	// fresh writer per message built a zstd encoder per column, each with its history
-	// window: a fifth of the importer's CPU went to clearing that memory (pprof).
-	w         *ipc.Writer
-	sink      *sliceWriter
-	schemaMsg []byte // the stream's schema message, the start of every message's stream
+	header    []byte
+	schemaMsg []byte // the stream's schema message (arrow-go), the start of every message's stream
+	perMsg    int
+	ids       []fieldID
+	kinds     []colKind
+	parts     []*partBatch
+	ipc       *ipcBatchWriter // the encoding worker's
+	freeMu    sync.Mutex
+	free      []*colBatch // encoded batches, their buffers kept for the next ones
 	// Compression and producing run on a goroutine of their own, beside the file's
-	// decoding (a third of the CPU each): a bounded queue, messages in order.
+	// decoding: a bounded queue, messages in order.
 	queue chan batchJob
 	done  chan error
 	drop  atomic.Bool // Abort: the queued messages are dropped, not produced
 }
 
 type batchJob struct {
-	rec             arrow.RecordBatch
+	cols            *colBatch
 	part, seq, rows int
 	emit            Emit
 }
 
-// sliceWriter appends to a slice the caller swaps per message.
-type sliceWriter struct{ buf []byte }
-
-func (s *sliceWriter) Write(p []byte) (int, error) { s.buf = append(s.buf, p...); return len(p), nil }
-
-// ipcEOS ends an Arrow IPC stream: continuation marker, zero length.
-var ipcEOS = []byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}
-
 type partBatch struct {
-	rb   *array.RecordBuilder
-	cols []column
-	n    int
-	seq  int // messages emitted for this partition in the current file
+	cur *colBatch
+	seq int // messages emitted for this partition in the current file
 }
 
 // Emit hands one finished message to the producer: its partition, the message's index
@@ -92,72 +108,96 @@ func NewBatchEncoder(enc *Encoder, perMsg int) (*BatchEncoder, error) {
 		return nil, fmt.Errorf("flows per message must be at least 1, got %d", perMsg)
 	}
 	fields := make([]arrow.Field, len(enc.fields))
+	b := &BatchEncoder{perMsg: perMsg, ids: make([]fieldID, len(enc.fields)), kinds: make([]colKind, len(enc.fields))}
 	for i, fd := range enc.fields {
 		var t arrow.DataType
 		switch {
 		case enc.Logical[i] == "timestamp-millis":
-			t = &arrow.TimestampType{Unit: arrow.Millisecond, TimeZone: "UTC"}
+			t, b.kinds[i] = &arrow.TimestampType{Unit: arrow.Millisecond, TimeZone: "UTC"}, kindInt64
 		case enc.Base[i] == "string":
-			t = arrow.BinaryTypes.String
+			t, b.kinds[i] = arrow.BinaryTypes.String, kindString
 		case enc.Base[i] == "int":
-			t = arrow.PrimitiveTypes.Int32
+			t, b.kinds[i] = arrow.PrimitiveTypes.Int32, kindInt32
 		case enc.Base[i] == "long":
-			t = arrow.PrimitiveTypes.Int64
+			t, b.kinds[i] = arrow.PrimitiveTypes.Int64, kindInt64
 		default:
 			return nil, fmt.Errorf("schema field %s: type %s has no Arrow column in the shipper", enc.Names[i], enc.Base[i])
 		}
 		fields[i] = arrow.Field{Name: enc.Names[i], Type: t, Nullable: fd.nullable || fd.id == fNull}
+		b.ids[i] = fd.id
 	}
-	header := append([]byte(batchMagic), batchVersion)
-	header = append(header, enc.header[2:]...) // the fingerprint, after Avro's C3 01
-	return &BatchEncoder{header: header, schema: arrow.NewSchema(fields, nil), perMsg: perMsg,
-		mem: memory.NewGoAllocator()}, nil
+	// The schema message as a writer of no batches writes it (Close: schema, then EOS).
+	var schema bytes.Buffer
+	sw := ipc.NewWriter(&schema, ipc.WithSchema(arrow.NewSchema(fields, nil)), ipc.WithAllocator(memory.NewGoAllocator()))
+	if err := sw.Close(); err != nil {
+		return nil, fmt.Errorf("arrow schema: %v", err)
+	}
+	b.schemaMsg = bytes.Clone(schema.Bytes()[:schema.Len()-len(ipcEOS)])
+	b.header = append([]byte(batchMagic), batchVersion)
+	b.header = append(b.header, enc.header[2:]...) // the fingerprint, after Avro's C3 01
+	var err error
+	if b.ipc, err = newIPCBatchWriter(); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
-func (b *BatchEncoder) newPart(enc *Encoder) *partBatch {
-	rb := array.NewRecordBuilder(b.mem, b.schema)
-	p := &partBatch{rb: rb, cols: make([]column, len(enc.fields))}
-	for i, fd := range enc.fields {
-		c := column{id: fd.id}
-		switch bld := rb.Field(i).(type) {
-		case *array.Int64Builder:
-			c.i64 = bld
-		case *array.Int32Builder:
-			c.i32 = bld
-		case *array.TimestampBuilder:
-			c.ts = bld
-		case *array.StringBuilder:
-			c.str = bld
-		}
-		if fd.id == fNull {
-			c = column{id: fNull, nul: rb.Field(i)}
-		}
-		p.cols[i] = c
+// batch returns an empty batch, reusing an encoded one's buffers when there is one.
+func (b *BatchEncoder) batch() *colBatch {
+	b.freeMu.Lock()
+	var c *colBatch
+	if n := len(b.free); n > 0 {
+		c, b.free = b.free[n-1], b.free[:n-1]
 	}
-	rb.Reserve(b.perMsg)
-	return p
+	b.freeMu.Unlock()
+	if c == nil {
+		c = &colBatch{cols: make([]colData, len(b.ids))}
+		for i := range c.cols {
+			c.cols[i].values = make([]byte, 0, (b.perMsg+1)*kindWidth[b.kinds[i]])
+		}
+	}
+	c.n = 0
+	for i := range c.cols {
+		col := &c.cols[i]
+		col.values, col.data, col.nulls = col.values[:0], col.data[:0], 0
+		if b.kinds[i] == kindString {
+			col.values = append(col.values, 0, 0, 0, 0) // offset of the first value
+		}
+	}
+	return c
+}
+
+func (b *BatchEncoder) recycle(c *colBatch) {
+	b.freeMu.Lock()
+	b.free = append(b.free, c)
+	b.freeMu.Unlock()
 }
 
 // Start readies the encoder for a file whose topic has `partitions` partitions,
 // dropping whatever an aborted file left behind.
-func (b *BatchEncoder) Start(enc *Encoder, partitions int) {
+func (b *BatchEncoder) Start(_ *Encoder, partitions int) {
 	if partitions < 1 {
 		partitions = 1
 	}
+	b.Abort() // an unfinished file's messages are never produced (its transaction aborts)
 	for len(b.parts) < partitions {
-		b.parts = append(b.parts, b.newPart(enc))
+		b.parts = append(b.parts, &partBatch{})
+	}
+	for _, p := range b.parts[partitions:] {
+		if p.cur != nil {
+			b.recycle(p.cur)
+			p.cur = nil
+		}
 	}
 	b.parts = b.parts[:partitions]
-	b.Abort() // an unfinished file's messages are never produced (its transaction aborts)
+	for _, p := range b.parts {
+		if p.cur != nil {
+			b.recycle(p.cur)
+		}
+		p.cur, p.seq = b.batch(), 0
+	}
 	b.queue, b.done = make(chan batchJob, 2), make(chan error, 1)
 	go b.work(b.queue, b.done)
-	for _, p := range b.parts {
-		if p.n > 0 {
-			p.rb.NewRecordBatch().Release()
-			p.rb.Reserve(b.perMsg)
-		}
-		p.n, p.seq = 0, 0
-	}
 }
 
 // Add appends one flow to the batch of partition hash % partitions; a full batch is
@@ -165,35 +205,42 @@ func (b *BatchEncoder) Start(enc *Encoder, partitions int) {
 func (b *BatchEncoder) Add(f *Flow, hash uint64, sourceFile string, emit Emit) error {
 	part := int(hash % uint64(len(b.parts)))
 	p := b.parts[part]
-	var tmp [48]byte
-	for i := range p.cols {
-		c := &p.cols[i]
-		switch c.id {
+	c := p.cur
+	le := binary.LittleEndian
+	for i, id := range b.ids {
+		col := &c.cols[i]
+		switch id {
 		case fTimeStart:
-			c.ts.Append(arrow.Timestamp(f.TimeStart))
+			col.values = le.AppendUint64(col.values, uint64(f.TimeStart))
 		case fTimeEnd:
-			c.ts.Append(arrow.Timestamp(f.TimeEnd))
+			col.values = le.AppendUint64(col.values, uint64(f.TimeEnd))
 		case fExporter:
-			c.str.Append(f.Exporter.Addr)
+			col.appendString(f.Exporter.Addr)
 		case fSrcAddr:
-			c.str.BinaryBuilder.Append(appendAddr(tmp[:0], &f.SrcAddr, f.V6))
+			col.data = appendAddr(col.data, &f.SrcAddr, f.V6)
+			col.values = le.AppendUint32(col.values, uint32(len(col.data)))
 		case fDstAddr:
-			c.str.BinaryBuilder.Append(appendAddr(tmp[:0], &f.DstAddr, f.V6))
+			col.data = appendAddr(col.data, &f.DstAddr, f.V6)
+			col.values = le.AppendUint32(col.values, uint32(len(col.data)))
 		case fSourceFile:
-			c.str.Append(sourceFile)
+			c.source = sourceFile
 		case fNull:
-			c.nul.AppendNull()
-		default:
-			v := flowInt(f, c.id)
-			if c.i64 != nil {
-				c.i64.Append(v)
+			col.nulls++
+			if b.kinds[i] == kindString {
+				col.values = le.AppendUint32(col.values, uint32(len(col.data)))
 			} else {
-				c.i32.Append(int32(v))
+				col.values = append(col.values, make([]byte, kindWidth[b.kinds[i]])...)
+			}
+		default:
+			if v := flowInt(f, id); b.kinds[i] == kindInt64 {
+				col.values = le.AppendUint64(col.values, uint64(v))
+			} else {
+				col.values = le.AppendUint32(col.values, uint32(int32(v)))
 			}
 		}
 	}
-	p.n++
-	if p.n >= b.perMsg {
+	c.n++
+	if c.n >= b.perMsg {
 		return b.emit(part, emit)
 	}
 	return nil
@@ -240,7 +287,7 @@ func flowInt(f *Flow, id fieldID) int64 {
 // every message of the file went to the producer.
 func (b *BatchEncoder) Flush(emit Emit) error {
 	for part, p := range b.parts {
-		if p.n > 0 {
+		if p.cur != nil && p.cur.n > 0 {
 			if err := b.emit(part, emit); err != nil {
 				_ = b.finish()
 				return err
@@ -275,7 +322,7 @@ func (b *BatchEncoder) work(queue <-chan batchJob, done chan<- error) {
 		if first == nil && !b.drop.Load() {
 			first = b.encode(j)
 		}
-		j.rec.Release()
+		b.recycle(j.cols)
 	}
 	done <- first
 }
@@ -283,12 +330,11 @@ func (b *BatchEncoder) work(queue <-chan batchJob, done chan<- error) {
 // emit cuts partition part's batch and queues it (inline without a worker: tests).
 func (b *BatchEncoder) emit(part int, emit Emit) error {
 	p := b.parts[part]
-	j := batchJob{rec: p.rb.NewRecordBatch(), part: part, seq: p.seq, rows: p.n, emit: emit}
-	p.n = 0
+	j := batchJob{cols: p.cur, part: part, seq: p.seq, rows: p.cur.n, emit: emit}
+	p.cur = b.batch()
 	p.seq++
-	p.rb.Reserve(b.perMsg)
 	if b.queue == nil {
-		defer j.rec.Release()
+		defer b.recycle(j.cols)
 		return b.encode(j)
 	}
 	select {
@@ -296,49 +342,21 @@ func (b *BatchEncoder) emit(part int, emit Emit) error {
 		return nil
 	case err := <-b.done: // the worker stopped on an error: the file fails
 		b.queue, b.done = nil, nil
-		j.rec.Release()
+		b.recycle(j.cols)
 		return err
 	}
 }
 
-// encode writes one message (an Arrow IPC stream) and hands it to the producer.
+// encode writes one message (a whole Arrow IPC stream: schema, this batch, end of
+// stream) and hands it to the producer. A fresh buffer per message: the producer holds
+// it until the broker acknowledged.
 func (b *BatchEncoder) encode(j batchJob) error {
-	rec, n := j.rec, j.rows
-	if b.w == nil {
-		// The schema message as a writer of no batches writes it (Close: schema, then EOS).
-		var schema bytes.Buffer
-		sw := ipc.NewWriter(&schema, ipc.WithSchema(b.schema), ipc.WithAllocator(b.mem))
-		if err := sw.Close(); err != nil {
-			return fmt.Errorf("arrow schema: %v", err)
-		}
-		b.schemaMsg = bytes.Clone(schema.Bytes()[:schema.Len()-len(ipcEOS)])
-		// Columns zstd-compressed inside the message (Kafka compression is off for FlowBatch):
-		// the ingest's JVM then moves ~40 bytes a flow instead of ~200, and Arrow in the
-		// Python task decompresses them.
-		b.sink = &sliceWriter{}
-		b.w = ipc.NewWriter(b.sink, ipc.WithSchema(b.schema), ipc.WithAllocator(b.mem), ipc.WithZstd())
-		b.sink.buf = nil
-		empty := rec.NewSlice(0, 0)
-		err := b.w.Write(empty) // the writer's schema, written once, dropped
-		empty.Release()
-		if err != nil {
-			b.w = nil
-			return fmt.Errorf("arrow batch: %v", err)
-		}
-	}
-	// Every message is a whole IPC stream: schema, this batch, end of stream (the same
-	// bytes a writer of its own would give). A fresh buffer per message: the producer
-	// holds it until the broker acknowledged; ~40 bytes a flow once compressed.
-	buf := make([]byte, 0, len(b.header)+len(b.schemaMsg)+4096+n*64)
-	buf = append(append(buf, b.header...), b.schemaMsg...)
-	b.sink.buf = buf
-	if err := b.w.Write(rec); err != nil {
-		b.w = nil // a failed writer stays failed: make a new one for the next message
-		return fmt.Errorf("arrow batch: %v", err)
-	}
-	buf = append(b.sink.buf, ipcEOS...)
-	b.sink.buf = nil
-	return j.emit(j.part, j.seq, n, buf)
+	body, meta := b.ipc.recordBatch(j.cols, b.kinds, b.ids)
+	msg := make([]byte, 0, len(b.header)+len(b.schemaMsg)+len(meta)+16+len(body)+len(ipcEOS))
+	msg = append(append(msg, b.header...), b.schemaMsg...)
+	msg = appendIPCMessage(msg, meta, body)
+	msg = append(msg, ipcEOS...)
+	return j.emit(j.part, j.seq, j.rows, msg)
 }
 
 // batchEmitter produces each FlowBatch message of file `name` into its partition, keyed

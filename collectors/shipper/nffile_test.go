@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/rand"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -275,5 +276,15 @@ func TestUnfinishedFile(t *testing.T) {
 	}
 	if !st.Unfinished || len(flows) != 6 || st.Blocks != 1 || st.DroppedBytes != int64(len(second)/2) {
 		t.Fatalf("unfinished=%v flows=%d blocks=%d dropped=%d", st.Unfinished, len(flows), st.Blocks, st.DroppedBytes)
+	}
+}
+
+// every octet value in every position, against net/netip's text
+func TestIPv4Text(t *testing.T) {
+	for v := 0; v < 256; v++ {
+		a := [4]byte{byte(v), byte(255 - v), byte(v / 3), byte(v * 7)}
+		if got, want := string(appendIPv4([]byte("x"), a[:])), "x"+netip.AddrFrom4(a).String(); got != want {
+			t.Fatalf("%v: got %s want %s", a, got, want)
+		}
 	}
 }

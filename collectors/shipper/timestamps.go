@@ -76,3 +76,28 @@ func (t TimeRules) checkTimes(f *Flow) (corrected, reject string) {
 	}
 	return corrected, ""
 }
+
+// timeTally counts corrected flows per exporter and reason in runs: a flow like the
+// one before adds one (a map update per flow was 2 % of the importer's CPU).
+type timeTally struct {
+	m      map[string]*ExporterTimeCounts
+	exp    *Exporter
+	reason string
+	n      uint64
+}
+
+func (t *timeTally) add(e *Exporter, reason string) {
+	if e != t.exp || reason != t.reason {
+		t.flush()
+		t.exp, t.reason = e, reason
+	}
+	t.n++
+}
+
+// flush adds the current run to m.
+func (t *timeTally) flush() {
+	if t.n > 0 {
+		countTime(t.m, t.exp.Addr, t.reason, false, t.n)
+		t.n = 0
+	}
+}
