@@ -41,7 +41,8 @@ def import_argv(cfg, paths, throttle: int = 0) -> list[str]:
     for i in range(0, len(args) - 1):
         if args[i] in over:
             args[i + 1] = over[args[i]]
-    argv = [str(ship.BINARY), "import", "--events", "--transactional-id", transactional_id(cfg), *args]
+    argv = [str(ship.BINARY), "import", "--events", "--transactional-id", transactional_id(cfg),
+            "--message-compression", str(cfg.data["import"]["message_compression"]), *args]
     if throttle:
         argv += ["--throttle", str(throttle)]
     return argv + [str(p) for p in paths]

@@ -5,7 +5,9 @@ Format 1 (`avro`): one Flow per message, Avro single-object encoding
 Format 2 (`arrow`, the shipper's default): a FlowBatch, many flows per message
     "FLAR" | version byte 2 | the same 8-byte fingerprint of Flow | Arrow IPC stream
     whose columns are Flow's fields in order (types from `arrow_schema(FLOW)`), record
-    batch bodies zstd-compressed (Kafka compression is off for these messages).
+    batch bodies zstd- or LZ4-frame-compressed, as each message's IPC metadata says
+    (the live shipper writes zstd, `flowlake import` LZ4 by default: import.message_compression;
+    Kafka compression is off for these messages).
 
 The ingest reads both, so messages written before an upgrade still land; a message of
 neither form, or naming another record's fingerprint, is quarantined with the reason.
@@ -40,7 +42,7 @@ class WireFormat:
 FLOW_FORMATS = (
     WireFormat(1, "avro", "C3 01 + fingerprint(8) + Avro binary Flow",
                "one Flow per message, Avro single-object encoding (the ingest decodes it row by row)"),
-    WireFormat(2, "arrow", "'FLAR' + 0x02 + fingerprint(8) + Arrow IPC stream of Flow columns (zstd bodies)",
+    WireFormat(2, "arrow", "'FLAR' + 0x02 + fingerprint(8) + Arrow IPC stream of Flow columns (zstd or LZ4 bodies)",
                "FlowBatch: up to shipper.flows_per_message flows of one nfcapd file and one partition "
                "per message, decoded a column at a time"),
 )

@@ -6,7 +6,7 @@ package main
 //
 //	"FLAR" | version byte 2 | 8-byte CRC-64-AVRO fingerprint of the FLOW record | Arrow IPC stream
 //
-// (record batch bodies zstd-compressed, as the Arrow IPC format allows)
+// (record batch bodies zstd- or LZ4-compressed, as the Arrow IPC format allows)
 //
 // The columns are the FLOW record's fields in schema order (the same program the Avro
 // encoder follows), so the one declaration in schemas/flow.py stays the truth.
@@ -102,8 +102,9 @@ type partBatch struct {
 // within that partition for this file, the flows in it and the bytes.
 type Emit func(partition, seq, flows int, value []byte) error
 
-// NewBatchEncoder derives the Arrow schema from the Avro encoder's field program.
-func NewBatchEncoder(enc *Encoder, perMsg int) (*BatchEncoder, error) {
+// NewBatchEncoder derives the Arrow schema from the Avro encoder's field program;
+// codec compresses the bodies: "zstd" or "lz4".
+func NewBatchEncoder(enc *Encoder, perMsg int, codec string) (*BatchEncoder, error) {
 	if perMsg < 1 {
 		return nil, fmt.Errorf("flows per message must be at least 1, got %d", perMsg)
 	}
@@ -136,7 +137,7 @@ func NewBatchEncoder(enc *Encoder, perMsg int) (*BatchEncoder, error) {
 	b.header = append([]byte(batchMagic), batchVersion)
 	b.header = append(b.header, enc.header[2:]...) // the fingerprint, after Avro's C3 01
 	var err error
-	if b.ipc, err = newIPCBatchWriter(); err != nil {
+	if b.ipc, err = newIPCBatchWriter(codec); err != nil {
 		return nil, err
 	}
 	return b, nil

@@ -12,6 +12,12 @@ import (
 // FlowBatch messages: the header, the schema's columns and types, partition by hash,
 // at most perMsg flows per message, the rest at Flush, nothing left after Start.
 func TestFlowBatchFollowsSchema(t *testing.T) {
+	for _, codec := range []string{"zstd", "lz4"} {
+		t.Run(codec, func(t *testing.T) { flowBatchFollowsSchema(t, codec) })
+	}
+}
+
+func flowBatchFollowsSchema(t *testing.T, codec string) {
 	schema := `{"type":"record","name":"Flow","fields":[
 		{"name":"time_start","type":{"type":"long","logicalType":"timestamp-millis"}},
 		{"name":"src_addr","type":"string"},{"name":"proto","type":"int"},{"name":"bytes","type":"long"},
@@ -21,7 +27,7 @@ func TestFlowBatchFollowsSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := NewBatchEncoder(enc, 3)
+	b, err := NewBatchEncoder(enc, 3, codec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"runtime"
 	"runtime/debug"
 	"testing"
 )
@@ -12,7 +13,7 @@ import (
 // FLOW schema (`flowlake ship` writes it):
 //
 //	FLOWLAKE_BENCH_NFCAPD=FILE FLOWLAKE_BENCH_SCHEMA=flow.avsc FLOWLAKE_BENCH_FINGERPRINT=HEX \
-//	  go test -run - -bench ImportFile -cpuprofile cpu.out
+//	  [FLOWLAKE_BENCH_CODEC=lz4] go test -run - -bench ImportFile -cpuprofile cpu.out
 func BenchmarkImportFile(b *testing.B) {
 	path, schema := os.Getenv("FLOWLAKE_BENCH_NFCAPD"), os.Getenv("FLOWLAKE_BENCH_SCHEMA")
 	if path == "" || schema == "" {
@@ -22,7 +23,11 @@ func BenchmarkImportFile(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	batch, err := NewBatchEncoder(enc, 16384)
+	codec := os.Getenv("FLOWLAKE_BENCH_CODEC") // zstd (default) or lz4
+	if codec == "" {
+		codec = "zstd"
+	}
+	batch, err := NewBatchEncoder(enc, 16384, codec)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -32,7 +37,16 @@ func BenchmarkImportFile(b *testing.B) {
 	}
 	defer debug.SetGCPercent(debug.SetGCPercent(400)) // as startProfile sets it
 	var wire int
-	emit := func(_, _, _ int, value []byte) error { wire += len(value); return nil }
+	dump := os.Getenv("FLOWLAKE_BENCH_DUMP") // write the first message here (to read it with pyarrow)
+	emit := func(_, _, _ int, value []byte) error {
+		if wire == 0 && dump != "" {
+			if err := os.WriteFile(dump, value, 0o644); err != nil {
+				return err
+			}
+		}
+		wire += len(value)
+		return nil
+	}
 	var flows uint64
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -56,4 +70,8 @@ func BenchmarkImportFile(b *testing.B) {
 	}
 	b.ReportMetric(float64(flows)/b.Elapsed().Seconds(), "flows/s")
 	b.ReportMetric(float64(wire)/float64(flows), "wireB/flow")
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.ReportMetric(float64(ms.NumGC), "GCs")
+	b.ReportMetric(float64(ms.TotalAlloc)/float64(flows), "allocB/flow")
 }

@@ -288,3 +288,25 @@ func TestIPv4Text(t *testing.T) {
 		}
 	}
 }
+
+// random addresses, zero groups frequent (runs to compress, ties), against net/netip's
+// RFC 5952 text (which differs only for IPv4-mapped addresses, pinned above)
+func TestIPv6TextIsRFC5952(t *testing.T) {
+	rng := rand.New(rand.NewSource(7))
+	for n := 0; n < 20000; n++ {
+		var a [16]byte
+		for g := 0; g < 8; g++ {
+			if rng.Intn(2) == 0 {
+				v := rng.Intn(1 << (4 * (1 + rng.Intn(4))))
+				a[2*g], a[2*g+1] = byte(v>>8), byte(v)
+			}
+		}
+		ip := netip.AddrFrom16(a)
+		if ip.Is4In6() {
+			continue
+		}
+		if got := string(appendIPv6(nil, &a)); got != ip.String() {
+			t.Fatalf("%v: got %s want %s", a, got, ip.String())
+		}
+	}
+}

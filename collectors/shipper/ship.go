@@ -60,6 +60,7 @@ type ShipOptions struct {
 	Health          HealthOptions
 	Format          string // "arrow": FlowBatch messages (format 2); "avro": one record per flow (1)
 	FlowsPerMessage int
+	BodyCodec       string // arrow: "zstd" or "lz4" message bodies
 }
 
 // closed nfcapd files: nfcapd.YYYYMMDDhhmm[ss], and .recoveredPID for files of a killed
@@ -93,6 +94,7 @@ func parseShipFlags(args []string, serve bool) (*ShipOptions, []string, error) {
 	fset.IntVar(&o.BatchBytes, "batch-bytes", 1<<20, "max bytes of one record batch (the broker's message.max.bytes must allow it)")
 	fset.StringVar(&o.Format, "format", "arrow", "message format: arrow (FlowBatch, many flows per message) or avro (one record per flow, format 1)")
 	fset.IntVar(&o.FlowsPerMessage, "flows-per-message", 16384, "arrow: at most this many flows per Kafka message")
+	fset.StringVar(&o.BodyCodec, "message-compression", "zstd", "arrow: zstd (smaller) or lz4 (less CPU) message bodies")
 	fset.StringVar(&o.Compression, "compression", "lz4", "lz4, zstd, snappy, gzip or none")
 	fset.DurationVar(&o.TxnTimeout, "txn-timeout", 5*time.Minute, "transaction timeout (one file must ship within it)")
 	fset.DurationVar(&o.DeliveryTimeout, "delivery-timeout", 2*time.Minute, "give up a file's transaction when Kafka does not ack for this long (retried later)")
@@ -120,6 +122,9 @@ func parseShipFlags(args []string, serve bool) (*ShipOptions, []string, error) {
 	}
 	if o.Format != "arrow" && o.Format != "avro" {
 		return nil, nil, fmt.Errorf("%s: --format %q: want arrow or avro", name, o.Format)
+	}
+	if o.BodyCodec != "zstd" && o.BodyCodec != "lz4" {
+		return nil, nil, fmt.Errorf("%s: --message-compression %q: want zstd or lz4", name, o.BodyCodec)
 	}
 	if o.SchemaFile == "" || o.Fingerprint == "" {
 		return nil, nil, fmt.Errorf("%s: --schema FILE and --fingerprint HEX are required (`flowlake ship` passes them)", name)
@@ -670,7 +675,7 @@ func startShipper(o *ShipOptions) (s *Shipper, ctx context.Context, done func(),
 		return nil, nil, nil, err
 	}
 	if o.Format == "arrow" {
-		if s.batch, err = NewBatchEncoder(enc, o.FlowsPerMessage); err != nil {
+		if s.batch, err = NewBatchEncoder(enc, o.FlowsPerMessage, o.BodyCodec); err != nil {
 			stop()
 			stopProfile()
 			lk.Close()
