@@ -54,6 +54,10 @@ type colData struct {
 	values []byte // fixed-width values, or a string column's offsets (from 0)
 	data   []byte // a string column's bytes
 	nulls  int    // a field the shipper does not know: every value null
+	// exporter and source_file: one value for the whole batch, mostly (one file, one
+	// router), kept once and written whole at encoding until a flow differs (mixed)
+	constant string
+	mixed    bool
 }
 
 func (c *colData) appendString(s string) {
@@ -61,11 +65,26 @@ func (c *colData) appendString(s string) {
 	c.values = binary.LittleEndian.AppendUint32(c.values, uint32(len(c.data)))
 }
 
+// appendShared appends the value of flow n of a column whose flows mostly share one.
+func (c *colData) appendShared(s string, n int) {
+	switch {
+	case c.mixed:
+		c.appendString(s)
+	case n == 0:
+		c.constant = s
+	case s != c.constant:
+		for k := 0; k < n; k++ {
+			c.appendString(c.constant)
+		}
+		c.mixed = true
+		c.appendString(s)
+	}
+}
+
 // colBatch is one message's worth of flows, column by column; reused once encoded.
 type colBatch struct {
-	cols   []colData
-	n      int
-	source string // the file's source_file: that column is written whole at encoding
+	cols []colData
+	n    int
 }
 
 // BatchEncoder gathers a file's flows per Kafka partition and cuts them into messages
@@ -80,6 +99,7 @@ type BatchEncoder struct {
 	ipc       *ipcBatchWriter // the encoding worker's
 	freeMu    sync.Mutex
 	free      []*colBatch // encoded batches, their buffers kept for the next ones
+	msgs      [][]byte    // messages the producer is done with (freeMu): fresh ones cost page faults
 	// Compression and producing run on a goroutine of their own, beside the file's
 	// decoding: a bounded queue, messages in order.
 	queue chan batchJob
@@ -160,12 +180,35 @@ func (b *BatchEncoder) batch() *colBatch {
 	c.n = 0
 	for i := range c.cols {
 		col := &c.cols[i]
-		col.values, col.data, col.nulls = col.values[:0], col.data[:0], 0
+		col.values, col.data, col.nulls, col.constant, col.mixed = col.values[:0], col.data[:0], 0, "", false
 		if b.kinds[i] == kindString {
 			col.values = append(col.values, 0, 0, 0, 0) // offset of the first value
 		}
 	}
 	return c
+}
+
+// reuse takes back a message the producer is done with, for a later one.
+func (b *BatchEncoder) reuse(msg []byte) {
+	b.freeMu.Lock()
+	if len(b.msgs) < 64 { // bounded: a few files' worth of messages
+		b.msgs = append(b.msgs, msg[:0])
+	}
+	b.freeMu.Unlock()
+}
+
+// message returns an empty buffer of at least size bytes.
+func (b *BatchEncoder) message(size int) []byte {
+	b.freeMu.Lock()
+	defer b.freeMu.Unlock()
+	for i := len(b.msgs) - 1; i >= 0; i-- {
+		if m := b.msgs[i]; cap(m) >= size {
+			b.msgs[i] = b.msgs[len(b.msgs)-1]
+			b.msgs = b.msgs[:len(b.msgs)-1]
+			return m
+		}
+	}
+	return make([]byte, 0, size+size/8)
 }
 
 func (b *BatchEncoder) recycle(c *colBatch) {
@@ -216,7 +259,7 @@ func (b *BatchEncoder) Add(f *Flow, hash uint64, sourceFile string, emit Emit) e
 		case fTimeEnd:
 			col.values = le.AppendUint64(col.values, uint64(f.TimeEnd))
 		case fExporter:
-			col.appendString(f.Exporter.Addr)
+			col.appendShared(f.Exporter.Addr, c.n)
 		case fSrcAddr:
 			col.data = appendAddr(col.data, &f.SrcAddr, f.V6)
 			col.values = le.AppendUint32(col.values, uint32(len(col.data)))
@@ -224,7 +267,7 @@ func (b *BatchEncoder) Add(f *Flow, hash uint64, sourceFile string, emit Emit) e
 			col.data = appendAddr(col.data, &f.DstAddr, f.V6)
 			col.values = le.AppendUint32(col.values, uint32(len(col.data)))
 		case fSourceFile:
-			c.source = sourceFile
+			col.appendShared(sourceFile, c.n)
 		case fNull:
 			col.nulls++
 			if b.kinds[i] == kindString {
@@ -349,11 +392,11 @@ func (b *BatchEncoder) emit(part int, emit Emit) error {
 }
 
 // encode writes one message (a whole Arrow IPC stream: schema, this batch, end of
-// stream) and hands it to the producer. A fresh buffer per message: the producer holds
-// it until the broker acknowledged.
+// stream) and hands it to the producer, which holds it until the broker acknowledged
+// (then reuse takes it back).
 func (b *BatchEncoder) encode(j batchJob) error {
 	body, meta := b.ipc.recordBatch(j.cols, b.kinds, b.ids)
-	msg := make([]byte, 0, len(b.header)+len(b.schemaMsg)+len(meta)+16+len(body)+len(ipcEOS))
+	msg := b.message(len(b.header) + len(b.schemaMsg) + len(meta) + 16 + len(body) + len(ipcEOS))
 	msg = append(append(msg, b.header...), b.schemaMsg...)
 	msg = appendIPCMessage(msg, meta, body)
 	msg = append(msg, ipcEOS...)
@@ -366,7 +409,10 @@ func (s *Shipper) batchEmitter(ctx context.Context, name string, promise func(*k
 	return func(part, seq, flows int, value []byte) error {
 		rec := &kgo.Record{Topic: s.o.FlowsTopic, Partition: int32(part), Value: value,
 			Key: []byte(fmt.Sprintf("%s#%d#%d", name, part, seq))}
-		s.cl.Produce(ctx, rec, promise)
+		s.cl.Produce(ctx, rec, func(r *kgo.Record, err error) {
+			promise(r, err)
+			s.batch.reuse(r.Value) // acknowledged or failed: the client is done with it
+		})
 		if s.o.Throttle > 0 { // testing: the file's time spent after each message, so a kill finds it open
 			time.Sleep(time.Duration(flows) * time.Second / time.Duration(s.o.Throttle))
 		}

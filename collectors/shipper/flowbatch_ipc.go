@@ -15,6 +15,7 @@ package main
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/pierrec/lz4/v4"
 
@@ -45,12 +46,11 @@ type ipcBatchWriter struct {
 	nodes []ipcSpan
 	bufs  []ipcSpan
 	zeros []byte
-	lz4   *lz4.Writer
-	// source_file, the same for every flow of a message: its offsets and bytes
-	// compressed once per file and length (a fifth of the raw bytes otherwise)
-	constSource         string
-	constN              int
-	constOff, constData []byte
+	lz4   *lz4.Compressor
+	// per column, a string shared by every flow of a message (source_file, mostly the
+	// exporter): its offsets and bytes compressed once per value and length (a quarter
+	// of the raw bytes otherwise)
+	consts []constColumn
 }
 
 // newIPCBatchWriter compresses bodies with codec: "zstd" or "lz4" (LZ4 frames).
@@ -64,10 +64,7 @@ func newIPCBatchWriter(codec string) (*ipcBatchWriter, error) {
 	switch codec {
 	case "zstd":
 	case "lz4":
-		w.lz4 = lz4.NewWriter(nil)
-		if err := w.lz4.Apply(lz4.BlockSizeOption(lz4.Block4Mb), lz4.ChecksumOption(false), lz4.ConcurrencyOption(1)); err != nil {
-			return nil, fmt.Errorf("lz4: %v", err)
-		}
+		w.lz4 = &lz4.Compressor{}
 	default:
 		return nil, fmt.Errorf("message compression %q: want zstd or lz4", codec)
 	}
@@ -80,19 +77,39 @@ func (w *ipcBatchWriter) compress(dst, raw []byte) []byte {
 		return dst
 	}
 	dst = binary.LittleEndian.AppendUint64(dst, uint64(len(raw)))
-	if w.lz4 != nil { // writes to a slice cannot fail
-		sink := &sliceWriter{dst}
-		w.lz4.Reset(sink)
-		_, _ = w.lz4.Write(raw)
-		_ = w.lz4.Close()
-		return sink.buf
+	if w.lz4 != nil {
+		return w.lz4Frame(dst, raw)
 	}
 	return w.zstd.EncodeAll(raw, dst)
 }
 
-type sliceWriter struct{ buf []byte }
+// lz4FrameHeader opens an LZ4 frame as pierrec/lz4's Writer does with 4 MB blocks and
+// no checksums (TestLZ4FrameHeader): magic, FLG 0x60 (version 1, independent blocks),
+// BD 0x70 (4 MB blocks), the descriptor's checksum byte.
+var lz4FrameHeader = []byte{0x04, 0x22, 0x4d, 0x18, 0x60, 0x70, 0x73}
 
-func (s *sliceWriter) Write(p []byte) (int, error) { s.buf = append(s.buf, p...); return len(p), nil }
+const lz4MaxBlock = 4 << 20
+
+// lz4Frame appends raw as one LZ4 frame, its blocks compressed straight into dst
+// (the frame Writer copies every byte into a block buffer first: 5 % of the CPU).
+func (w *ipcBatchWriter) lz4Frame(dst, raw []byte) []byte {
+	dst = append(dst, lz4FrameHeader...)
+	for len(raw) > 0 {
+		chunk := raw[:min(len(raw), lz4MaxBlock)]
+		raw = raw[len(chunk):]
+		at := len(dst)
+		dst = slices.Grow(append(dst, 0, 0, 0, 0), lz4.CompressBlockBound(len(chunk)))
+		n, err := w.lz4.CompressBlock(chunk, dst[len(dst):cap(dst)])
+		if err != nil || n == 0 || n >= len(chunk) { // incompressible: stored as it is
+			dst = append(dst, chunk...)
+			binary.LittleEndian.PutUint32(dst[at:], uint32(len(chunk))|0x80000000)
+			continue
+		}
+		dst = dst[:len(dst)+n]
+		binary.LittleEndian.PutUint32(dst[at:], uint32(n))
+	}
+	return append(dst, 0, 0, 0, 0) // end mark
+}
 
 // buffer appends one compressed body buffer.
 func (w *ipcBatchWriter) buffer(raw []byte) {
@@ -125,8 +142,8 @@ func (w *ipcBatchWriter) recordBatch(c *colBatch, kinds []colKind, ids []fieldID
 		} else {
 			w.buffer(nil) // no nulls: no validity bitmap
 		}
-		if ids[i] == fSourceFile {
-			w.constant(c.source, c.n)
+		if kinds[i] == kindString && !col.mixed && (ids[i] == fSourceFile || ids[i] == fExporter) {
+			w.constant(i, col.constant, c.n)
 			continue
 		}
 		w.buffer(col.values)
@@ -137,20 +154,29 @@ func (w *ipcBatchWriter) recordBatch(c *colBatch, kinds []colKind, ids []fieldID
 	return w.body, w.message(n)
 }
 
-// constant appends the offsets and bytes buffers of a string column holding s n times.
-func (w *ipcBatchWriter) constant(s string, n int) {
-	if s != w.constSource || n != w.constN || w.constOff == nil {
+type constColumn struct {
+	s         string
+	n         int
+	off, data []byte // compressed buffers
+}
+
+// constant appends the offsets and bytes buffers of string column i holding s n times.
+func (w *ipcBatchWriter) constant(i int, s string, n int) {
+	for len(w.consts) <= i {
+		w.consts = append(w.consts, constColumn{})
+	}
+	cc := &w.consts[i]
+	if s != cc.s || n != cc.n || cc.off == nil {
 		off := make([]byte, 0, 4*(n+1))
 		data := make([]byte, 0, len(s)*n)
 		off = binary.LittleEndian.AppendUint32(off, 0)
-		for i := 0; i < n; i++ {
+		for k := 0; k < n; k++ {
 			data = append(data, s...)
 			off = binary.LittleEndian.AppendUint32(off, uint32(len(data)))
 		}
-		w.constOff, w.constData = w.compress([]byte{}, off), w.compress(nil, data)
-		w.constSource, w.constN = s, n
+		*cc = constColumn{s: s, n: n, off: w.compress([]byte{}, off), data: w.compress(nil, data)}
 	}
-	for _, b := range [][]byte{w.constOff, w.constData} {
+	for _, b := range [][]byte{cc.off, cc.data} {
 		start := int64(len(w.body))
 		w.body = append(w.body, b...)
 		w.pad(start)

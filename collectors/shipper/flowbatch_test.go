@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"math/rand"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/pierrec/lz4/v4"
 )
 
 // FlowBatch messages: the header, the schema's columns and types, partition by hash,
@@ -22,7 +25,7 @@ func flowBatchFollowsSchema(t *testing.T, codec string) {
 		{"name":"time_start","type":{"type":"long","logicalType":"timestamp-millis"}},
 		{"name":"src_addr","type":"string"},{"name":"proto","type":"int"},{"name":"bytes","type":"long"},
 		{"name":"source_file","type":"string"},{"name":"file_seq","type":"long"},
-		{"name":"extra","type":["null","string"],"default":null}]}`
+		{"name":"extra","type":["null","string"],"default":null},{"name":"exporter","type":"string"}]}`
 	enc, err := NewEncoder([]byte(schema), "0102030405060708")
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +45,8 @@ func flowBatchFollowsSchema(t *testing.T, codec string) {
 	}
 	b.Start(enc, 2)
 	for i := 0; i < 7; i++ {
-		f := &Flow{TimeStart: int64(1000 * i), Proto: 6, Bytes: uint64(100 + i), Seq: int64(i), Exporter: &Exporter{}}
+		// a second router from flow 5 on: partition 1's first message (flows 1, 3, 5) mixes them
+		f := &Flow{TimeStart: int64(1000 * i), Proto: 6, Bytes: uint64(100 + i), Seq: int64(i), Exporter: &Exporter{Addr: exporterOf(i)}}
 		copy(f.SrcAddr[:], []byte{10, 0, 0, byte(i)})
 		if err := b.Add(f, uint64(i%2), "spool/nfcapd.1", emit); err != nil {
 			t.Fatal(err)
@@ -69,7 +73,7 @@ func flowBatchFollowsSchema(t *testing.T, codec string) {
 		s := r.Schema()
 		wantTypes := []arrow.DataType{&arrow.TimestampType{Unit: arrow.Millisecond, TimeZone: "UTC"}, arrow.BinaryTypes.String,
 			arrow.PrimitiveTypes.Int32, arrow.PrimitiveTypes.Int64, arrow.BinaryTypes.String, arrow.PrimitiveTypes.Int64,
-			arrow.BinaryTypes.String}
+			arrow.BinaryTypes.String, arrow.BinaryTypes.String}
 		for i, f := range s.Fields() {
 			if !arrow.TypeEqual(f.Type, wantTypes[i]) || f.Name != enc.Names[i] {
 				t.Fatalf("column %d: %s %s", i, f.Name, f.Type)
@@ -94,6 +98,9 @@ func flowBatchFollowsSchema(t *testing.T, codec string) {
 				if !rec.Column(6).IsNull(i) || rec.Column(4).(*array.String).Value(i) != "spool/nfcapd.1" {
 					t.Fatal("extra must be null, source_file the file")
 				}
+				if e := rec.Column(7).(*array.String).Value(i); e != exporterOf(int(seq)) {
+					t.Fatalf("exporter %q for flow %d", e, seq)
+				}
 				seqs[m.part] = append(seqs[m.part], seq)
 			}
 		}
@@ -105,5 +112,39 @@ func flowBatchFollowsSchema(t *testing.T, codec string) {
 	b.Start(enc, 4) // a new file: nothing of the last one left over
 	if err := b.Flush(emit); err != nil || len(got) != 3 {
 		t.Fatalf("Start must drop leftovers: %d messages", len(got))
+	}
+}
+
+func exporterOf(i int) string {
+	if i < 5 {
+		return "192.0.2.1"
+	}
+	return "2001:db8::2"
+}
+
+// the frame header flowbatch_ipc.go writes is the one pierrec/lz4 writes for its options
+func TestLZ4FrameHeader(t *testing.T) {
+	var buf bytes.Buffer
+	w := lz4.NewWriter(&buf)
+	if err := w.Apply(lz4.BlockSizeOption(lz4.Block4Mb), lz4.ChecksumOption(false)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := buf.Bytes()[:len(lz4FrameHeader)]; !bytes.Equal(got, lz4FrameHeader) {
+		t.Fatalf("pierrec/lz4 opens a frame with % x, flowbatch_ipc.go with % x", got, lz4FrameHeader)
+	}
+	// and its frames decode: compressible, incompressible, more than one block
+	rng := rand.New(rand.NewSource(1))
+	noise := make([]byte, 9<<20)
+	rng.Read(noise)
+	wr, _ := newIPCBatchWriter("lz4")
+	for _, raw := range [][]byte{bytes.Repeat([]byte("flowlake "), 1000), noise[:1000], noise} {
+		frame := wr.lz4Frame([]byte("x"), raw)[1:]
+		got, err := io.ReadAll(lz4.NewReader(bytes.NewReader(frame)))
+		if err != nil || !bytes.Equal(got, raw) {
+			t.Fatalf("%d bytes: frame of %d bytes decodes to %d bytes, %v", len(raw), len(frame), len(got), err)
+		}
 	}
 }
