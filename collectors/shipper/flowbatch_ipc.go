@@ -17,10 +17,9 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/pierrec/lz4/v4"
-
 	flatbuffers "github.com/google/flatbuffers/go"
 	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
 )
 
 const (
