@@ -25,7 +25,8 @@ def test_examples_parse(name):
 
 @pytest.mark.parametrize("change, key", [
     ({"topology": {"paths": {"a": {"rate": "fast"}}}}, "topology.paths.a.rate"),
-    ({"topology": {"paths": {"a": {"rate": "1mbit", "delay_ms": 20}}}}, "topology.paths.a.delay_ms"),
+    ({"topology": {"paths": {"a": {"rate": "1mbit", "delay_ms": 5000}}}}, "topology.paths.a.delay_ms"),
+    ({"topology": {"paths": {"a": {"rate": "1mbit", "delay_ms": "20ms"}}}}, "topology.paths.a.delay_ms"),
     ({"grid": [{"kind": "paced", "protocol": ["icmp"], "frame_size": [1], "rate": [1]}]}, "grid[0].protocol"),
     ({"grid": [{"kind": "paced", "frame_size": [200]}]}, "grid[0].rate"),
     ({"grid": [{"kind": "bulk", "conditions": ["nope"]}]}, "grid[0].conditions"),
@@ -39,6 +40,11 @@ def test_spec_errors_name_the_key(change, key):
     with pytest.raises(SpecError) as err:
         parse({**BASE, **change}, "x.toml")
     assert err.value.key == key and str(err.value).startswith(f"x.toml: {key}: ")
+
+
+def test_a_path_delay_is_declared_in_ms_one_way():
+    spec = parse({**BASE, "topology": {"paths": {"a": {"rate": "1mbit", "delay_ms": 20}}}})
+    assert spec.paths["a"].delay_ms == 20.0
 
 
 def test_udp_runs_do_not_multiply_over_congestion_controls():

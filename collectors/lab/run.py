@@ -92,7 +92,7 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
     work = cfg.path("tmp", "lab", spec.study)
     work.mkdir(parents=True, exist_ok=True)
     lab = Namespaces("fl-lab")
-    topo = Topology(spec, lab)
+    topo = Topology(spec, lab, int(cfg.lab.delay_queue_packets))
     runner = Runner(spec, topo, work, int(cfg.active.mss_bytes), str(cfg.active.zero_loss_rule))
     _load_models(spec, state, runner)
     exporter = None

@@ -48,6 +48,7 @@ class Runner:
         folder.mkdir(parents=True, exist_ok=True)
         with self.topo.condition(run.condition) as flapper:
             out = getattr(self, f"_{run.kind}")(run, folder)
+        self.topo.check_delay()
         if flapper is not None:
             out["flaps"] = [b - a for a, b in flapper.downs]
         return out
