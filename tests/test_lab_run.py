@@ -32,7 +32,9 @@ def _lab_namespaces() -> set[str]:
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    """The stack up, the smoke study killed after three runs, then resumed to the end."""
+    """The stack up; the smoke study stopped at the fault point right after its third run's
+    results were committed to Kafka (before that run's done marker), rerun and SIGTERMed
+    three runs later, mid-run, then resumed to the end."""
     if os.geteuid() != 0:
         pytest.fail("the lab needs root (network namespaces); CI runs as root")
     home = tmp_path_factory.mktemp("lab-home")
@@ -41,11 +43,16 @@ def smoke(tmp_path_factory):
     try:
         assert up.returncode == 0, f"flowlake up failed:\n{up.stdout}\n{up.stderr}"
         state = home / "state" / "lab" / "smoke"
+        crash = subprocess.run([*FLOWLAKE, "lab", "run", str(SMOKE)], capture_output=True, text=True, timeout=300,
+                               env={**env, "FLOWLAKE_FAULT": "lab.published", "FLOWLAKE_FAULT_AFTER": "2"})
+        crashed = {"returncode": crash.returncode, "stderr": crash.stderr,
+                   "markers": {p.stem for p in state.glob("*.json")}}
         before = _lab_namespaces()
         first = subprocess.Popen([*FLOWLAKE, "lab", "run", str(SMOKE)], env=env, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 120
-        while time.time() < deadline and len(list(state.glob("*.json"))) < 3 and first.poll() is None:
+        want = len(crashed["markers"]) + 1 + 3
+        while time.time() < deadline and len(list(state.glob("*.json"))) < want and first.poll() is None:
             time.sleep(0.2)
         created = _lab_namespaces() - before
         first.send_signal(signal.SIGTERM)
@@ -56,8 +63,8 @@ def smoke(tmp_path_factory):
                                 text=True, timeout=600)
         assert second.returncode == 0, second.stderr
         markers = {p.stem: json.loads(p.read_text()) for p in state.glob("*.json")}
-        yield {"env": env, "home": home, "killed": killed, "second": second, "markers": markers,
-               "summary": json.loads(second.stdout)}
+        yield {"env": env, "home": home, "crashed": crashed, "killed": killed, "second": second,
+               "markers": markers, "summary": json.loads(second.stdout)}
     finally:
         subprocess.run([*FLOWLAKE, "down"], env=env, capture_output=True, timeout=300)
 
@@ -106,6 +113,30 @@ def test_kill_cleans_up_and_rerun_resumes(smoke):
     assert (s["runs"], s["done"], s["skipped"], s["pending"]) == (19, 17, 2, 0)
     assert not (set(s["namespaces"]) & _lab_namespaces())
     assert "ETA" in smoke["second"].stderr
+
+
+def test_a_stop_between_commit_and_marker_publishes_once(smoke):
+    """The first attempt stopped right after its third run's transaction committed: no
+    marker for that run, but the ledger has it, so the next attempt took the marker back
+    from the ledger instead of running and publishing it again."""
+    c = smoke["crashed"]
+    assert c["returncode"] != 0, c["stderr"]
+    assert c["stderr"].count("ETA") == 2, c["stderr"]  # two runs finished, the third stopped before its line
+    assert "(1 published before a stop: marker taken from the ledger)" in smoke["killed"]["stderr"]
+    attempt = {smoke["markers"][g]["run_id"].rsplit("-", 1)[1] for g in c["markers"]
+               if smoke["markers"][g]["status"] == "done"}
+    (crashed_attempt,) = attempt
+    lost = [g for g, m in smoke["markers"].items()
+            if g not in c["markers"] and m.get("run_id", "").endswith("-" + crashed_attempt)]
+    assert len(lost) == 1, lost  # the crashed attempt's third run: its marker came from the ledger
+    marker = smoke["markers"][lost[0]]
+    rows = _lake(smoke, "select metric, count(*) from read_parquet('$LAKE/experiments/**/*.parquet', "
+                        f"hive_partitioning=true) where run_id = '{marker['run_id']}' group by metric",
+                 lambda r: len(r) >= 6)
+    assert rows and all(n == 1 for _, n in rows), rows  # one row per metric: published once
+    from flowlake.schemas.experiments import METRICS
+
+    assert {m for m, _ in rows} == {k for k, v in marker["metrics"].items() if v is not None and k in METRICS}
 
 
 def test_sctp_is_skipped_with_the_reason(smoke):
@@ -161,6 +192,7 @@ def test_results_land_in_lake_experiments(smoke):
                         "from read_parquet('$LAKE/experiments/**/*.parquet', hive_partitioning=true) "
                         "where study = 'smoke'", lambda r: len(r) >= expected)
     assert len(rows) == expected  # one row per run and metric, none twice across the kill
+    assert len({(r[0], r[4]) for r in rows}) == len(rows)
     assert {r[0] for r in rows} == {m["run_id"] for m in done}
     assert {r[1] for r in rows} == {"tcp", "udp", "mptcp"}
     assert {r[3] for r in rows} == {"clean", "loss1pct", "flap"}
