@@ -233,22 +233,25 @@ def test_status_shows_the_last_lab_run(smoke):
     assert "17 runs done" in lab["line"]
 
 
-def test_probes_feed_the_path_models_job(smoke):
-    """The lab's probes reach lake/active through active.v1; the path_models job fits path a's
-    delay model from them, and the slope's bandwidth cannot beat the tbf rate."""
+def test_probes_feed_the_path_models_job(smoke, spark, cfg):
+    """The lab's probes reach lake/active through active.v1; the path_models job's fit, on
+    the stack's lake in this test run's Spark session (`flowlake jobs run` would start a
+    JVM of its own; test_active_jobs runs the whole job), gives path a's delay model from
+    them, and the slope's bandwidth cannot beat the tbf rate."""
     import datetime as dt
+
+    from flowlake.collectors.active.lab import _LabConfig
+    from flowlake.jobs import path_models
+    from flowlake.jobs.context import JobContext
 
     probes = _runs(smoke, "probe")
     want = sum(len(m["probes"]) for m in probes)
     assert want == 2 * 5  # two message sizes, [probe] count = 5
-    day = dt.datetime.fromtimestamp(probes[0]["start"], dt.timezone.utc).date().isoformat()
+    day = dt.datetime.fromtimestamp(probes[0]["start"], dt.timezone.utc).date()
     active = _lake(smoke, "select count(*) from read_parquet('$LAKE/active/**/*.parquet', hive_partitioning=true) "
                           "where parameters['study'] = 'smoke' and test_type = 'latency'", lambda r: r[0][0] >= want)
     assert active[0][0] == want
-    res = subprocess.run([*FLOWLAKE, "jobs", "run", "--date", day, "--job", "path_models", "--no-warm"],
-                         env=smoke["env"], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
-    (model,) = _lake(smoke, "select path, points, a_ms_per_byte, bandwidth_bps from "
-                            "read_parquet('$LAKE/reports/path_models/**/*.parquet', hive_partitioning=true)")
-    assert model[0] == "a" and model[1] == want
-    assert 0.2 * RATE_BPS < model[3] < 1.05 * RATE_BPS, f"path a's model bandwidth {model[3]} bit/s"
+    ctx = JobContext(spark=spark, cfg=_LabConfig(cfg, smoke["home"] / "lake"), date=day)
+    (model,) = path_models.fit(ctx.active()).collect()  # the job's fit, as `path_models.run` calls it
+    assert model.path == "a" and model.points == want
+    assert 0.2 * RATE_BPS < model.bandwidth_bps < 1.05 * RATE_BPS, f"path a's model bandwidth {model.bandwidth_bps}"

@@ -88,9 +88,11 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
     echo = echo or (lambda m: click.echo(m, err=True))
     if os.geteuid() != 0:
         raise click.ClickException("the lab needs root (network namespaces, tc)")
-    for tool in TOOLS:
+    delayed = [p.name for p in spec.paths.values() if p.delay_ms]
+    for tool in TOOLS + (("iptables",) if delayed else ()):
         if shutil.which(tool) is None:
-            raise click.ClickException(f"the lab needs `{tool}` (Debian package) on PATH")
+            why = f" (the NFQUEUE rule of delay_ms on path {', '.join(delayed)})" if tool == "iptables" else ""
+            raise click.ClickException(f"the lab needs `{tool}` (Debian package) on PATH{why}")
     root = state_root or cfg.path("state", "lab")
     if fresh:
         shutil.rmtree(root / spec.study, ignore_errors=True)
