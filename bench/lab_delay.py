@@ -3,7 +3,8 @@ this kernel has no netem) costs and how exactly it delays: one path of the lab t
 with no delay (the reference, same run) and with `--delay` ms each way; per case, ping -U
 RTT p50/p99/max (user to user: ping's kernel stamps would miss the client side's half),
 the excess over 2 x delay, an iperf3 TCP transfer's throughput through a `--rate` tbf,
-and the delay lines' CPU-seconds per thousand packets they released. Needs root.
+and the delay lines' CPU-seconds per thousand packets they released during it (GSO
+packets count once: the kernel queues them whole). Needs root.
 
     .venv/bin/python bench/lab_delay.py [--delay 20] [--rate 200mbit] [--seconds 4]
 """
@@ -50,7 +51,7 @@ def case(delay_ms: float, rate: str, seconds: float) -> dict:
         rtts = [float(x) for x in re.findall(r"time=([\d.]+) ms", ping)]
         srv = lab.spawn(topo.server, "iperf3", "-s", "-1")
         subprocess.run(in_ns(topo.client, "sleep", "0.4"))
-        t0 = sum(cpu_s(p.pid) for p in topo.delay_lines)
+        t0, n0 = sum(cpu_s(p.pid) for p in topo.delay_lines), queued(topo)
         res = subprocess.run(in_ns(topo.client, "iperf3", "-c", server, "-t", int(seconds), "-w", "8M", "-J"),
                              capture_output=True, text=True, timeout=seconds * 4 + 30)
         lab.stop(srv)
@@ -58,7 +59,7 @@ def case(delay_ms: float, rate: str, seconds: float) -> dict:
         doc = json.loads(res.stdout)
         return {"delay_ms": delay_ms, "rtt_p50": metrics.quantile(rtts, 0.5), "rtt_p99": metrics.quantile(rtts, 0.99),
                 "rtt_max": max(rtts), "throughput": doc["end"]["sum_received"]["bits_per_second"],
-                "packets": queued(topo), "cpu_s": cpu}
+                "packets": queued(topo) - n0, "cpu_s": cpu}
     finally:
         lab.close()
 
