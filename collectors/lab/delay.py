@@ -162,6 +162,12 @@ def main(argv=None) -> int:
             delays[int(num)] = float(ms)
         except ValueError:
             ap.error(f"--queue {q!r}: expected NUM:MS such as 1:20")
+    try:  # a lab killed with SIGKILL takes its delay lines with it (they hold real-time priority)
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
+    except (OSError, AttributeError):
+        pass
     line = DelayLine(delays, args.maxlen)
     try:  # netem times packets in softirq; a delay line descheduled by a busy box adds its wait to every packet
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(args.rt_priority))
