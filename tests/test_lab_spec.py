@@ -107,3 +107,18 @@ def test_run_id_tagging(tmp_path):
                                              pa.timestamp("ms", tz="UTC"))})
     out = lab_tag.tag(table, lab_tag.load(reg))
     assert out.column("run_id").to_pylist() == ["r1", "r2", "", "", "", ""]
+
+
+def test_a_flow_stamped_early_goes_to_the_run_it_overlaps_most():
+    """v9 stamps put a run's flow ~1 s early, inside the previous run's window: the run
+    whose window holds most of the flow gets it; a one-packet flow stays where it lies."""
+    import pyarrow as pa
+
+    from flowlake.pipelines import lab_tag
+
+    runs = {"r2": ("127.88.0.5", 1_000_000, 1_004_232), "r3": ("127.88.0.5", 1_004_999, 1_009_473)}
+    ms = lambda v: pa.array(v, pa.timestamp("ms", tz="UTC"))  # noqa: E731
+    table = pa.table({"exporter": ["127.88.0.5"] * 3, "time_start": ms([1_004_153, 1_004_100, 1_004_700]),
+                      "time_end": ms([1_008_154, 1_004_100, 1_004_700])})
+    assert lab_tag.tag(table, runs).column("run_id").to_pylist() == ["r3", "r2", "r3"]
+
