@@ -11,6 +11,7 @@ from the client's address on path b.
 from __future__ import annotations
 
 import contextlib
+import re
 import subprocess
 import sys
 
@@ -75,6 +76,19 @@ class Topology:
         for proc in self.delay_lines:
             if proc.poll() is not None:
                 raise click.ClickException(f"a delay line exited ({proc.returncode}): {proc.stderr.read().strip()}")
+
+    def queue_drops(self, path: str) -> int:
+        """Packets the client side's tbf of `path` has dropped so far (queue full): loss
+        that is the bottleneck's, not the configured random drop's."""
+        out = sh(*in_ns(self.client, "tc", "-s", "qdisc", "show", "dev", self.devs[path][0]), check=False).stdout
+        return sum(int(n) for n in re.findall(r"dropped (\d+)", out))
+
+    def receiver_drops(self) -> int:
+        """UDP datagrams the server namespace's sockets dropped so far (receive buffer
+        full: a receiver stalled by a busy host), from its /proc/net/snmp."""
+        out = sh(*in_ns(self.server, "cat", "/proc/net/snmp"), check=False).stdout
+        heads, values = [line.split() for line in out.splitlines() if line.startswith("Udp:")][:2]
+        return int(dict(zip(heads, values)).get("RcvbufErrors", 0))
 
     def server_addr(self, path: str) -> str:
         return self.addrs[path.split("+")[0]][1]
