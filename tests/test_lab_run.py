@@ -180,9 +180,10 @@ def test_flapping_shows_as_gaps_of_the_down_time(smoke):
     (flap,) = _runs(smoke, "paced", "udp", "flap")
     assert flap["flaps"], "the link never went down"
     gap_s = flap["metrics"]["max_inter_frame_delay"] / 1000
-    assert 2.0 <= gap_s <= 2.0 + 0.6, f"longest silence {gap_s:.3f}s for a 2 s outage"
-    # and it is the outage the flapper measured, to within two frame periods and a stamp
-    assert abs(gap_s - flap["flaps"][0]) <= 2 / 200 + 0.15
+    assert gap_s >= 2.0, f"longest silence {gap_s:.3f}s for a 2 s outage"
+    # and it is the outage the flapper measured (on a loaded box `ip link set up` itself may
+    # take a second: seen 3.1 s at load 22), to within two frame periods and a stamp
+    assert abs(gap_s - flap["flaps"][0]) <= 2 / 200 + 0.15, (gap_s, flap["flaps"])
     (clean,) = _runs(smoke, "paced", "udp", "clean")
     assert clean["metrics"]["max_inter_frame_delay"] < 500
 
