@@ -143,12 +143,13 @@ class ShipperRun:
             self.error = last[-1].removeprefix("flowlake-shipper: ") if last else stderr.strip() or f"shipper exited {self.rc}"
 
 
-def read_ledger(cfg=None, timeout: float = 30.0) -> dict[str, dict]:
-    """Files in the ledger topic (read_committed): {file: {"flows", "packets", ...}}."""
+def read_ledger(cfg=None, timeout: float = 30.0, topic: str | None = None) -> dict[str, dict]:
+    """Files in the ledger topic (read_committed): {file: {"flows", "packets", ...}}.
+    `topic`: another compacted ledger of JSON values (the lab's)."""
     from confluent_kafka import Consumer, TopicPartition
 
     cfg = cfg or _config.get()
-    topic = cfg.kafka.ledger_topic
+    topic = topic or cfg.kafka.ledger_topic
     consumer = Consumer({**cfg.kafka_client_conf(), "group.id": "flowlake-ledger-reader",
                          "enable.auto.commit": False, "isolation.level": "read_committed",
                          "auto.offset.reset": "earliest"})

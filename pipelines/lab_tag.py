@@ -54,14 +54,20 @@ def tag(table, runs: dict[str, tuple[str, int, int]]):
         mine = pc.is_in(exp, value_set=pa.array(sorted(exporters))).to_numpy(zero_copy_only=False)
         if mine.any():
             ts = table.column("time_start").cast(pa.int64()).to_numpy()
+            te = (table.column("time_end").cast(pa.int64()).to_numpy() if "time_end" in table.column_names else ts)
             exp_np = exp.to_numpy(zero_copy_only=False)
-            # by start: where an open-ended window (a run killed mid-way) overlaps a later
-            # run, the later run wins. The slack only catches flows no run's own window
-            # holds: a flow inside one run's window never goes to a neighbour through the
-            # neighbour's slack (back-to-back runs are often closer than 2 s).
-            ordered = sorted(runs.items(), key=lambda kv: kv[1][1])
-            for slack in (SLACK_MS, 0):
-                for run_id, (e, start, end) in ordered:
-                    hit = mine & (exp_np == e) & (ts >= start - slack) & (ts <= end + slack)
-                    ids[hit] = run_id
+            # A flow goes to the window it overlaps most: NetFlow v9 stamps are whole
+            # seconds plus uptime offsets, so a run's flow may seem to start up to ~1.5 s
+            # before its window, inside the previous run's (back-to-back runs are often
+            # closer than that), while it lies almost wholly in its own. A flow no window
+            # holds goes to the nearest within the slack (overlap = minus the distance).
+            # Ties (an open-ended window of a run killed mid-way over a later run): the
+            # later run wins.
+            best = np.full(table.num_rows, -np.inf)
+            for run_id, (e, start, end) in sorted(runs.items(), key=lambda kv: kv[1][1]):
+                near = mine & (exp_np == e) & (ts >= start - SLACK_MS) & (ts <= end + SLACK_MS)
+                overlap = np.minimum(te, end) - np.maximum(ts, start)
+                hit = near & (overlap >= best)
+                ids[hit] = run_id
+                best[hit] = overlap[hit]
     return table.append_column(pa.field("run_id", pa.string(), nullable=True), pa.array(ids, pa.string()))

@@ -32,7 +32,9 @@ def _lab_namespaces() -> set[str]:
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    """The stack up, the smoke study killed after three runs, then resumed to the end."""
+    """The stack up; the smoke study stopped at the fault point right after its third run's
+    results were committed to Kafka (before that run's done marker), rerun and SIGTERMed
+    three runs later, mid-run, then resumed to the end."""
     if os.geteuid() != 0:
         pytest.fail("the lab needs root (network namespaces); CI runs as root")
     home = tmp_path_factory.mktemp("lab-home")
@@ -41,11 +43,16 @@ def smoke(tmp_path_factory):
     try:
         assert up.returncode == 0, f"flowlake up failed:\n{up.stdout}\n{up.stderr}"
         state = home / "state" / "lab" / "smoke"
+        crash = subprocess.run([*FLOWLAKE, "lab", "run", str(SMOKE)], capture_output=True, text=True, timeout=300,
+                               env={**env, "FLOWLAKE_FAULT": "lab.published", "FLOWLAKE_FAULT_AFTER": "2"})
+        crashed = {"returncode": crash.returncode, "stderr": crash.stderr,
+                   "markers": {p.stem for p in state.glob("*.json")}}
         before = _lab_namespaces()
         first = subprocess.Popen([*FLOWLAKE, "lab", "run", str(SMOKE)], env=env, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 120
-        while time.time() < deadline and len(list(state.glob("*.json"))) < 3 and first.poll() is None:
+        want = len(crashed["markers"]) + 1 + 3
+        while time.time() < deadline and len(list(state.glob("*.json"))) < want and first.poll() is None:
             time.sleep(0.2)
         created = _lab_namespaces() - before
         first.send_signal(signal.SIGTERM)
@@ -56,8 +63,8 @@ def smoke(tmp_path_factory):
                                 text=True, timeout=600)
         assert second.returncode == 0, second.stderr
         markers = {p.stem: json.loads(p.read_text()) for p in state.glob("*.json")}
-        yield {"env": env, "home": home, "killed": killed, "second": second, "markers": markers,
-               "summary": json.loads(second.stdout)}
+        yield {"env": env, "home": home, "crashed": crashed, "killed": killed, "second": second,
+               "markers": markers, "summary": json.loads(second.stdout)}
     finally:
         subprocess.run([*FLOWLAKE, "down"], env=env, capture_output=True, timeout=300)
 
@@ -108,6 +115,30 @@ def test_kill_cleans_up_and_rerun_resumes(smoke):
     assert "ETA" in smoke["second"].stderr
 
 
+def test_a_stop_between_commit_and_marker_publishes_once(smoke):
+    """The first attempt stopped right after its third run's transaction committed: no
+    marker for that run, but the ledger has it, so the next attempt took the marker back
+    from the ledger instead of running and publishing it again."""
+    c = smoke["crashed"]
+    assert c["returncode"] != 0, c["stderr"]
+    assert c["stderr"].count("ETA") == 2, c["stderr"]  # two runs finished, the third stopped before its line
+    assert "(1 published before a stop: marker taken from the ledger)" in smoke["killed"]["stderr"]
+    attempt = {smoke["markers"][g]["run_id"].rsplit("-", 1)[1] for g in c["markers"]
+               if smoke["markers"][g]["status"] == "done"}
+    (crashed_attempt,) = attempt
+    lost = [g for g, m in smoke["markers"].items()
+            if g not in c["markers"] and m.get("run_id", "").endswith("-" + crashed_attempt)]
+    assert len(lost) == 1, lost  # the crashed attempt's third run: its marker came from the ledger
+    marker = smoke["markers"][lost[0]]
+    rows = _lake(smoke, "select metric, count(*) from read_parquet('$LAKE/experiments/**/*.parquet', "
+                        f"hive_partitioning=true) where run_id = '{marker['run_id']}' group by metric",
+                 lambda r: len(r) >= 6)
+    assert rows and all(n == 1 for _, n in rows), rows  # one row per metric: published once
+    from flowlake.schemas.experiments import METRICS
+
+    assert {m for m, _ in rows} == {k for k, v in marker["metrics"].items() if v is not None and k in METRICS}
+
+
 def test_sctp_is_skipped_with_the_reason(smoke):
     skipped = [m for m in smoke["markers"].values() if m["status"] == "skipped"]
     assert len(skipped) == 2 and all("protocol=sctp" in m["label"] for m in skipped)
@@ -137,17 +168,22 @@ def test_loss_under_a_one_percent_drop_is_binomial(smoke):
     assert clean["metrics"]["dropped_frames"] == 0
     (bulk,) = _runs(smoke, "bulk", "udp", "loss1pct")  # iperf3's own count, a second witness
     packets = bulk["metrics"]["bytes_sent"] / 1400
-    lo, hi = binom.interval(0.999, int(packets), 0.01)
-    assert lo <= bulk["metrics"]["loss"] * packets <= hi
+    # the tbf's own drops (tc's counter) and the receiver's (its full buffer, /proc/net/snmp)
+    # are the loaded host's, not the configured drop's: the drop saw the datagrams the queue
+    # let through and dropped at random before the receiver's buffer
+    queue, receiver = bulk["metrics"]["queue_drops"], bulk["metrics"]["receiver_drops"]
+    lo, hi = binom.interval(0.999, int(packets - queue), 0.01)
+    assert lo <= round(bulk["metrics"]["loss"] * packets) - queue - receiver <= hi, bulk["metrics"]
 
 
 def test_flapping_shows_as_gaps_of_the_down_time(smoke):
     (flap,) = _runs(smoke, "paced", "udp", "flap")
     assert flap["flaps"], "the link never went down"
     gap_s = flap["metrics"]["max_inter_frame_delay"] / 1000
-    assert 2.0 <= gap_s <= 2.0 + 0.6, f"longest silence {gap_s:.3f}s for a 2 s outage"
-    # and it is the outage the flapper measured, to within two frame periods and a stamp
-    assert abs(gap_s - flap["flaps"][0]) <= 2 / 200 + 0.15
+    assert gap_s >= 2.0, f"longest silence {gap_s:.3f}s for a 2 s outage"
+    # and it is the outage the flapper measured (on a loaded box `ip link set up` itself may
+    # take a second: seen 3.1 s at load 22), to within two frame periods and a stamp
+    assert abs(gap_s - flap["flaps"][0]) <= 2 / 200 + 0.15, (gap_s, flap["flaps"])
     (clean,) = _runs(smoke, "paced", "udp", "clean")
     assert clean["metrics"]["max_inter_frame_delay"] < 500
 
@@ -161,6 +197,7 @@ def test_results_land_in_lake_experiments(smoke):
                         "from read_parquet('$LAKE/experiments/**/*.parquet', hive_partitioning=true) "
                         "where study = 'smoke'", lambda r: len(r) >= expected)
     assert len(rows) == expected  # one row per run and metric, none twice across the kill
+    assert len({(r[0], r[4]) for r in rows}) == len(rows)
     assert {r[0] for r in rows} == {m["run_id"] for m in done}
     assert {r[1] for r in rows} == {"tcp", "udp", "mptcp"}
     assert {r[3] for r in rows} == {"clean", "loss1pct", "flap"}
@@ -201,22 +238,25 @@ def test_status_shows_the_last_lab_run(smoke):
     assert "17 runs done" in lab["line"]
 
 
-def test_probes_feed_the_path_models_job(smoke):
-    """The lab's probes reach lake/active through active.v1; the path_models job fits path a's
-    delay model from them, and the slope's bandwidth cannot beat the tbf rate."""
+def test_probes_feed_the_path_models_job(smoke, spark, cfg):
+    """The lab's probes reach lake/active through active.v1; the path_models job's fit, on
+    the stack's lake in this test run's Spark session (`flowlake jobs run` would start a
+    JVM of its own; test_active_jobs runs the whole job), gives path a's delay model from
+    them, and the slope's bandwidth cannot beat the tbf rate."""
     import datetime as dt
+
+    from flowlake.collectors.active.lab import _LabConfig
+    from flowlake.jobs import path_models
+    from flowlake.jobs.context import JobContext
 
     probes = _runs(smoke, "probe")
     want = sum(len(m["probes"]) for m in probes)
     assert want == 2 * 5  # two message sizes, [probe] count = 5
-    day = dt.datetime.fromtimestamp(probes[0]["start"], dt.timezone.utc).date().isoformat()
+    day = dt.datetime.fromtimestamp(probes[0]["start"], dt.timezone.utc).date()
     active = _lake(smoke, "select count(*) from read_parquet('$LAKE/active/**/*.parquet', hive_partitioning=true) "
                           "where parameters['study'] = 'smoke' and test_type = 'latency'", lambda r: r[0][0] >= want)
     assert active[0][0] == want
-    res = subprocess.run([*FLOWLAKE, "jobs", "run", "--date", day, "--job", "path_models", "--no-warm"],
-                         env=smoke["env"], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stdout + res.stderr
-    (model,) = _lake(smoke, "select path, points, a_ms_per_byte, bandwidth_bps from "
-                            "read_parquet('$LAKE/reports/path_models/**/*.parquet', hive_partitioning=true)")
-    assert model[0] == "a" and model[1] == want
-    assert 0.2 * RATE_BPS < model[3] < 1.05 * RATE_BPS, f"path a's model bandwidth {model[3]} bit/s"
+    ctx = JobContext(spark=spark, cfg=_LabConfig(cfg, smoke["home"] / "lake"), date=day)
+    (model,) = path_models.fit(ctx.active()).collect()  # the job's fit, as `path_models.run` calls it
+    assert model.path == "a" and model.points == want
+    assert 0.2 * RATE_BPS < model.bandwidth_bps < 1.05 * RATE_BPS, f"path a's model bandwidth {model.bandwidth_bps}"

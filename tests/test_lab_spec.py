@@ -25,7 +25,8 @@ def test_examples_parse(name):
 
 @pytest.mark.parametrize("change, key", [
     ({"topology": {"paths": {"a": {"rate": "fast"}}}}, "topology.paths.a.rate"),
-    ({"topology": {"paths": {"a": {"rate": "1mbit", "delay_ms": 20}}}}, "topology.paths.a.delay_ms"),
+    ({"topology": {"paths": {"a": {"rate": "1mbit", "delay_ms": 5000}}}}, "topology.paths.a.delay_ms"),
+    ({"topology": {"paths": {"a": {"rate": "1mbit", "delay_ms": "20ms"}}}}, "topology.paths.a.delay_ms"),
     ({"grid": [{"kind": "paced", "protocol": ["icmp"], "frame_size": [1], "rate": [1]}]}, "grid[0].protocol"),
     ({"grid": [{"kind": "paced", "frame_size": [200]}]}, "grid[0].rate"),
     ({"grid": [{"kind": "bulk", "conditions": ["nope"]}]}, "grid[0].conditions"),
@@ -39,6 +40,11 @@ def test_spec_errors_name_the_key(change, key):
     with pytest.raises(SpecError) as err:
         parse({**BASE, **change}, "x.toml")
     assert err.value.key == key and str(err.value).startswith(f"x.toml: {key}: ")
+
+
+def test_a_path_delay_is_declared_in_ms_one_way():
+    spec = parse({**BASE, "topology": {"paths": {"a": {"rate": "1mbit", "delay_ms": 20}}}})
+    assert spec.paths["a"].delay_ms == 20.0
 
 
 def test_udp_runs_do_not_multiply_over_congestion_controls():
@@ -101,3 +107,18 @@ def test_run_id_tagging(tmp_path):
                                              pa.timestamp("ms", tz="UTC"))})
     out = lab_tag.tag(table, lab_tag.load(reg))
     assert out.column("run_id").to_pylist() == ["r1", "r2", "", "", "", ""]
+
+
+def test_a_flow_stamped_early_goes_to_the_run_it_overlaps_most():
+    """v9 stamps put a run's flow ~1 s early, inside the previous run's window: the run
+    whose window holds most of the flow gets it; a one-packet flow stays where it lies."""
+    import pyarrow as pa
+
+    from flowlake.pipelines import lab_tag
+
+    runs = {"r2": ("127.88.0.5", 1_000_000, 1_004_232), "r3": ("127.88.0.5", 1_004_999, 1_009_473)}
+    ms = lambda v: pa.array(v, pa.timestamp("ms", tz="UTC"))  # noqa: E731
+    table = pa.table({"exporter": ["127.88.0.5"] * 3, "time_start": ms([1_004_153, 1_004_100, 1_004_700]),
+                      "time_end": ms([1_008_154, 1_004_100, 1_004_700])})
+    assert lab_tag.tag(table, runs).column("run_id").to_pylist() == ["r3", "r2", "r3"]
+

@@ -1,5 +1,5 @@
-"""A run's figures as ExperimentResult rows (one per metric), their Avro encoding, and
-publishing them to Kafka ([kafka] experiments_topic) as active results travel."""
+"""A run's figures as ExperimentResult rows (one per metric) and their Avro encoding;
+ledger.py publishes them to Kafka ([kafka] experiments_topic), once per run."""
 from __future__ import annotations
 
 from .spec import Run
@@ -28,14 +28,6 @@ def encode(row: dict) -> bytes:
     from flowlake.collectors.active.publish import encode as single_object
 
     return single_object(row, "ExperimentResult")
-
-
-def publish(result_rows: list[dict], cfg, timeout: float = 30.0) -> int:
-    """Produce the rows (acks=all, idempotent producer), keyed by run so a run stays in order."""
-    from flowlake.collectors.active.publish import produce
-
-    return produce([encode(r) for r in result_rows], [r["run_id"].encode() for r in result_rows],
-                   cfg.kafka.experiments_topic, cfg, timeout)
 
 
 def probe_records(run: Run, latencies_ms: list[float], start_ms: int, end_ms: int) -> list[dict]:

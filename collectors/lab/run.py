@@ -1,9 +1,11 @@
 """`flowlake lab run SPEC.toml`: build the topology, run every pending run of the grid,
 publish each run's rows, and leave a done marker per run so a killed lab resumes.
 
-A run's marker (state/lab/<study>/<run_id>.json) is written after its rows reached Kafka;
-a rerun skips runs with markers. The namespaces are removed on every exit path
-(finally + SIGINT/SIGTERM turned into exceptions).
+A run's marker (state/lab/<study>/<grid id>.json) is written after its rows reached Kafka;
+a rerun skips runs with markers. The rows go in one transaction with the run's ledger
+record (ledger.py), so a stop between the two leaves a marker the rerun takes back from
+the ledger instead of publishing the run twice. The namespaces are removed on every exit
+path (finally + SIGINT/SIGTERM turned into exceptions).
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import time
 from pathlib import Path
 
 import click
+
+from flowlake import faults
 
 from . import results
 from .netns import Namespaces, signals_raise
@@ -42,8 +46,13 @@ class State:
         except (OSError, ValueError):
             return None
 
-    def mark(self, run: Run, info: dict) -> None:
-        _atomic(self.marker(run), json.dumps({"run_id": run.run_id, "label": run.label(), **info}))
+    def mark(self, run: Run, info: dict) -> dict:
+        marker = {"run_id": run.run_id, "label": run.label(), **info}
+        self.write(run, marker)
+        return marker
+
+    def write(self, run: Run, marker: dict) -> None:
+        _atomic(self.marker(run), json.dumps(marker))
 
     def summary(self, spec: Spec, **extra) -> dict:
         markers = [self.done(r) for r in spec.runs]
@@ -74,25 +83,40 @@ def estimate_s(spec: Spec, run: Run) -> float:
 
 
 def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = True, export: bool = True,
-             echo=None) -> dict:
-    """Run the spec's pending runs; returns the state summary."""
+             echo=None, fresh: bool = False) -> dict:
+    """Run the spec's pending runs (all of them with `fresh`); returns the state summary."""
     echo = echo or (lambda m: click.echo(m, err=True))
     if os.geteuid() != 0:
         raise click.ClickException("the lab needs root (network namespaces, tc)")
-    for tool in TOOLS:
+    delayed = [p.name for p in spec.paths.values() if p.delay_ms]
+    for tool in TOOLS + (("iptables",) if delayed else ()):
         if shutil.which(tool) is None:
-            raise click.ClickException(f"the lab needs `{tool}` (Debian package) on PATH")
-    state = State(state_root or cfg.path("state", "lab"), spec.study)
+            why = f" (the NFQUEUE rule of delay_ms on path {', '.join(delayed)})" if tool == "iptables" else ""
+            raise click.ClickException(f"the lab needs `{tool}` (Debian package) on PATH{why}")
+    root = state_root or cfg.path("state", "lab")
+    if fresh:
+        shutil.rmtree(root / spec.study, ignore_errors=True)
+    state = State(root, spec.study)
+    ledger, recovered = None, 0
+    if publish:
+        from .ledger import Ledger
+
+        ledger = Ledger(cfg, spec.study)
+        if fresh:
+            ledger.forget()
+        else:
+            recovered = _recover(spec, state, ledger)
     attempt = f"a{int(time.time()):x}"  # this process's attempt at the runs left (Run.run_id)
     todo = [dataclasses.replace(r, attempt=attempt) for r in spec.runs if state.done(r) is None]
     done_before = len(spec.runs) - len(todo)
-    echo(f"lab {spec.study}: {len(spec.runs)} runs, {done_before} already done, {len(todo)} to run")
+    took_back = f" ({recovered} published before a stop: marker taken from the ledger)" if recovered else ""
+    echo(f"lab {spec.study}: {len(spec.runs)} runs, {done_before} already done{took_back}, {len(todo)} to run")
     if not todo:
-        return state.summary(spec)
+        return state.summary(spec, recovered=recovered)
     work = cfg.path("tmp", "lab", spec.study)
     work.mkdir(parents=True, exist_ok=True)
     lab = Namespaces("fl-lab")
-    topo = Topology(spec, lab)
+    topo = Topology(spec, lab, int(cfg.lab.delay_queue_packets))
     runner = Runner(spec, topo, work, int(cfg.active.mss_bytes), str(cfg.active.zero_loss_rule))
     _load_models(spec, state, runner)
     exporter = None
@@ -124,18 +148,17 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
                 if exporter is not None:
                     exporter.register(run, t0, t1)
                     current = None
-                rows = results.rows(run, out["metrics"], int(t0 * 1000), int(t1 * 1000))
-                if publish:
-                    results.publish(rows, cfg)
-                    if out.get("probes"):
-                        from flowlake.collectors.active.publish import publish as to_active
-
-                        to_active(results.probe_records(run, out["probes"], int(t0 * 1000), int(t1 * 1000)), cfg)
+                marker = {"run_id": run.run_id, "label": run.label(), "status": "done", "start": t0, "end": t1,
+                          "metrics": out["metrics"], "probes": out.get("probes", []), "flaps": out.get("flaps", []),
+                          "published": publish, "exporter": exporter.address if exporter else ""}
+                if ledger is not None:
+                    ms = int(t0 * 1000), int(t1 * 1000)
+                    ledger.publish(run, results.rows(run, out["metrics"], *ms),
+                                   results.probe_records(run, out.get("probes", []), *ms), marker)
+                    faults.point("lab.published")  # tests: a stop between the commit and the marker
                 if run.kind == "probe":
                     _add_probe(runner, run, out["probes"])
-                state.mark(run, {"status": "done", "start": t0, "end": t1, "metrics": out["metrics"],
-                                 "probes": out.get("probes", []), "flaps": out.get("flaps", []),
-                                 "published": publish, "exporter": exporter.address if exporter else ""})
+                state.write(run, marker)
                 if not cfg.lab.keep_work:  # the figures are in the marker; the raw output can go
                     shutil.rmtree(work / run.run_id, ignore_errors=True)
                 took.append(time.time() - t0)
@@ -154,7 +177,7 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
                     exporter.stop()
             finally:  # the namespaces go whatever the export's last words did
                 lab.close()
-    return state.summary(spec, namespaces=[topo.client, topo.server])
+    return state.summary(spec, namespaces=[topo.client, topo.server], recovered=recovered)
 
 
 def _headline(m: dict) -> str:
@@ -177,6 +200,18 @@ def _add_probe(runner: Runner, run: Run, lat: list[float]) -> None:
         runner.models[run.params["path"]] = fit
 
 
+def _recover(spec: Spec, state: State, ledger) -> int:
+    """Markers of runs the ledger says were published but that have none (a stop between
+    the commit and the marker): written back, so those runs are done, not run again."""
+    book = ledger.recorded()
+    n = 0
+    for run in spec.runs:
+        if state.done(run) is None and run.grid_id in book:
+            state.write(run, book[run.grid_id])
+            n += 1
+    return n
+
+
 def _load_models(spec: Spec, state: State, runner: Runner) -> None:
     """Probe runs done before a restart still feed the split runs' models."""
     for run in spec.runs:
@@ -191,7 +226,8 @@ def _load_models(spec: Spec, state: State, runner: Runner) -> None:
               help="Folder of the per-run done markers (default: $FLOWLAKE_HOME/state/lab).")
 @click.option("--no-publish", is_flag=True, help="Keep the results in the state folder; send nothing to Kafka.")
 @click.option("--no-export", is_flag=True, help="Do not export the runs' traffic as NetFlow to the stack's nfcapd.")
-@click.option("--fresh", is_flag=True, help="Forget this study's done markers and run the whole grid again.")
+@click.option("--fresh", is_flag=True,
+              help="Forget this study's done markers (and its ledger records) and run the whole grid again.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def run_cmd(spec_file, state_dir, no_publish, no_export, fresh, as_json):
     """Run a lab study declared in SPEC_FILE (TOML; see examples/lab/).
@@ -202,7 +238,9 @@ def run_cmd(spec_file, state_dir, no_publish, no_export, fresh, as_json):
     traffic as NetFlow to the running stack's nfcapd and publishes one row per run and
     metric to Kafka ([kafka] experiments_topic), which the ingest lands in
     lake/experiments/. Progress and ETA go to stderr. Killed and rerun, it resumes
-    where it stopped; `--fresh` starts over. Needs root.
+    where it stopped, and a run's rows reach the lake once: they are published in one
+    Kafka transaction with the run's ledger record ([kafka] lab_ledger_topic), which a
+    rerun reads back. `--fresh` starts over. Needs root.
 
     \b
     Examples:
@@ -219,9 +257,7 @@ def run_cmd(spec_file, state_dir, no_publish, no_export, fresh, as_json):
         raise click.ClickException(str(exc)) from None
     cfg = config.get()
     root = Path(state_dir) if state_dir else cfg.path("state", "lab")
-    if fresh:
-        shutil.rmtree(root / spec.study, ignore_errors=True)
-    summary = run_spec(spec, cfg, root, publish=not no_publish, export=not no_export)
+    summary = run_spec(spec, cfg, root, publish=not no_publish, export=not no_export, fresh=fresh)
     if as_json:
         click.echo(json.dumps(summary))
     else:

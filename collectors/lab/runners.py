@@ -48,6 +48,7 @@ class Runner:
         folder.mkdir(parents=True, exist_ok=True)
         with self.topo.condition(run.condition) as flapper:
             out = getattr(self, f"_{run.kind}")(run, folder)
+        self.topo.check_delay()
         if flapper is not None:
             out["flaps"] = [b - a for a, b in flapper.downs]
         return out
@@ -106,15 +107,20 @@ class Runner:
             cmd += ["-w", p["window"]]
         if p["frame_size"]:
             cmd += ["-l", p["frame_size"]]
+        drops = self.topo.queue_drops(p["path"]), self.topo.receiver_drops()
         res = subprocess.run(["ip", "netns", "exec", self.topo.client, *map(str, cmd)], capture_output=True,
                              text=True, timeout=self.spec.duration_s * 3 + 30)
+        drops = self.topo.queue_drops(p["path"]) - drops[0], self.topo.receiver_drops() - drops[1]
         self.topo.lab.stop(srv)
         (folder / "iperf3.json").write_text(res.stdout)
         try:
             doc = json.loads(res.stdout)
         except ValueError:
             raise RuntimeError(f"iperf3 printed no JSON: {res.stderr.strip()[-300:]}") from None
-        return {"metrics": metrics.iperf3(doc, self.mss, self.zero_loss_rule)}
+        # loss = the configured drop + the bottleneck queue's drops (a sender stalled by a busy
+        # host catches up in a burst) + the receiver's (a stalled iperf3 server's full buffer)
+        return {"metrics": {**metrics.iperf3(doc, self.mss, self.zero_loss_rule), "queue_drops": float(drops[0]),
+                            "receiver_drops": float(drops[1])}}
 
     def _own_bulk(self, run: Run, folder: Path) -> dict:
         p = run.params

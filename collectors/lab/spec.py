@@ -8,6 +8,8 @@
     rate = "20mbit"         # tbf rate, both directions
     queue_ms = 50           # tbf latency: the longest a packet may wait in the queue
     burst = "15000"         # tbf burst (bytes; default 4 ms at the rate)
+    delay_ms = 20           # fixed one-way delay, each direction (RTT + 2x this); no netem here:
+                            # NFQUEUE and a delay line (delay.py)
 
     [conditions.clean]
     [conditions.loss1pct]
@@ -174,10 +176,8 @@ def parse(doc: dict, source: str = "<spec>") -> Spec:
         queue = float(_get(p, "queue_ms", (int, float), source, where, 50.0))
         burst = str(_get(p, "burst", (str, int), source, where, max(3028, int(bps / 8 * 0.004))))
         delay = float(_get(p, "delay_ms", (int, float), source, where, 0.0))
-        if delay:
-            raise SpecError(source, where + "delay_ms",
-                            "a fixed delay needs netem, which this kernel lacks (tc: 'Specified qdisc kind is "
-                            "unknown'); shape paths with rate, burst and queue_ms instead")
+        if not 0 <= delay <= 2000:
+            raise SpecError(source, where + "delay_ms", f"{delay} is outside 0..2000 (ms, one way)")
         paths[name] = PathSpec(name, rate, queue, burst, delay)
 
     raw_conds = _get(doc, "conditions", dict, source, "", {"clean": {}})

@@ -201,6 +201,7 @@ def ensure_topics(cfg=None, timeout: float = 60.0) -> None:
         k.ledger_topic: (1, {"cleanup.policy": "compact"}),
         k.health_topic: (1, bounded[k.health_topic]),  # exporter health rows (collectors/health.py)
         k.experiments_topic: (1, bounded[k.experiments_topic]),  # lab results (collectors/lab)
+        k.lab_ledger_topic: (1, {"cleanup.policy": "compact"}),  # lab runs published (collectors/lab/ledger.py)
     }
 
     def missing():
