@@ -8,6 +8,10 @@ it) is shipped by the Go shipper (FlowBatch messages, shipper.message_format = a
 into a private broker; then a plain confluent-kafka consumer reads every message (no
 decode: the floor any consumer pays), then `flowlake ingest --once` lands it in the lake
 (after an untimed warm-up drain of the same file, --warmup: Spark start-up and JIT excluded).
+The ingest's Python tasks fetch each micro-batch's offset range from the broker themselves;
+the same messages are then landed again into fresh homes by that design and by the one
+before it (Spark's Kafka source reading the messages and handing them to the tasks),
+alternately, twice each, with the CPU of each process kind.
 Then the same messages are landed again into fresh homes with enrichment off and on, alternately, twice each (issue 21: enrichment
 may cost at most 10 % of the ingest's rate): "on" with an ASN and a geo database (MMDB, built
 here, 4,600 networks), a networks file, an SNMP interface cache and interface rules.
@@ -158,6 +162,7 @@ def main() -> None:
     ap.add_argument("--warmup", choices=("full", "seed"), default="full",
                     help="untimed drain before the timed one: the bench's file (full, default: a JIT-warm "
                     "running ingest) or a 25k-flow file (seed: closer to a just-started ingest)")
+    ap.add_argument("--skip-enrichment", action="store_true", help="leave out the enrichment off/on runs")
     ap.add_argument("--alternatives", action="store_true", help="also time the designs not chosen (see above)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="flowlake-bench-ingest-"))
@@ -166,7 +171,6 @@ def main() -> None:
     import ship as ship_bench  # bench/ship.py: the same real nfcapd file
 
     from flowlake import config
-    from flowlake import spark as spark_factory
     from flowlake.collectors import ship
     from flowlake.pipelines import ingest
     from flowlake.services import kafka
@@ -190,7 +194,8 @@ def main() -> None:
         else:
             shutil.copy(next((work / "seed").iterdir()), warm)
         ship_file(cfg, warm)
-        spark = spark_factory.session("bench-ingest", cfg=cfg)
+        spark = ingest.session(cfg)  # the ingest's own JVM options ([spark] ingest_java_options)
+        print(f"ingest JVM options: {cfg.spark.ingest_java_options or '(JVM defaults)'}", flush=True)
         ingest.run(cfg, once=True)
         warm_rows = ingest.counts(cfg)["flows"]["rows"]
         print(f"warm-up ({args.warmup}): {warm_rows:,} flows drained untimed", flush=True)
@@ -244,7 +249,9 @@ def main() -> None:
         print(f"target 300,000 flows/s Kafka to lake: {'met' if rate(flows, ingest_s) >= 300_000 else 'NOT met'}")
         print(f"load average (1 min) before the ingest {load0:.1f}, after it {os.getloadavg()[0]:.1f}; "
               f"{os.cpu_count()} cores", flush=True)
-        enrichment_cost(cfg, work, total, broker)
+        fetch_designs(cfg, work, total, broker)
+        if not args.skip_enrichment:
+            enrichment_cost(cfg, work, total, broker)
         if args.alternatives:
             secs, n = spark_writer_alternative(spark, cfg, work / "alt-spark-writer")
             assert n == total, n
@@ -261,6 +268,48 @@ def main() -> None:
     finally:
         kafka.stop(cfg)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def land_fresh(cfg, broker: set[int], total: int, **options) -> dict[str, float]:
+    """Land the topic into `cfg`'s (fresh) home: wall seconds and CPU seconds by process kind."""
+    from flowlake.pipelines import ingest
+
+    c0, t0 = tree_cpu(broker), time.perf_counter()
+    ingest.run(cfg, once=True, **options)
+    wall, c1 = time.perf_counter() - t0, tree_cpu(broker)
+    rows = ingest.counts(cfg)["flows"]["rows"]
+    assert rows == total, f"{options}: lake has {rows} rows, expected {total}"
+    return {"wall": wall, **{k: c1[k] - c0[k] for k in c1}}
+
+
+def fetch_designs(cfg, work: Path, total: int, broker: set[int]) -> None:
+    """The same messages landed into fresh homes by the Python tasks fetching their offset
+    ranges themselves (the ingest) and by Spark's Kafka source handing the messages over (the
+    design before), alternately, twice each, in this JVM (same JIT settings for both)."""
+    import statistics
+
+    from flowlake import config
+
+    runs: dict[str, list[dict]] = {"tasks": [], "spark": []}
+    for i, fetch in enumerate(["tasks", "spark"] * 2):
+        home = work / f"home-fetch-{fetch}-{i}"
+        c = config.load(env={**os.environ, "FLOWLAKE_HOME": str(home)})
+        runs[fetch].append(land_fresh(c, broker, total, fetch=fetch))
+        shutil.rmtree(home / "lake", ignore_errors=True)
+    print()
+    print(f"{'fetch design (' + format(total, ',') + ' flows, median of 2)':60s} {'seconds':>8s} {'flows/s':>10s} "
+          f"{'CPU-s/M':>8s} {'JVM':>6s} {'Python':>7s}")
+    med = {}
+    for fetch, label in (("tasks", "Python tasks fetch their offset ranges (the ingest)"),
+                         ("spark", "Spark's Kafka source hands messages to the tasks")):
+        m = {k: statistics.median(r[k] for r in runs[fetch]) for k in runs[fetch][0]}
+        med[fetch] = m
+        cpu = m["jvm"] + m["workers"] + m["driver"]
+        print(f"{label:60s} {m['wall']:8.2f} {total / m['wall']:10,.0f} {cpu / total * 1e6:8.2f} "
+              f"{m['jvm'] / total * 1e6:6.2f} {m['workers'] / total * 1e6:7.2f}")
+    cpu = {f: med[f]["jvm"] + med[f]["workers"] + med[f]["driver"] for f in med}
+    print(f"tasks/spark: wall {med['spark']['wall'] / med['tasks']['wall']:.2f}x faster, CPU per flow "
+          f"{cpu['tasks'] / cpu['spark']:.2f}x; load average {os.getloadavg()[0]:.1f}", flush=True)
 
 
 def enrichment_files(work: Path) -> Path:
@@ -302,7 +351,6 @@ def enrichment_cost(cfg, work: Path, total: int, broker: set[int]) -> None:
     import statistics
 
     from flowlake import config
-    from flowlake.pipelines import ingest
 
     toml = enrichment_files(work)
     times: dict[str, list[float]] = {"off": [], "on": []}
@@ -317,12 +365,9 @@ def enrichment_cost(cfg, work: Path, total: int, broker: set[int]) -> None:
             "sys_name": "bench-1", "polled": "2026-01-01T00:00:00Z", "error": "", "interfaces": {
                 str(n): {"name": f"et-{n}", "description": "Transit: Cogent" if n % 2 else "core",
                          "speed_mbps": 10000, "oper_status": 1} for n in range(0, 64)}}}}))
-        c0, t0 = tree_cpu(broker), time.perf_counter()
-        ingest.run(c, once=True)
-        times[mode].append(time.perf_counter() - t0)
-        cpus[mode].append(tree_cpu(broker) - c0)
-        rows = ingest.counts(c)["flows"]["rows"]
-        assert rows == total, f"enrichment {mode}: lake has {rows} rows, expected {total}"
+        r = land_fresh(c, broker, total)
+        times[mode].append(r["wall"])
+        cpus[mode].append(r["jvm"] + r["workers"] + r["driver"])
         if mode == "on":
             import duckdb
 

@@ -48,9 +48,10 @@ def is_cluster(master: str) -> bool:
     return master.startswith("spark://")
 
 
-def spark_conf(app: str, master: str, cfg, extra: dict | None = None) -> dict[str, str]:
+def spark_conf(app: str, master: str, cfg, extra: dict | None = None, java_options: str = "") -> dict[str, str]:
     """Every setting of a flowlake application, in one place for both ways of starting it:
-    SparkSession.builder (local mode) and spark-submit --conf (a cluster)."""
+    SparkSession.builder (local mode) and spark-submit --conf (a cluster). java_options:
+    added to the driver's and executors' JVM options (the ingest's [spark] ingest_java_options)."""
     tmp = cfg.path("tmp", "spark")
     conf = {
         "spark.app.name": app,
@@ -87,6 +88,9 @@ def spark_conf(app: str, master: str, cfg, extra: dict | None = None) -> dict[st
             "spark.executor.logs.rolling.maxSize": str(10 << 20),
             "spark.executor.logs.rolling.maxRetainedFiles": "5",
         })
+    if java_options:
+        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
+            conf[key] += " " + java_options
     conf.update(extra or {})
     return conf
 
@@ -98,7 +102,8 @@ def _loopback_host(master: str) -> str | None:
     return host if host == "localhost" or host.startswith("127.") else None
 
 
-def session(app: str = "flowlake", master: str | None = None, cfg=None, extra: dict | None = None):
+def session(app: str = "flowlake", master: str | None = None, cfg=None, extra: dict | None = None,
+            java_options: str = ""):
     """Get or create the SparkSession. One per process: tests share one for the whole run.
     Inside spark-submit (a cluster) the JVM already runs with the same settings."""
     from pyspark.sql import SparkSession
@@ -110,7 +115,7 @@ def session(app: str = "flowlake", master: str | None = None, cfg=None, extra: d
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     tmp = cfg.path("tmp", "spark")
     tmp.mkdir(parents=True, exist_ok=True)
-    conf = spark_conf(app, master, cfg, extra)
+    conf = spark_conf(app, master, cfg, extra, java_options)
     if "spark.driver.bindAddress" in conf:
         os.environ.setdefault("SPARK_LOCAL_IP", conf["spark.driver.bindAddress"])
     builder = SparkSession.builder
@@ -125,12 +130,13 @@ def session(app: str = "flowlake", master: str | None = None, cfg=None, extra: d
     return spark
 
 
-def submit_argv(app: str, master: str, cfg, args: list[str], extra: dict | None = None) -> list[str]:
+def submit_argv(app: str, master: str, cfg, args: list[str], extra: dict | None = None,
+                java_options: str = "") -> list[str]:
     """spark-submit running `flowlake ARGS...` as a client-mode application on `master`."""
     from .services import spark_cluster
 
     argv = [str(spark_cluster.spark_home() / "bin" / "spark-submit"), "--master", master, "--name", app]
-    for key, value in spark_conf(app, master, cfg, extra).items():
+    for key, value in spark_conf(app, master, cfg, extra, java_options).items():
         if key not in ("spark.master", "spark.app.name"):
             argv += ["--conf", f"{key}={value}"]
     return argv + [str(SUBMIT_MAIN), *args]
@@ -153,7 +159,7 @@ def submit_env(cfg, master: str) -> dict[str, str]:
 
 
 def submit_if_cluster(app: str, master: str | None = None, cfg=None, batch: bool = True,
-                      cores_max: int = 0) -> None:
+                      cores_max: int = 0, java_options: str = "") -> None:
     """Called first by a command that needs Spark (`flowlake ingest`, `flowlake jobs run`):
     on a standalone cluster, replace this process by spark-submit running the same command
     line (its driver then takes the other branch); in local mode, return and go on.
@@ -175,7 +181,7 @@ def submit_if_cluster(app: str, master: str | None = None, cfg=None, batch: bool
         spark_cluster.prune_event_logs(cfg)
         extra.update({"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(events),
                       "spark.eventLog.compress": "true", "spark.eventLog.compression.codec": "zstd"})
-    argv = submit_argv(app, master, cfg, sys.argv[1:], extra)
+    argv = submit_argv(app, master, cfg, sys.argv[1:], extra, java_options)
     tmp = cfg.path("tmp", "spark")
     tmp.mkdir(parents=True, exist_ok=True)
     log.info("submitting to %s: %s", master, " ".join(argv))

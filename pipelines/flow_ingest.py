@@ -1,14 +1,16 @@
 """The flows stream's micro-batch: Kafka messages in, Parquet files in the lake out.
 
-Spark reads the batch's Kafka offsets (one task per topic partition, in parallel) and
-hands each task's messages to Python as Arrow (`mapInArrow`). The task decodes them
-(FlowBatch messages without touching a row, legacy one-flow Avro messages gathered into
-tables) and streams them into zstd Parquet files of its own under the batch's staging
-folder, one per date/hour, row groups of `row_group_rows`. Spark's own row writer cost
-more than the decode: writing where the columns already are is what lets the ingest keep
-up with the shipper (bench/ingest.py). The driver collects only the files' names and
-counts, and any bad message with its reason, then publishes the batch atomically with
-BatchWriter, exactly as before: the same exactly-once rules hold.
+Spark's Kafka source fixes each micro-batch's offsets in the query's checkpoint; the batch's
+DataFrame itself is never read. Instead one Spark task per topic partition reads that
+partition's offset range straight from the broker (pipelines/batch_offsets.py: a plain
+read_committed consumer in the Python worker), so message bytes never pass through the JVM
+(its Kafka consumer, rows and the Arrow hand-off to Python were most of the JVM's CPU per
+flow, bench/ingest.py). The task decodes the messages (FlowBatch messages without touching
+a row, legacy one-flow Avro messages gathered into tables) and streams them into zstd
+Parquet files of its own under the batch's staging folder, one per date/hour, row groups of
+`row_group_rows`. The driver collects only the files' names and counts, and any bad message
+with its reason, then publishes the batch atomically with BatchWriter: a replayed batch id
+has the same offsets in the checkpoint, so the same exactly-once rules hold.
 
 A task's file names depend only on the batch and the task's partition, and files appear
 under them only once complete (written as .tmp, then renamed), so a retried task
@@ -112,55 +114,97 @@ class HourFiles:
         return out
 
 
+def land_messages(messages, staged: str, stem: str, row_group_rows: int, lab_runs: str = "", plan=None) -> list[dict]:
+    """Decode a task's messages and write their flows as the staging folder's Parquet files.
+
+    `messages`: (value, offset, meta) in offset order, meta() giving the quarantine columns
+    (topic, partition, offset, timestamp, key) of a bad one. Returns the task's result rows
+    (RESULT_DDL): one per file, one for the task, one per bad message."""
+    from flowlake.pipelines import lab_tag
+    from flowlake.pipelines.enrich import apply as enrich
+    from flowlake.pipelines.flow_messages import BAD, BATCH, FlowDecoder
+
+    wall0, cpu0 = time.perf_counter(), time.process_time()  # the worker's own time: where a batch goes
+    decoder = FlowDecoder()
+    runs = lab_tag.load(lab_runs) if lab_runs else {}
+    lake = enrich.lake_tables(plan)
+    files = HourFiles(Path(staged), stem, lab_tag.with_run_id(enrich.lake_schema()), row_group_rows)
+    legacy: list[dict] = []
+    bad: list[dict] = []
+    n = 0
+    first = last = None  # offsets this task read (transaction markers between them count)
+    for value, offset, meta in messages:
+        first = offset if first is None else first
+        last = offset
+        kind, payload = decoder.decode(value)
+        if kind == BATCH:
+            n += 1
+            files.add(lab_tag.tag(lake(payload), runs))
+        elif kind == BAD:
+            bad.append({**meta(), "value": value, "reason": payload})
+        else:
+            n += 1
+            legacy.append(payload)
+            if len(legacy) >= 65536:
+                files.add(lab_tag.tag(lake(decoder.rows_table(legacy)), runs))
+                legacy = []
+    if legacy:
+        files.add(lab_tag.tag(lake(decoder.rows_table(legacy)), runs))
+    out = [{"kind": "file", "path": path, "rows": rows} for path, rows in files.close()]
+    out.append({"kind": "task", "messages": n, "offsets": 0 if first is None else last - first + 1,
+                "task_seconds": time.perf_counter() - wall0, "task_cpu": time.process_time() - cpu0,
+                "write_seconds": files.write_seconds})
+    return out + [{"kind": "bad", **b} for b in bad]
+
+
+def fetch_task(ranges: list, kafka_conf: dict, staged: str, row_group_rows: int, lab_runs: str = "", plan=None):
+    """mapInArrow function over spark.range(len(ranges)): task i reads ranges[i] from the
+    broker itself (pipelines/batch_offsets.py) and lands it. The JVM never holds a message."""
+
+    def task(batches):
+        import datetime as _dt
+
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        from flowlake.pipelines.batch_offsets import read_range
+
+        def messages(r):
+            for m in read_range(kafka_conf, r):
+                yield m.value(), m.offset(), lambda m=m: {
+                    "topic": m.topic(), "partition": m.partition(), "offset": m.offset(), "key": m.key(),
+                    "timestamp": _dt.datetime.fromtimestamp(m.timestamp()[1] / 1000, _dt.timezone.utc)}
+
+        for rb in batches:
+            for i in rb.column("id").to_pylist():
+                r = ranges[i]
+                out = land_messages(messages(r), staged, f"part-{TaskContext.get().partitionId():05d}",
+                                    row_group_rows, lab_runs, plan)
+                # the range's length, not first..last read: markers at its ends count too
+                next(o for o in out if o["kind"] == "task")["offsets"] = r.end - r.start
+                yield pa.RecordBatch.from_pylist(out, schema=_result_schema())
+
+    return task
+
+
 def land_task(staged: str, row_group_rows: int, lab_runs: str = "", plan=None):
-    """The function each Spark task runs over its Kafka rows (Arrow batches); `plan`: the
-    micro-batch's enrichment (pipelines/enrich), None = columns written unknown."""
+    """mapInArrow function over the Kafka source's rows (Spark fetched the messages and
+    hands them over as Arrow): the design before fetch_task, kept for bench/ingest.py's
+    same-run comparison (--alternatives)."""
 
     def task(batches):
         import pyarrow as pa
         from pyspark import TaskContext
 
-        from flowlake.pipelines import lab_tag
-        from flowlake.pipelines.enrich import apply as enrich
-        from flowlake.pipelines.flow_messages import BAD, BATCH, FlowDecoder
+        def messages():
+            for rb in batches:
+                values, offsets = rb.column("value"), rb.column("offset")
+                for i in range(rb.num_rows):
+                    yield values[i].as_py(), offsets[i].as_py(), lambda rb=rb, i=i: {
+                        k: rb.column(k)[i].as_py() for k in ("topic", "partition", "offset", "timestamp", "key")}
 
-        wall0, cpu0 = time.perf_counter(), time.process_time()  # the worker's own time: where a batch goes
-        decoder = FlowDecoder()
-        runs = lab_tag.load(lab_runs) if lab_runs else {}
-        lake = enrich.lake_tables(plan)
-        files = HourFiles(Path(staged), f"part-{TaskContext.get().partitionId():05d}",
-                          lab_tag.with_run_id(enrich.lake_schema()), row_group_rows)
-        legacy: list[dict] = []
-        bad: list[dict] = []
-        messages = 0
-        first = last = None  # offsets this task read (transaction markers between them count)
-        for rb in batches:
-            values = rb.column("value")
-            if rb.num_rows:
-                offsets = rb.column("offset")
-                first = offsets[0].as_py() if first is None else first
-                last = offsets[rb.num_rows - 1].as_py()
-            for i in range(rb.num_rows):
-                kind, payload = decoder.decode(values[i].as_py())
-                if kind == BATCH:
-                    messages += 1
-                    files.add(lab_tag.tag(lake(payload), runs))
-                elif kind == BAD:
-                    row = {k: rb.column(k)[i].as_py() for k in ("topic", "partition", "offset", "timestamp", "key")}
-                    bad.append({**row, "value": values[i].as_py(), "reason": payload})
-                else:
-                    messages += 1
-                    legacy.append(payload)
-                    if len(legacy) >= 65536:
-                        files.add(lab_tag.tag(lake(decoder.rows_table(legacy)), runs))
-                        legacy = []
-        if legacy:
-            files.add(lab_tag.tag(lake(decoder.rows_table(legacy)), runs))
-        out = [{"kind": "file", "path": path, "rows": rows} for path, rows in files.close()]
-        out.append({"kind": "task", "messages": messages, "offsets": 0 if first is None else last - first + 1,
-                    "task_seconds": time.perf_counter() - wall0, "task_cpu": time.process_time() - cpu0,
-                    "write_seconds": files.write_seconds})
-        out += [{"kind": "bad", **b} for b in bad]
+        out = land_messages(messages(), staged, f"part-{TaskContext.get().partitionId():05d}",
+                            row_group_rows, lab_runs, plan)
         yield pa.RecordBatch.from_pylist(out, schema=_result_schema())
 
     return task
@@ -196,8 +240,10 @@ def write_quarantine(rows: list, path: Path) -> None:
     pq.write_table(table, path / "part-00000.parquet", compression="zstd", use_deprecated_int96_timestamps=True)
 
 
-def make_handler(cfg, stream, row_group_rows: int = 262144):
-    """foreachBatch function of the flows stream."""
+def make_handler(cfg, stream, checkpoint: Path, row_group_rows: int = 262144, fetch: str = "tasks"):
+    """foreachBatch function of the flows stream. fetch: "tasks" = the Python tasks read the
+    batch's offset range from the broker themselves (the default); "spark" = Spark's Kafka
+    source reads the messages and hands them to the tasks (bench/ingest.py --alternatives)."""
     from .enrich.sources import Sources
     from .ingest import writer_for
 
@@ -206,7 +252,30 @@ def make_handler(cfg, stream, row_group_rows: int = 262144):
     lake_writer, quarantine_writer = writer_for(cfg, stream)
     lab_runs = registry_path(cfg)
     enrichment = Sources(cfg)  # checks the enrichment files and rules now: a bad one stops the start
-    conf_key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    kafka_conf = cfg.kafka_client_conf()
+
+    def job(batch_df, batch_id: int, staged: Path, plan) -> list:
+        spark = batch_df.sparkSession
+        if fetch == "tasks":
+            from .batch_offsets import batch_ranges
+
+            ranges = batch_ranges(checkpoint, batch_id)
+            if not ranges:
+                return []
+            return (spark.range(0, len(ranges), 1, len(ranges))
+                    .mapInArrow(fetch_task(ranges, kafka_conf, str(staged), row_group_rows, str(lab_runs), plan),
+                                RESULT_DDL).collect())
+        conf_key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+        before = spark.conf.get(conf_key, None)
+        spark.conf.set(conf_key, MESSAGES_PER_ARROW_BATCH)
+        try:
+            return (batch_df.select("key", "value", "topic", "partition", "offset", "timestamp")
+                    .mapInArrow(land_task(str(staged), row_group_rows, str(lab_runs), plan), RESULT_DDL).collect())
+        finally:
+            if before is None:
+                spark.conf.unset(conf_key)
+            else:
+                spark.conf.set(conf_key, before)
 
     def handle(batch_df, batch_id: int) -> None:
         if lake_writer.already_done(batch_id):
@@ -215,17 +284,7 @@ def make_handler(cfg, stream, row_group_rows: int = 262144):
         started = time.monotonic()
         staged = lake_writer.staging(batch_id)
         plan = enrichment.plan()  # changed files are picked up here, between micro-batches
-        spark = batch_df.sparkSession
-        before = spark.conf.get(conf_key, None)
-        spark.conf.set(conf_key, MESSAGES_PER_ARROW_BATCH)
-        try:
-            results = (batch_df.select("key", "value", "topic", "partition", "offset", "timestamp")
-                       .mapInArrow(land_task(str(staged), row_group_rows, str(lab_runs), plan), RESULT_DDL).collect())
-        finally:
-            if before is None:
-                spark.conf.unset(conf_key)
-            else:
-                spark.conf.set(conf_key, before)
+        results = job(batch_df, batch_id, staged, plan)
         collected = time.monotonic()
         rows = sum(r.rows for r in results if r.kind == "file")
         messages = sum(r.messages for r in results if r.kind == "task")

@@ -58,11 +58,15 @@ def writer_for(cfg, stream: Stream):
     )
 
 
-def make_batch_handler(cfg, stream: Stream):
+def checkpoint_dir(cfg, stream: Stream) -> Path:
+    return cfg.path("state", "checkpoints", stream.table)
+
+
+def make_batch_handler(cfg, stream: Stream, **options):
     if stream.table == "flows":  # FlowBatch and legacy Avro messages, decoded in Arrow
         from .flow_ingest import make_handler
 
-        return make_handler(cfg, stream)
+        return make_handler(cfg, stream, checkpoint_dir(cfg, stream), **options)
     from pyspark.sql import functions as F
 
     from flowlake.schemas import avro, registry
@@ -106,7 +110,8 @@ def make_batch_handler(cfg, stream: Stream):
     return handle
 
 
-def start_queries(spark, cfg, once: bool = False):
+def start_queries(spark, cfg, once: bool = False, **options):
+    """options: make_batch_handler's (the flows handler's fetch, for bench/ingest.py)."""
     queries = []
     kafka_opts = {
         "kafka.isolation.level": "read_committed",
@@ -122,8 +127,8 @@ def start_queries(spark, cfg, once: bool = False):
         reader = spark.readStream.format("kafka").options(**kafka_opts).option("subscribe", stream.topic)
         writer = (
             reader.load().writeStream.queryName(f"ingest-{stream.table}")
-            .option("checkpointLocation", str(cfg.path("state", "checkpoints", stream.table)))
-            .foreachBatch(make_batch_handler(cfg, stream))
+            .option("checkpointLocation", str(checkpoint_dir(cfg, stream)))
+            .foreachBatch(make_batch_handler(cfg, stream, **options))
         )
         writer = writer.trigger(availableNow=True) if once else writer.trigger(
             processingTime=f"{cfg.spark.trigger_seconds} seconds")
@@ -132,15 +137,21 @@ def start_queries(spark, cfg, once: bool = False):
     return queries
 
 
-def run(cfg=None, once: bool = False, master: str | None = None) -> None:
+def session(cfg, master: str | None = None):
+    """The ingest's Spark session (its JVM options: [spark] ingest_java_options)."""
     from flowlake import spark as spark_factory
 
+    return spark_factory.session("flowlake-ingest", master=master, cfg=cfg,
+                                 java_options=cfg.spark.ingest_java_options)
+
+
+def run(cfg=None, once: bool = False, master: str | None = None, **options) -> None:
     from .enrich.sources import check_config
 
     cfg = cfg or _config.get()
     check_config(cfg)  # a bad rule or networks line stops us before Spark starts
-    spark = spark_factory.session("flowlake-ingest", master=master, cfg=cfg)
-    queries = start_queries(spark, cfg, once=once)
+    spark = session(cfg, master)
+    queries = start_queries(spark, cfg, once=once, **options)
     if once:
         for q in queries:
             q.awaitTermination()
@@ -187,5 +198,6 @@ def ingest(once: bool, master: str | None) -> None:
     from flowlake import spark as spark_factory
 
     cfg = _config.get()
-    spark_factory.submit_if_cluster("flowlake-ingest", master, cfg, batch=once, cores_max=cfg.cluster.ingest_cores)
+    spark_factory.submit_if_cluster("flowlake-ingest", master, cfg, batch=once, cores_max=cfg.cluster.ingest_cores,
+                                    java_options=cfg.spark.ingest_java_options)
     run(cfg, once=once, master=master)

@@ -20,13 +20,13 @@ def committed_offsets(checkpoint: Path) -> dict[str, dict[int, int]]:
     """{topic: {partition: next offset}} of the last committed batch ({} before the first)."""
     commits = sorted((int(p.name) for p in (checkpoint / "commits").glob("[0-9]*") if p.name.isdigit()),
                      reverse=True)
+    from .batch_offsets import CheckpointError, end_offsets
+
     for batch in commits:
         try:
-            lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
-            offsets = json.loads(lines[-1])
-        except (OSError, ValueError, IndexError):
+            return end_offsets(checkpoint, batch)
+        except CheckpointError:
             continue
-        return {t: {int(p): int(o) for p, o in parts.items()} for t, parts in offsets.items()}
     return {}
 
 
