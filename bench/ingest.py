@@ -60,8 +60,8 @@ def ship_file(cfg, path: Path, extra=()) -> tuple[float, float, float]:
 
 
 def tree_cpu(skip: set[int]) -> dict[str, float]:
-    """CPU seconds of this process and its descendants (Spark's JVM, Python workers),
-    leaving out the subtrees in `skip` (the Kafka broker), by kind: driver (this Python),
+    """CPU seconds of this process and its descendants (Spark's JVM, Python workers, and the
+    workers that have exited), leaving out the subtrees in `skip` (the Kafka broker), by kind: driver (this Python),
     jvm, workers (pyspark daemon and its forked workers)."""
     import psutil
 
@@ -76,6 +76,8 @@ def tree_cpu(skip: set[int]) -> dict[str, float]:
             kind = ("driver" if p.pid == os.getpid() else "jvm" if "java" in p.name()
                     else "workers")
             out[kind] += t.user + t.system
+            if kind != "driver":  # Python workers that exited (reaped by the pyspark daemon) count too;
+                out[kind] += t.children_user + t.children_system  # the driver's children: the shipper
             todo += p.children()
         except psutil.Error:
             pass

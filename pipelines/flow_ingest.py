@@ -157,9 +157,10 @@ def land_messages(messages, staged: str, stem: str, row_group_rows: int, lab_run
     return out + [{"kind": "bad", **b} for b in bad]
 
 
-def fetch_task(ranges: list, kafka_conf: dict, staged: str, row_group_rows: int, lab_runs: str = "", plan=None):
-    """mapInArrow function over spark.range(len(ranges)): task i reads ranges[i] from the
-    broker itself (pipelines/batch_offsets.py) and lands it. The JVM never holds a message."""
+def fetch_task(groups: list, kafka_conf: dict, staged: str, row_group_rows: int, lab_runs: str = "", plan=None):
+    """mapInArrow function over spark.range(len(groups)): task i reads the offset ranges
+    groups[i] from the broker itself (pipelines/batch_offsets.py) and lands them. The JVM
+    never holds a message."""
 
     def task(batches):
         import datetime as _dt
@@ -169,22 +170,35 @@ def fetch_task(ranges: list, kafka_conf: dict, staged: str, row_group_rows: int,
 
         from flowlake.pipelines.batch_offsets import read_range
 
-        def messages(r):
-            for m in read_range(kafka_conf, r):
-                yield m.value(), m.offset(), lambda m=m: {
-                    "topic": m.topic(), "partition": m.partition(), "offset": m.offset(), "key": m.key(),
-                    "timestamp": _dt.datetime.fromtimestamp(m.timestamp()[1] / 1000, _dt.timezone.utc)}
+        def messages(ranges):
+            for r in ranges:
+                for m in read_range(kafka_conf, r):
+                    yield m.value(), m.offset(), lambda m=m: {
+                        "topic": m.topic(), "partition": m.partition(), "offset": m.offset(), "key": m.key(),
+                        "timestamp": _dt.datetime.fromtimestamp(m.timestamp()[1] / 1000, _dt.timezone.utc)}
 
         for rb in batches:
             for i in rb.column("id").to_pylist():
-                r = ranges[i]
-                out = land_messages(messages(r), staged, f"part-{TaskContext.get().partitionId():05d}",
+                out = land_messages(messages(groups[i]), staged, f"part-{TaskContext.get().partitionId():05d}",
                                     row_group_rows, lab_runs, plan)
-                # the range's length, not first..last read: markers at its ends count too
-                next(o for o in out if o["kind"] == "task")["offsets"] = r.end - r.start
+                # the ranges' length, not first..last read: markers at their ends count too
+                next(o for o in out if o["kind"] == "task")["offsets"] = sum(r.end - r.start for r in groups[i])
                 yield pa.RecordBatch.from_pylist(out, schema=_result_schema())
 
     return task
+
+
+def group_ranges(ranges: list, tasks: int) -> list[list]:
+    """At most `tasks` groups of about equal offsets (largest range first to the lightest group):
+    one task per core rather than per partition, since a task's fixed costs (worker set-up,
+    decoder, one Parquet file per hour) are paid per task (bench/ingest.py)."""
+    groups: list[list] = [[] for _ in range(max(1, min(tasks, len(ranges))))]
+    load = [0] * len(groups)
+    for r in sorted(ranges, key=lambda r: (-(r.end - r.start), r.topic, r.partition)):
+        i = load.index(min(load))
+        groups[i].append(r)
+        load[i] += r.end - r.start
+    return [sorted(g, key=lambda r: (r.topic, r.partition)) for g in groups]
 
 
 def land_task(staged: str, row_group_rows: int, lab_runs: str = "", plan=None):
@@ -262,8 +276,9 @@ def make_handler(cfg, stream, checkpoint: Path, row_group_rows: int = 262144, fe
             ranges = batch_ranges(checkpoint, batch_id)
             if not ranges:
                 return []
-            return (spark.range(0, len(ranges), 1, len(ranges))
-                    .mapInArrow(fetch_task(ranges, kafka_conf, str(staged), row_group_rows, str(lab_runs), plan),
+            groups = group_ranges(ranges, spark.sparkContext.defaultParallelism)
+            return (spark.range(0, len(groups), 1, len(groups))
+                    .mapInArrow(fetch_task(groups, kafka_conf, str(staged), row_group_rows, str(lab_runs), plan),
                                 RESULT_DDL).collect())
         conf_key = "spark.sql.execution.arrow.maxRecordsPerBatch"
         before = spark.conf.get(conf_key, None)

@@ -66,3 +66,14 @@ def test_read_range_reads_exactly_the_committed_messages_of_the_range(cfg, kafka
     assert read(3, 12) == [(3, "a3"), (4, "a4"), (11, "b0")]
     # a range of markers and aborted records only is complete, and empty
     assert read(5, 11) == []
+
+
+def test_ranges_grouped_into_one_task_per_core():
+    from flowlake.pipelines.flow_ingest import group_ranges
+
+    ranges = [Range("flows.v1", p, 100, 100 + n) for p, n in enumerate([10, 40, 5, 30, 1])]
+    groups = group_ranges(ranges, 2)
+    assert len(groups) == 2
+    assert sorted((r for g in groups for r in g), key=lambda r: r.partition) == ranges  # every range once
+    assert sorted(sum(r.end - r.start for r in g) for g in groups) == [41, 45]  # greedy: 40+5, 30+10+1
+    assert [len(g) for g in group_ranges(ranges, 8)] == [1] * 5  # never more tasks than ranges

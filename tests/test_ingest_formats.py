@@ -121,7 +121,8 @@ def test_topic_with_both_formats_lands_every_flow_once(fcfg, nffile, spark):
     assert "schema fingerprint" in reasons["other"]
     assert ingest.counts(cfg)["flows"] == {"rows": 2 * len(want), "quarantined": 3}
     markers = [json.loads(m.read_text()) for m in cfg.path("state", "ingest", "flows").glob("*.done")]
-    assert max(m["tasks"] for m in markers) == cfg.kafka.partitions, "one Spark task per Kafka partition"
+    # the partitions read in parallel: one task per core, each reading its share of them
+    assert max(m["tasks"] for m in markers) == min(cfg.kafka.partitions, spark.sparkContext.defaultParallelism) >= 2
 
     lag = status_json(cfg)["ingest"]["flows"]
     assert (lag["offsets_behind"], lag["flows_behind_estimate"]) == (0, 0)
