@@ -204,7 +204,7 @@ def group_ranges(ranges: list, tasks: int) -> list[list]:
 def land_task(staged: str, row_group_rows: int, lab_runs: str = "", plan=None):
     """mapInArrow function over the Kafka source's rows (Spark fetched the messages and
     hands them over as Arrow): the design before fetch_task, kept for bench/ingest.py's
-    same-run comparison (--alternatives)."""
+    same-run comparison of the two."""
 
     def task(batches):
         import pyarrow as pa
@@ -257,7 +257,7 @@ def write_quarantine(rows: list, path: Path) -> None:
 def make_handler(cfg, stream, checkpoint: Path, row_group_rows: int = 262144, fetch: str = "tasks"):
     """foreachBatch function of the flows stream. fetch: "tasks" = the Python tasks read the
     batch's offset range from the broker themselves (the default); "spark" = Spark's Kafka
-    source reads the messages and hands them to the tasks (bench/ingest.py --alternatives)."""
+    source reads the messages and hands them to the tasks (the design before: bench/ingest.py compares)."""
     from .enrich.sources import Sources
     from .ingest import writer_for
 
