@@ -59,12 +59,13 @@ def file_totals_nfdump(path: Path) -> tuple[int, int, int] | None:
 
 def lake_per_file(lake: Path) -> dict[str, tuple[int, int, int]]:
     """(flows, packets, bytes) per nfcapd file in the lake, packets and bytes as the
-    routers sent them (divided by sampling_rate: nfcapd writes v9 wire counts)."""
-    import duckdb
+    routers sent them (divided by sampling_rate: nfcapd writes v9 wire counts). Read while
+    the stack's compactor may swap hours: a connection that reruns a read a swap broke."""
+    from .lake import duckdb_connect
 
     if not list((lake / "flows").rglob("*.parquet")):
         return {}
-    rows = duckdb.connect().execute(
+    rows = duckdb_connect(lake.parent).execute(
         f"select source_file, count(*), sum(packets // greatest(sampling_rate, 1)), "
         f"sum(bytes // greatest(sampling_rate, 1)) from read_parquet('{lake}/flows/**/*.parquet') "
         "group by all").fetchall()
@@ -72,11 +73,11 @@ def lake_per_file(lake: Path) -> dict[str, tuple[int, int, int]]:
 
 
 def lake_duplicates(lake: Path) -> int:
-    import duckdb
+    from .lake import duckdb_connect
 
     if not list((lake / "flows").rglob("*.parquet")):
         return 0
-    return duckdb.connect().execute(
+    return duckdb_connect(lake.parent).execute(
         f"select count(*) from (select source_file, file_seq from read_parquet('{lake}/flows/**/*.parquet') "
         "group by all having count(*) > 1)").fetchone()[0]
 

@@ -25,7 +25,8 @@ reader closes them; those of dead processes by the compactor's pass (`sweep`) an
 retention. Used by the jobs (JobContext, jobs/duck.py) and both engines of `flowlake query`.
 Readers outside flowlake that glob the lake themselves (Superset's views, an analyst's own
 DuckDB) are not pinned: a swap during such a query fails it with a missing file, and a
-rerun is exact (Superset's lake connection reruns it: superset/superset_config.py).
+rerun is exact (flowlake/lake.py: `duckdb_connect` for analysts, and Superset's lake
+connection, superset/superset_config.py, rerun it).
 """
 from __future__ import annotations
 

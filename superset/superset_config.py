@@ -84,19 +84,24 @@ FEATURE_FLAGS = {
 # Chart data is kept for a day, but an entry stored before the report jobs last rewrote a
 # report table is a miss (superset/lake_cache.py); datasets over the raw flows and active
 # results, which grow all the time, keep theirs for 5 minutes (cache_timeout in the bundle).
-def _register_lake_cache() -> str:
-    """superset/lake_cache.py as module `flowlake_lake_cache` (flask-caching imports the
-    class by dotted name; this folder is not put on sys.path, where it would make this
-    file importable as `superset_config` a second time)."""
+def _load_module(name: str, path: Path):
+    """A file of this repository as module `name`, by path: flask-caching imports a class by
+    dotted name, and Superset's virtualenv has no flowlake package. This folder is not put on
+    sys.path, where it would make this file importable as `superset_config` a second time."""
     import importlib.util
 
-    name = "flowlake_lake_cache"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "lake_cache.py")
+        spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
-    return f"{name}.LakeAwareCache"
+    return sys.modules[name]
+
+
+def _register_lake_cache() -> str:
+    """superset/lake_cache.py as module `flowlake_lake_cache`."""
+    _load_module("flowlake_lake_cache", Path(__file__).resolve().parent / "lake_cache.py")
+    return "flowlake_lake_cache.LakeAwareCache"
 
 
 LAKE_DIR = os.environ.get("FLOWLAKE_LAKE_DIR", "")
@@ -274,22 +279,17 @@ _speed_up_duckdb_engine()
 
 # ---- reads that meet a compaction swap: re-run, never a partial answer ----------------
 # A dataset view globs lake/<table>/**/*.parquet: DuckDB lists the files when the query
-# starts and opens them while it runs. When the compactor swaps an hour in between
-# (pipelines/compact.py: one renameat2 exchange of the hour folder) the listed names are
-# gone and the read fails with "Cannot open file ...: No such file or directory". It never
-# counts wrong: a listing is all old files or all new ones, and a read that cannot open a
-# listed file fails as a whole. Running the statement again lists the hour anew, and is
-# exact. DuckDB 2 streams results (the error may come with the first fetch, not at
-# execute), so a statement's rows are fetched here, inside the retry, and served from
-# that buffer; Superset fetches every row anyway (its LIMIT is in the SQL).
-SWAP_RETRIES = 3  # the compactor swaps an hour once as it closes (again after a late batch)
-SWAP_RETRIED = {"statements": 0}  # how many statements met a swap (for tests and logs)
-
-
-def _vanished_lake_file(exc: Exception) -> bool:
-    text = str(exc)
-    return ("No such file or directory" in text or "No files found that match" in text) and (
-        not LAKE_DIR or LAKE_DIR.rstrip("/") + "/" in text)
+# starts and opens them while it runs, so a compactor swap in between fails the read with
+# "Cannot open file ...: No such file or directory" (never a wrong count). The rerun, and
+# why it is exact, is flowlake/lake.py's (shared with analysts' `flowlake.lake.duckdb_connect`).
+# DuckDB 2 streams results (the error may come with the first fetch, not at execute), so a
+# statement's rows are fetched here, inside the retry, and served from that buffer;
+# Superset fetches every row anyway (its LIMIT is in the SQL).
+try:
+    _lake = _load_module("flowlake_lake", Path(__file__).resolve().parent.parent / "flowlake" / "lake.py")
+    SWAP_RETRIES, SWAP_RETRIED = _lake.SWAP_RETRIES, _lake.SWAP_RETRIED
+except ImportError:  # only outside Superset, without DuckDB (unit tests of this file)
+    _lake = None
 
 
 def _retry_swapped_reads() -> None:
@@ -301,7 +301,7 @@ def _retry_swapped_reads() -> None:
     except ImportError:
         return
     cursor_cls = getattr(duckdb_engine, "CursorWrapper", None)
-    if cursor_cls is None or getattr(cursor_cls, "_flowlake_retry", False):
+    if _lake is None or cursor_cls is None or getattr(cursor_cls, "_flowlake_retry", False):
         return
     log = logging.getLogger("flowlake.superset")
     execute = cursor_cls.execute
@@ -309,26 +309,22 @@ def _retry_swapped_reads() -> None:
     def retrying_execute(self, statement, parameters=None, context=None):  # noqa: ANN001
         raw = self._CursorWrapper__c
         self._flowlake_rows = self._flowlake_description = None
-        for attempt in range(SWAP_RETRIES + 1):
+
+        def attempt():
+            execute(self, statement, parameters, context)
+            description = raw.description
+            if description is not None:  # a statement with rows: read them all here
+                self._flowlake_rows = list(raw.fetchall())
+                self._flowlake_description = description
+
+        def fresh_transaction():  # an error aborts the open transaction (reads only)
             try:
-                execute(self, statement, parameters, context)
-                description = raw.description
-                if description is not None:  # a statement with rows: read them all here
-                    self._flowlake_rows = list(raw.fetchall())
-                    self._flowlake_description = description
-                return
-            except duckdb.IOException as exc:
-                if attempt == SWAP_RETRIES or not _vanished_lake_file(exc):
-                    raise
-                SWAP_RETRIED["statements"] += 1
-                log.warning("a lake file vanished during the read (compaction swapped its hour): "
-                            "running the statement again (%d/%d): %s", attempt + 1, SWAP_RETRIES,
-                            str(exc).splitlines()[0])
-                try:  # an error aborts the open transaction: start a fresh one (reads only)
-                    raw.rollback()
-                except duckdb.Error:
-                    continue  # none was open
-                raw.begin()
+                raw.rollback()
+            except duckdb.Error:
+                return  # none was open
+            raw.begin()
+
+        _lake.run_retrying(attempt, LAKE_DIR, fresh_transaction, log)
 
     def _rows(self):  # noqa: ANN001
         return getattr(self, "_flowlake_rows", None)
