@@ -28,6 +28,14 @@ def lab_address() -> str:
     return f"127.88.{(pid >> 8) & 255}.{pid & 255 or 1}"
 
 
+def register(cfg, window: dict, end_ms: int) -> None:
+    """A run's window (run_id, study, exporter, start) with its end, as a registry line."""
+    path = registry_path(cfg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as fh:
+        fh.write(json.dumps({**window, "end": end_ms}) + "\n")
+
+
 class FlowExport:
     def __init__(self, cfg, topo, work: Path):
         self.cfg, self.topo, self.work = cfg, topo, work
@@ -64,7 +72,7 @@ class FlowExport:
         relay = subprocess.Popen([sys.executable, "-m", "flowlake.collectors.lab.relay", "--netns", self.topo.client,
                                   "--port", str(port), "--to", target, "--source", self.address],
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        lab.procs.append(relay)
+        lab.adopt(relay)
         if "ready" not in relay.stdout.readline():
             raise RuntimeError(f"NetFlow relay did not start: {relay.stderr.read().strip()}")
         for path, (dev, _) in self.topo.devs.items():
@@ -79,13 +87,17 @@ class FlowExport:
                 raise RuntimeError(f"softflowd on {dev} exited: {p.stderr.read().strip()}")
 
     def begin(self, run, t0: float) -> None:
-        """Register the run open-ended before its first packet (its flows may ship early)."""
+        """Register the run open-ended before its first packet (its flows may ship early);
+        the owner record keeps the open window, which a clean-up after a kill closes."""
+        self.topo.lab.note(open_window={"run_id": run.run_id, "study": run.study, "exporter": self.address,
+                                        "start": int(t0 * 1000)})
         self._write(run, t0, t0 + 86400)
 
     def register(self, run, t0: float, t1: float) -> None:
         """Expire the run's flows now (they leave with this run's window) and close its window."""
         self.flush()
         self._write(run, t0, t1)
+        self.topo.lab.note(open_window=None)
 
     def _behind(self, ctl: Path) -> int:
         """Packets the kernel captured that softflowd has not read yet (0 if it cannot say)."""
@@ -126,17 +138,15 @@ class FlowExport:
         tagged while the window was open) all carry that attempt's run_id, which no result
         row has; the rerun is another attempt with an id of its own (Run.run_id)."""
         self._write(run, t0, time.time())
+        self.topo.lab.note(open_window=None)
 
     def void(self, run, t0: float) -> None:
         """An empty window (end before start): the interrupted attempt's flows match no run."""
         self._write(run, t0, t0 - 10)  # beyond the tagging slack
 
     def _write(self, run, t0: float, t1: float) -> None:
-        path = registry_path(self.cfg)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a") as fh:
-            fh.write(json.dumps({"run_id": run.run_id, "study": run.study, "exporter": self.address,
-                                 "start": int(t0 * 1000), "end": int(t1 * 1000)}) + "\n")
+        register(self.cfg, {"run_id": run.run_id, "study": run.study, "exporter": self.address,
+                            "start": int(t0 * 1000)}, int(t1 * 1000))
 
     def stop(self) -> None:
         self.flush(limit_s=5.0)

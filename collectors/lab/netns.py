@@ -1,18 +1,23 @@
 """Network-namespace plumbing shared by the labs: commands, namespaces, veth links,
 tbf, random drop, processes, and clean-up on every exit path.
 
-Namespaces are named PREFIX-<pid>-<n> so parallel labs (other developers, other test
-runs) never collide, and `Namespaces.close()` deletes exactly the ones it made.
+Namespaces are named PREFIX-<pid>-<role> so parallel labs (other developers, other test
+runs) never collide, and `Namespaces.close()` deletes exactly the ones it made. With an
+owner record (a JSON file: pid, process start time, namespaces, veths, processes), what a
+SIGKILLed lab left can be found and removed later (leftovers.py); the record is written
+before each thing is made and removed by close().
 """
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
 import socket
 import subprocess
 import threading
+from pathlib import Path
 
 import click
 
@@ -49,16 +54,38 @@ def in_ns(ns: str, *cmd) -> list[str]:
 class Namespaces:
     """Namespaces, veth links and processes of one lab; close() undoes all of it."""
 
-    def __init__(self, prefix: str = "fl-lab"):
+    def __init__(self, prefix: str = "fl-lab", record: Path | None = None):
         self.prefix = f"{prefix}-{os.getpid()}"
         self.created: list[str] = []
         self.procs: list[subprocess.Popen] = []
         self._n = 0
+        self.record = record
+        self.veths: list[str] = []
+        self.notes: dict = {}  # more for the record (the export's open run window)
+
+    def note(self, **kv) -> None:
+        self.notes.update(kv)
+        self._save()
+
+    def _save(self) -> None:
+        """Rewrite the owner record (atomically: a kill mid-write leaves the previous one)."""
+        if self.record is None:
+            return
+        from .leftovers import process_start
+
+        self.record.parent.mkdir(parents=True, exist_ok=True)
+        doc = {"pid": os.getpid(), "started": process_start(os.getpid()), "prefix": self.prefix,
+               "namespaces": self.created, "veths": self.veths,
+               "procs": [[p.pid, process_start(p.pid)] for p in self.procs], **self.notes}
+        tmp = self.record.with_name(self.record.name + ".tmp")
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, self.record)
 
     def add(self, role: str) -> str:
         name = f"{self.prefix}-{role}"
-        sh("ip", "netns", "add", name)
         self.created.append(name)
+        self._save()  # recorded before it exists: a kill in between leaves nothing unrecorded
+        sh("ip", "netns", "add", name)
         sh("ip", "-n", name, "link", "set", "lo", "up")
         return name
 
@@ -67,6 +94,8 @@ class Namespaces:
         self._n += 1
         tag = f"{os.getpid() % 100000:05d}{self._n}"
         dev_a, dev_b = f"fa{tag}", f"fb{tag}"  # IFNAMSIZ is 15: keep names short
+        self.veths += [dev_a, dev_b]  # a kill before they move leaves them in the host's namespace
+        self._save()
         sh("ip", "link", "add", dev_a, "type", "veth", "peer", "name", dev_b)
         sh("ip", "link", "set", dev_a, "netns", ns_a)
         sh("ip", "link", "set", dev_b, "netns", ns_b)
@@ -108,8 +137,12 @@ class Namespaces:
         sh(*in_ns(ns, "ip", "link", "set", dev, "up" if up else "down"), check=False)
 
     def spawn(self, ns: str, *cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) -> subprocess.Popen:
-        p = subprocess.Popen(in_ns(ns, *cmd), stdout=stdout, stderr=stderr, text=True)
+        return self.adopt(subprocess.Popen(in_ns(ns, *cmd), stdout=stdout, stderr=stderr, text=True))
+
+    def adopt(self, p: subprocess.Popen) -> subprocess.Popen:
+        """A process of this lab: stopped by close(), recorded for a clean-up after a kill."""
         self.procs.append(p)
+        self._save()
         return p
 
     def stop(self, p: subprocess.Popen, sig=signal.SIGTERM, timeout: float = 5.0) -> None:
@@ -129,6 +162,8 @@ class Namespaces:
         for ns in self.created:
             sh("ip", "netns", "del", ns, check=False)
         self.created.clear()
+        if self.record is not None:
+            self.record.unlink(missing_ok=True)
 
 
 def _which(tool: str) -> bool:

@@ -20,12 +20,13 @@ import click
 
 from flowlake import faults
 
-from . import results
+from . import leftovers, results
 from .netns import Namespaces, signals_raise
 from .runners import Runner, Skip
 from .spec import Run, Spec
 from .topology import Topology
 
+FRESH = "fresh_start"  # not *.json: the study folder's *.json are the done markers
 TOOLS = ("ip", "tc", "iperf3", "softflowd", "softflowctl")
 
 
@@ -36,6 +37,27 @@ class State:
         self.root = root
         self.dir = root / study
         self.dir.mkdir(parents=True, exist_ok=True)
+
+    def start_fresh(self) -> None:
+        """`--fresh`: the fresh start is recorded first, then the markers go. The ledger's
+        records from before it are old results: `--fresh` tombstones them when it can
+        publish, and `_recover` ignores any older than this record (`--fresh --no-publish`
+        cannot reach Kafka, so a later publishing rerun must not take them back)."""
+        _atomic(self.dir / FRESH, json.dumps({"at": time.time()}))
+        for path in self.dir.iterdir():
+            if path.name == FRESH:
+                continue
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
+    def fresh_since(self) -> float:
+        """When this study last started afresh (0: never)."""
+        try:
+            return float(json.loads((self.dir / FRESH).read_text())["at"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return 0.0
 
     def marker(self, run: Run) -> Path:
         return self.dir / f"{run.grid_id}.json"
@@ -93,10 +115,11 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
         if shutil.which(tool) is None:
             why = f" (the NFQUEUE rule of delay_ms on path {', '.join(delayed)})" if tool == "iptables" else ""
             raise click.ClickException(f"the lab needs `{tool}` (Debian package) on PATH{why}")
+    leftovers.clean(cfg, echo)  # a killed lab's namespaces and processes, before ours
     root = state_root or cfg.path("state", "lab")
-    if fresh:
-        shutil.rmtree(root / spec.study, ignore_errors=True)
     state = State(root, spec.study)
+    if fresh:
+        state.start_fresh()
     ledger, recovered = None, 0
     if publish:
         from .ledger import Ledger
@@ -115,7 +138,7 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
         return state.summary(spec, recovered=recovered)
     work = cfg.path("tmp", "lab", spec.study)
     work.mkdir(parents=True, exist_ok=True)
-    lab = Namespaces("fl-lab")
+    lab = Namespaces("fl-lab", record=leftovers.owners_dir(cfg) / f"{os.getpid()}.json")
     topo = Topology(spec, lab, int(cfg.lab.delay_queue_packets))
     runner = Runner(spec, topo, work, int(cfg.active.mss_bytes), str(cfg.active.zero_loss_rule))
     _load_models(spec, state, runner)
@@ -202,11 +225,14 @@ def _add_probe(runner: Runner, run: Run, lat: list[float]) -> None:
 
 def _recover(spec: Spec, state: State, ledger) -> int:
     """Markers of runs the ledger says were published but that have none (a stop between
-    the commit and the marker): written back, so those runs are done, not run again."""
+    the commit and the marker): written back, so those runs are done, not run again.
+    Records of runs started before the study's last fresh start are not taken back."""
     book = ledger.recorded()
+    since = state.fresh_since()
     n = 0
     for run in spec.runs:
-        if state.done(run) is None and run.grid_id in book:
+        old = run.grid_id in book and float(book[run.grid_id].get("start") or 0) < since
+        if state.done(run) is None and run.grid_id in book and not old:
             state.write(run, book[run.grid_id])
             n += 1
     return n
@@ -227,7 +253,8 @@ def _load_models(spec: Spec, state: State, runner: Runner) -> None:
 @click.option("--no-publish", is_flag=True, help="Keep the results in the state folder; send nothing to Kafka.")
 @click.option("--no-export", is_flag=True, help="Do not export the runs' traffic as NetFlow to the stack's nfcapd.")
 @click.option("--fresh", is_flag=True,
-              help="Forget this study's done markers (and its ledger records) and run the whole grid again.")
+              help="Forget this study's done markers (and its ledger records; with --no-publish they stay in "
+                   "Kafka but are ignored from then on) and run the whole grid again.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def run_cmd(spec_file, state_dir, no_publish, no_export, fresh, as_json):
     """Run a lab study declared in SPEC_FILE (TOML; see examples/lab/).

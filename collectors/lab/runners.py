@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from flowlake import faults
+
 from . import metrics
 from .endpoint import unsupported
 from .spec import Run, Spec
@@ -60,6 +62,7 @@ class Runner:
         line = srv.stdout.readline()
         if "ready" not in line:
             raise RuntimeError(f"endpoint server ({proto}) did not start: {srv.stderr.read().strip()}")
+        faults.point("lab.server_up")  # tests: a kill mid-run, with servers and clients about
         return srv
 
     def _finish(self, srv: subprocess.Popen, out: Path) -> dict:

@@ -6,12 +6,20 @@ import json
 
 
 def status(cfg) -> dict:
-    """{} when no lab ran in this home; else the last summary and a line for humans."""
+    """{} when no lab ran in this home and none left namespaces; else the last summary,
+    what killed labs left, and a line for humans."""
+    from .leftovers import status as leftovers
+
+    left = leftovers(cfg)
+    gone = left["leftover_namespaces"] + left["unrecorded_namespaces"]
+    warn = (f"; LEFT BY KILLED LABS: {len(gone)} namespaces ({', '.join(gone)}): `flowlake lab clean`"
+            + (" --unrecorded" if left["unrecorded_namespaces"] else "") + " removes them") if gone else ""
     path = cfg.path("state", "lab", "last.json")
     try:
         last = json.loads(path.read_text())
     except (OSError, ValueError):
-        return {}
+        return {**left, "line": "lab: no study finished in this home" + warn} if gone or left["leftover_labs"] else {}
+    last.update(left)
     when = dt.datetime.fromtimestamp(last["at"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
     from flowlake.pipelines.lab_tag import registry_path
 
@@ -21,5 +29,5 @@ def status(cfg) -> dict:
                     f"{last['pending']} pending of {last['runs']}; run registry {last['registry_bytes']:,} bytes "
                     f"(kept {cfg.lab.registry_days} days)"
                     + (f"; {last['recovered']} runs' markers taken back from the ledger (published before a stop)"
-                       if last.get("recovered") else ""))
+                       if last.get("recovered") else "") + warn)
     return last
