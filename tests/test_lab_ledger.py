@@ -3,7 +3,14 @@ transaction (read_committed sees both or neither); a rerun fences a stopped inst
 reads back what it committed; `--fresh` tombstones a study."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import time
 import uuid
+
+import pytest
 
 from flowlake.collectors.lab import results
 from flowlake.collectors.lab.ledger import Ledger
@@ -62,3 +69,30 @@ def test_rows_and_ledger_record_commit_together_and_a_rerun_reads_them(kafka, cf
 
     assert rerun.forget() == 1
     assert Ledger(cfg, study).recorded() == {}
+
+
+def test_fresh_without_publishing_keeps_older_records_from_coming_back(kafka, cfg, tmp_path):
+    """`lab run --fresh --no-publish` cannot tombstone the ledger; a publishing rerun after
+    it must not take back the records from before the fresh start as its own results."""
+    if os.geteuid() != 0:
+        pytest.fail("the lab needs root (network namespaces); CI runs as root")
+    study = f"f{uuid.uuid4().hex[:8]}"
+    spec = tmp_path / "fresh.toml"
+    spec.write_text(f'study = "{study}"\nduration_s = 1\n[topology.paths.a]\nrate = "10mbit"\n'
+                    '[[grid]]\nkind = "paced"\nprotocol = ["udp", "tcp"]\nframe_size = [200]\nrate = [100]\n')
+    first = parse({"study": study, "duration_s": 1, "topology": {"paths": {"a": {"rate": "10mbit"}}},
+                   "grid": [{"kind": "paced", "protocol": ["udp", "tcp"], "frame_size": [200], "rate": [100]}]}).runs[0]
+    t0 = time.time() - 60  # an earlier, publishing lab ran the first run
+    Ledger(cfg, study).publish(first, results.rows(first, {"achieved_rate": 100.0}, int(t0 * 1000), int(t0 * 1000)),
+                               [], {"run_id": first.run_id, "label": first.label(), "status": "done", "start": t0,
+                                    "end": t0 + 1, "metrics": {"achieved_rate": 100.0}})
+    lab = [sys.executable, "-m", "flowlake.cli", "lab", "run", str(spec), "--no-export", "--state", str(tmp_path / "st")]
+    fresh = subprocess.run([*lab, "--fresh", "--no-publish"], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "FLOWLAKE_FAULT": "lab.server_up"})  # stopped in its first run
+    assert fresh.returncode != 0 and "0 already done" in fresh.stderr, fresh.stderr
+    rerun = subprocess.run([*lab, "--json"], capture_output=True, text=True, timeout=180)
+    assert rerun.returncode == 0, rerun.stderr
+    assert "published before a stop" not in rerun.stderr and "0 already done, 2 to run" in rerun.stderr
+    marker = json.loads((tmp_path / "st" / study / f"{first.grid_id}.json").read_text())
+    assert marker["run_id"] != first.run_id and marker["start"] > t0 + 30  # run again, not taken back
+    assert json.loads(rerun.stdout)["done"] == 2
