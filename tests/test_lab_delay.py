@@ -7,14 +7,14 @@ Runs `flowlake lab run --no-publish --no-export`: namespaces, tbf, nftables, no 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from flowlake.services.ports import private_env
+sys.path.insert(0, str(Path(__file__).parent))
+from lab_home import lab_home  # noqa: E402
 
 pytestmark = pytest.mark.integration
 DELAY_MS, RATE_BPS, WINDOW = 20.0, 20e6, 16384
@@ -63,12 +63,7 @@ conditions = ["clean"]
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.fail("the lab needs root (network namespaces); CI runs as root")
-    home = tmp_path_factory.mktemp("lab-delay")
-    spec = home / "delay.toml"
-    spec.write_text(SPEC)
-    env = {**os.environ, **private_env(home)}
+    env, spec = lab_home(tmp_path_factory, "lab-delay", SPEC)
     res = subprocess.run([sys.executable, "-m", "flowlake.cli", "lab", "run", str(spec), "--no-publish",
                           "--no-export", "--json"], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr

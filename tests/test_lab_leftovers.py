@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from flowlake.services.ports import private_env
+sys.path.insert(0, str(Path(__file__).parent))
+from lab_home import lab_home  # noqa: E402
 
 pytestmark = pytest.mark.integration
 FLOWLAKE = [sys.executable, "-m", "flowlake.cli"]
@@ -78,12 +79,7 @@ def _kill_mid_run(env, spec: Path, after: int, *extra) -> tuple[int, dict]:
 
 @pytest.fixture(scope="module")
 def lab_env(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.fail("the lab needs root (network namespaces); CI runs as root")
-    home = tmp_path_factory.mktemp("lab-leftovers")
-    spec = home / "leftover.toml"
-    spec.write_text(SPEC)
-    return {**os.environ, **private_env(home), "TZ": "UTC"}, spec
+    return lab_home(tmp_path_factory, "lab-leftovers", SPEC)
 
 
 def test_a_killed_lab_is_cleaned_up_by_the_rerun_which_resumes(lab_env):
