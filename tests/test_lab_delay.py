@@ -68,7 +68,7 @@ def runs(tmp_path_factory):
                           "--no-export", "--json"], env=env, capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["done"] == 5, res.stderr
-    markers = [json.loads(p.read_text()) for p in (home / "state" / "lab" / "delay").glob("*.json")]
+    markers = [json.loads(p.read_text()) for p in (spec.parent / "state" / "lab" / "delay").glob("*.json")]
     return {m["label"]: m for m in markers}
 
 
