@@ -56,8 +56,9 @@ def tag(table, runs: dict[str, tuple[str, int, int]]):
             ts = table.column("time_start").cast(pa.int64()).to_numpy()
             te = (table.column("time_end").cast(pa.int64()).to_numpy() if "time_end" in table.column_names else ts)
             exp_np = exp.to_numpy(zero_copy_only=False)
-            # A flow goes to the window it overlaps most: NetFlow v9 stamps are whole
-            # seconds plus uptime offsets, so a run's flow may seem to start up to ~1.5 s
+            # A flow goes to the window it overlaps most: the lab exports IPFIX with
+            # millisecond stamps, but with NetFlow v9 (whole seconds plus uptime offsets,
+            # as the lab exported before) a run's flow may seem to start up to ~1.5 s
             # before its window, inside the previous run's (back-to-back runs are often
             # closer than that), while it lies almost wholly in its own. A flow no window
             # holds goes to the nearest within the slack (overlap = minus the distance).

@@ -224,6 +224,11 @@ def test_flows_in_the_lake_match_what_the_runs_sent(smoke):
     got = dict((r[0], r[1:]) for r in _lake(smoke, sql % 6, lambda r: r and r[0][2] >= tcp["metrics"]["bytes_sent"]))
     payload = tcp["metrics"]["bytes_sent"]
     assert payload <= got[tcp["run_id"]][1] <= payload * 1.08 + 100_000  # headers and retransmissions
+    # IPFIX millisecond stamps: the run's flows lie within its window (v9's whole-second
+    # stamps put them up to a second before it)
+    span = _lake(smoke, f"select min(epoch_ms(time_start)), max(epoch_ms(time_end)) from {flows} "
+                        f"where run_id = '{udp['run_id']}' and src_addr = '10.77.1.1' and proto = 17")
+    assert udp["start"] * 1000 - 50 <= span[0][0] <= span[0][1] <= udp["end"] * 1000 + 50, (span, udp)
     # flows of no lab run carry an empty run_id, not another run's
     other = _lake(smoke, f"select count(*) from {flows} where run_id = '' and src_addr like '10.77.%'")
     assert other[0][0] == 0

@@ -34,8 +34,8 @@ from flowlake.collectors.lab.netns import Namespaces, free_udp_port, sh as _sh, 
 class Lab(Namespaces):
     """Two namespaces joined by one veth pair with a tbf bottleneck on the sender's side."""
 
-    def __init__(self, rate: str | None):  # rate None: a plain link, no bottleneck
-        super().__init__("fl-lab")
+    def __init__(self, rate: str | None, record: Path | None = None):  # rate None: a plain link
+        super().__init__("fl-lab", record)  # record: its owner record (lab/leftovers.py)
         net = f"10.{random.randint(160, 250)}.{random.randint(0, 255)}"
         self.addr_a, self.addr_b = f"{net}.1", f"{net}.2"
         self.rate = rate
@@ -133,7 +133,9 @@ def run_lab(seconds: int = 30, rate: str = "50mbit", lake: Path | None = None, c
     cfg = cfg or config.get()
     work = Path(tempfile.mkdtemp(prefix="bulk-impact-", dir=cfg.path("tmp") if _mk(cfg.path("tmp")) else None))
     lake = Path(lake).resolve() if lake else cfg.path("lab", work.name, "lake")
-    lab = Lab(rate)
+    from flowlake.collectors.lab.leftovers import owners_dir
+
+    lab = Lab(rate, record=owners_dir(cfg) / f"{os.getpid()}.json")
     step = progress or (lambda msg: None)
     with signals_raise():
         try:

@@ -1,5 +1,7 @@
 """Each run's traffic as real NetFlow into the running stack: softflowd on the client's
-end of every path exports v9 to a relay (relay.py) that carries it out of the namespace
+end of every path exports IPFIX with millisecond stamps (`-v 10 -A milli`; v9's stamps
+are whole header seconds plus uptime offsets, up to ~1 s before the packets, which put a
+run's first flows in the previous run's window) to a relay (relay.py) that carries it out of the namespace
 to the stack's nfcapd from a loopback address unique to this lab. After each run its
 flows are expired (softflowctl expire-all) and the run is registered: exporter address
 + time window -> run_id, which the ingest uses to tag the run's flows (pipelines/lab_tag.py).
@@ -78,7 +80,7 @@ class FlowExport:
         for path, (dev, _) in self.topo.devs.items():
             ctl = self.work / f"softflowd-{dev}.ctl"
             ctl.unlink(missing_ok=True)
-            p = lab.spawn(self.topo.client, "softflowd", "-i", dev, "-n", f"127.0.0.1:{port}", "-v", 9, "-d",
+            p = lab.spawn(self.topo.client, "softflowd", "-i", dev, "-n", f"127.0.0.1:{port}", "-v", 10, "-A", "milli", "-d",
                           "-c", ctl, "-p", self.work / f"softflowd-{dev}.pid", "-t", "maxlife=3600",
                           "-t", "expint=1")
             self.ctls.append(ctl)
