@@ -265,7 +265,8 @@ def run_cmd(spec_file, state_dir, no_publish, no_export, fresh, as_json):
     traffic as NetFlow to the running stack's nfcapd and publishes one row per run and
     metric to Kafka ([kafka] experiments_topic), which the ingest lands in
     lake/experiments/. Progress and ETA go to stderr. Killed and rerun, it resumes
-    where it stopped, and a run's rows reach the lake once: they are published in one
+    where it stopped (first removing what a SIGKILLed lab left, as `flowlake lab
+    clean` does), and a run's rows reach the lake once: they are published in one
     Kafka transaction with the run's ledger record ([kafka] lab_ledger_topic), which a
     rerun reads back. `--fresh` starts over. Needs root.
 
