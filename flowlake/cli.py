@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("flowlake.demo:demo", "The main job end to end: stack, a day of traffic, reports, Superset."),
     "query": ("flowlake.query.cli:query", "Search the lake with nfdump filter syntax."),
     "host": ("flowlake.query.cli:host", "Profile one host: peers, ports, volumes, first/last seen."),
-    "query-index": ("flowlake.query.index:index_cmd", "Index closed hours in DuckDB files for fast queries."),
+    "query-index": ("flowlake.query.cli:index_cmd", "Index closed hours in DuckDB files for fast queries."),
     "schema": ("flowlake.schema_cli:schema", "Print generated views (Avro, Spark, Markdown) of a record."),
     "retention": ("flowlake.retention.cli:retention", "Expire old data per tier ([retention]); --dry-run shows what goes."),
     "alerts": ("flowlake.pipelines.alerts.cli:alerts", "Alerts of the live detectors: list, show, ack, snooze."),

@@ -56,6 +56,7 @@ if ! command -v go >/dev/null; then
   exit 1
 fi
 .venv/bin/python -m flowlake.gobuild
+.venv/bin/python -m flowlake.query.standalone   # the filter parser with its LALR tables built in (fast start)
 
 # --- Superset (own virtualenv: its pins clash with Spark's) --------------------------------
 if [ -x scripts/setup-superset.sh ]; then

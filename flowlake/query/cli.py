@@ -89,16 +89,14 @@ def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, eng
       flowlake query any -s dstport/bytes -s srcip/packets -n 20
       flowlake query 'proto tcp and dst port 443' -s srcip/bytes --engine spark
     """
-    from .parser import FilterError, parse
-    from .spec import StatError, parse_aggregate, parse_stat
+    from .answer import answer, prepare
+    from .parser import FilterError
+    from .spec import StatError
 
     try:
-        tree = parse(filter_text)
+        tree, stat_specs, agg = prepare(filter_text, stats, aggregate_keys)
     except FilterError as exc:
         raise click.BadParameter("\n" + str(exc), param_hint="FILTER") from None
-    try:
-        stat_specs = [parse_stat(s) for s in stats]
-        agg = parse_aggregate(aggregate_keys) if aggregate_keys else None
     except StatError as exc:
         raise click.BadParameter(str(exc), param_hint="--stats/--aggregate") from None
 
@@ -106,36 +104,13 @@ def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, eng
         limit = 20 if fmt == "table" else 0
     eng = _open(start, end, engine, master, progress)
     try:
-        _answer(eng, tree, stat_specs, top_n, agg, fmt, limit, anon)
+        answer(eng, tree, stat_specs, top_n, agg, fmt, limit, anon)
     except RuntimeError as exc:  # duck.LakeReadError: a file unreadable or replaced while read
         raise click.ClickException(str(exc)) from None
     finally:
         eng.close()
     if eng.name == "local":  # Spark's session ends its own way
         quick_exit()
-
-
-def _answer(eng, tree, stat_specs, top_n, agg, fmt, limit, anon) -> None:
-    from . import output
-    from .spec import FLOW_COLUMNS, MEASURES, TOP_COLUMNS
-
-    if stat_specs:
-        out = {k: list(anon(rows)) for k, rows in eng.tops(tree, stat_specs, top_n).items()}
-        if fmt == "json":
-            click.echo(json.dumps({k: [output.deep(r) for r in rows] for k, rows in out.items()}, indent=1))
-            return
-        cols = [c for c in TOP_COLUMNS if c != "last_seen"]
-        for (key, order), rows in zip(stat_specs, out.values()):
-            output.stream(rows, cols, fmt, title=f"Top {top_n or 'all'} {key} ordered by {order}")
-        return
-    if agg:
-        rows = anon(eng.aggregate(tree, agg, "flows", limit))
-        output.stream(rows, agg + [c for c in MEASURES if c != "duration_s"], fmt,
-                      title=f"Aggregated by {','.join(agg)}")
-        return
-    cols = FLOW_COLUMNS if fmt != "table" else ("time_start", "time_end", "proto", "src_addr", "src_port",
-                                                "dst_addr", "dst_port", "tcp_flags", "packets", "bytes")
-    output.stream(anon(eng.records(tree, limit)), cols, fmt)
 
 
 @click.command("host", context_settings={"help_option_names": ["-h", "--help"]})
@@ -184,3 +159,26 @@ def host(address, start, end, top_n, fmt, engine, master, progress):
     output.table(prof["hourly"], ["hour", "flows", "bytes_out", "bytes_in", "peers"], "By hour")
     if eng.name == "local":
         quick_exit()
+
+
+@click.command("query-index", context_settings={"help_option_names": ["-h", "--help"]})
+def index_cmd():
+    """Copy each closed hour of the lake's flows into a DuckDB file for fast queries.
+
+    `flowlake query` reads an hour from its index when the index matches the hour's
+    Parquet files, and from the Parquet files otherwise: answers never differ, only
+    their speed. Keeps the last [query] index_days days (0: no index). Run it after
+    hours close (cron, or the hour-close job); it skips what is already indexed.
+
+    \b
+    Example:
+      flowlake query-index && flowlake query 'proto tcp and dst port 443' -s srcip/bytes
+    """
+    from flowlake import config
+
+    from .index import build, root
+
+    cfg = config.get()
+    res = build(cfg, log=lambda m: click.echo(m, err=True))
+    click.echo(f"query index: {res['built']} hours built ({res['flows']:,} flows), {res['fresh']} already current, "
+               f"{res['removed']} files removed; {root(cfg)}")

@@ -96,11 +96,17 @@ class DuckEngine:
             out.append(f"time_start < {typ} '{self.end:%Y-%m-%d %H:%M:%S.%f}'")
         return " AND ".join(out)
 
-    def _indexed(self, path) -> str:
+    def _indexed(self, path) -> str | None:
+        """The index file's table, attached once; None when the file cannot be attached
+        (`flowlake query-index` dropped it since the lookup, or it is damaged): the hour is
+        then read from its Parquet files, which are pinned and the truth."""
         if path not in self._attached:
             alias = f"ix{len(self._attached)}"
-            self._exec(f"ATTACH {sql.quote(str(path))} AS {alias} (READ_ONLY)")
-            self._attached[path] = f"{alias}.flows"
+            try:
+                self.con.execute(f"ATTACH {sql.quote(str(path))} AS {alias} (READ_ONLY)")
+                self._attached[path] = f"{alias}.flows"
+            except duckdb_module().Error:
+                self._attached[path] = None
         return self._attached[path]
 
     def _source(self, parts=None, tree=None) -> str | None:
@@ -112,13 +118,14 @@ class DuckEngine:
         parts = self.parts if parts is None else parts
         later = sorted(sql.columns(tree) & set(sql.LATER_COLUMNS)) if tree is not None else []
         subs = []
+        indexed = [(files, self._indexed(ix)) for _, files, ix in parts if ix is not None]
         plain = [f for _, files, ix in parts if ix is None for f in files]
+        plain += [f for files, rel in indexed if rel is None for f in files]
         if plain:
             rel = f"read_parquet({sql_list(plain)}, union_by_name = true)"
             subs.append(f"SELECT *{self._missing(rel, later)} FROM {rel} WHERE {self._bounds('parquet', rel)}")
-        for _, _, ix in parts:
-            if ix is not None:
-                rel = self._indexed(ix)
+        for _, rel in indexed:
+            if rel is not None:
                 subs.append(f"SELECT *{self._missing(rel, later)} FROM {rel} WHERE {self._bounds('index', rel)}")
         return "(" + " UNION ALL BY NAME ".join(subs) + ")" if subs else None
 

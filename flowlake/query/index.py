@@ -1,12 +1,14 @@
 """The investigation index: each closed hour of lake/flows copied into a DuckDB file.
 
-Why: DuckDB scans its own storage with ~4x less CPU than zstd Parquet (bench/query.py:
-a day's `-s srcip/bytes` top-N, 0.07 against 0.28 CPU-s), and that scan is what keeps a
-whole `flowlake query` behind `nfdump -R`. The lake stays the truth:
+Why: DuckDB scans its own storage with ~4x less CPU than the ingest's plain zstd Parquet
+(bench/query.py: a day's `-s srcip/bytes` top-N, 0.07 against 0.28 CPU-s). Hours the
+compactor has rewritten (sorted, dictionary encodings) are not indexed: the index took
+1.1x their CPU. So the index serves closed hours not compacted yet. The lake stays the truth:
 - an hour's index file is named after the signature (names, sizes, mtimes) of the
   hour's Parquet files: when compaction or a late batch rewrites the hour, the name no
   longer matches and queries read that hour's Parquet until the index is rebuilt;
 - files are written aside and renamed into place, so a query never sees half a file;
+  one dropped between a query's lookup and its ATTACH is read from Parquet (duck.py);
 - only the last `[query] index_days` days are kept (the bound; 0 turns the index off).
 `flowlake query-index` builds what is missing (run it after an hour closes, e.g. from
 cron or the hour-close job); `flowlake status` shows its size.
@@ -17,8 +19,6 @@ import datetime as dt
 import hashlib
 import os
 from pathlib import Path
-
-import click
 
 CLOSE_MARGIN = dt.timedelta(minutes=10)  # an hour is closed this long after its end (late files)
 
@@ -92,7 +92,7 @@ def _build_parts(cfg, parts, now, snap, keep: set, out: dict, log) -> None:
         if _hour_of(part) + dt.timedelta(hours=1) > now - CLOSE_MARGIN:
             continue  # still open: flows keep arriving
         files = snap.files(part)  # pinned: a compaction swap while we copy cannot fail the read
-        if not files:
+        if not files or compacted(files):
             continue
         target = index_file(cfg, part, files)
         keep.add(target)
@@ -125,6 +125,16 @@ def _build_parts(cfg, parts, now, snap, keep: set, out: dict, log) -> None:
             log(f"indexed {part.parent.name}/{part.name}: {n:,} flows")
 
 
+def compacted(files) -> bool:
+    """Every file of the hour written by the compactor: not indexed, as its sorted,
+    dictionary-encoded files cost DuckDB no more to scan than an index file (bench/query.py:
+    the index took 1.1x their CPU, ATTACH included). The index is for hours still in the
+    ingest's many small files (closed, not compacted yet: ~4x less CPU than their Parquet)."""
+    from flowlake.pipelines.compact import COMPACT_FILE
+
+    return bool(files) and all(COMPACT_FILE.match(Path(f).name) for f in files)
+
+
 def _is_open_hour(f: Path, now: dt.datetime) -> bool:
     try:
         t = _hour_of(f.parent / f.name.split("-")[0])
@@ -137,24 +147,3 @@ def status(cfg) -> dict:
     files = list(root(cfg).rglob("*.duckdb")) if root(cfg).exists() else []
     return {"index_hours": len(files), "index_bytes": sum(f.stat().st_size for f in files),
             "index_days": int(cfg.query.index_days)}
-
-
-@click.command("query-index", context_settings={"help_option_names": ["-h", "--help"]})
-def index_cmd():
-    """Copy each closed hour of the lake's flows into a DuckDB file for fast queries.
-
-    `flowlake query` reads an hour from its index when the index matches the hour's
-    Parquet files, and from the Parquet files otherwise: answers never differ, only
-    their speed. Keeps the last [query] index_days days (0: no index). Run it after
-    hours close (cron, or the hour-close job); it skips what is already indexed.
-
-    \b
-    Example:
-      flowlake query-index && flowlake query 'proto tcp and dst port 443' -s srcip/bytes
-    """
-    from flowlake import config
-
-    cfg = config.get()
-    res = build(cfg, log=lambda m: click.echo(m, err=True))
-    click.echo(f"query index: {res['built']} hours built ({res['flows']:,} flows), {res['fresh']} already current, "
-               f"{res['removed']} files removed; {root(cfg)}")

@@ -1,4 +1,5 @@
-"""Parse nfdump filter text into the syntax tree of `ast.py` (lark, LALR(1)).
+"""Parse nfdump filter text into the syntax tree of `ast.py` (lark, LALR(1); the pre-built
+stand-alone parser of standalone.py when present: no lark import at a query's start).
 
 Errors are `FilterError`s that show the filter with a caret under the offending
 token, as nfdump's "syntax error at 'x'" does, but pointing at it.
@@ -10,11 +11,31 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from lark import Lark, Token, Transformer, v_args
-from lark import __version__ as lark_version
-from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
-
 from . import ast
+
+GRAMMAR = Path(__file__).with_name("grammar.lark").read_text()
+
+
+def _standalone():
+    """The pre-built parser module (standalone.py, built by `make setup`) when it was built
+    from this grammar, else None (lark then builds the parser, cached)."""
+    try:
+        from . import _filter_lalr as mod
+    except ImportError:
+        return None
+    return mod if getattr(mod, "GRAMMAR", None) == GRAMMAR else None
+
+
+_STANDALONE = _standalone()
+if _STANDALONE is not None:  # the same classes, from the module's copy of lark's runtime
+    Token, Transformer, v_args = _STANDALONE.Token, _STANDALONE.Transformer, _STANDALONE.v_args
+    LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError = (
+        _STANDALONE.LarkError, _STANDALONE.UnexpectedCharacters, _STANDALONE.UnexpectedEOF,
+        _STANDALONE.UnexpectedInput, _STANDALONE.UnexpectedToken, _STANDALONE.VisitError)
+else:
+    from lark import Token, Transformer, v_args
+    from lark.exceptions import (LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken,
+                                 VisitError)
 
 # nfdump's symbolic protocol names (a subset of its table; numbers always work).
 PROTOCOLS = {
@@ -57,10 +78,14 @@ class _Bad(Exception):
 
 
 @lru_cache(maxsize=1)
-def _lark() -> Lark:
-    grammar = (Path(__file__).with_name("grammar.lark")).read_text()
-    return Lark(grammar, parser="lalr", lexer="contextual", propagate_positions=False, maybe_placeholders=False,
-                cache=_cache_file(grammar))
+def _lark():
+    if _STANDALONE is not None:
+        return _STANDALONE.Lark_StandAlone()
+    from lark import Lark
+
+    from .standalone import OPTIONS
+
+    return Lark(GRAMMAR, **OPTIONS, cache=_cache_file(GRAMMAR))
 
 
 def _cache_file(grammar: str) -> str | bool:
@@ -77,6 +102,8 @@ def _cache_file(grammar: str) -> str | bool:
             return False
     except OSError:
         return False
+    from lark import __version__ as lark_version
+
     digest = hashlib.sha256((grammar + lark_version).encode()).hexdigest()[:16]
     return str(base / f"filter-grammar-{digest}.lark")
 
