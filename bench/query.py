@@ -38,7 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # nfcapd_capture, as bench/ship.py
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("flowlake", "pipelines", "jobs", "schemas", "collectors")
+sys.path.insert(0, str(ROOT / "tests"))  # nfcapd_capture, as bench/ship.py
 
 FILTERS = [
     "any",
@@ -226,11 +228,15 @@ def whole_commands(args, work: Path, nfdir: Path) -> None:
     flowlake = str(Path(sys.executable).with_name("flowlake"))
     env = {**os.environ, "FLOWLAKE_HOME": str(work), "FLOWLAKE_QUERY_ENGINE": "local",
            "FLOWLAKE_QUERY_INDEX_DAYS": "100000"}  # the synthetic day may lie in the past
+    # byte-compiled as an installed package is (the session may set PYTHONDONTWRITEBYTECODE,
+    # and then every command would compile flowlake's modules anew)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *(str(ROOT / d) for d in PACKAGES)],
+                   check=True, stdout=subprocess.DEVNULL)
     wall, cpu, _, out = timed([flowlake, "query-index"], env)
-    size = sum(f.stat().st_size for f in (work / "query-index").rglob("*.duckdb"))
-    print(f"\nflowlake query-index: {wall:.1f} s wall, {cpu:.1f} s CPU for the day, {size / args.flows:.1f} B/flow "
-          f"({out.strip().splitlines()[-1][:60]}...)")
-    envs = {"index": env, "parquet": {**env, "FLOWLAKE_QUERY_INDEX_DAYS": "0"}, "nfdump": env}
+    print(f"\nflowlake query-index: {wall:.1f} s wall, {cpu:.1f} s CPU ({out.strip().splitlines()[-1][:50]}...: "
+          "compacted hours are not indexed, their Parquet reads as fast)")
+    # the fast path (flowlake/query/fast.py) and the same command through click
+    envs = {"fast": env, "click": {**env, "FLOWLAKE_QUERY_FAST_START": "false"}, "nfdump": env}
     stat = ["-s", "srcip/bytes", "-n", "10"]
 
     def command(who: str, flt: str, *extra: str) -> list[str]:
@@ -241,8 +247,8 @@ def whole_commands(args, work: Path, nfdir: Path) -> None:
     print(f"\n1. Whole commands, median of {args.rounds} rounds in turns, wall s / CPU s; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (a shared machine: wall follows CPU share); "
           f"DuckDB threads now {duck_threads(0)} ([query] threads = 0: the idle cores)")
-    print(f"{'filter  (-s srcip/bytes -n 10)':<56} {'flowlake+index':>15} {'flowlake':>15} {'nfdump -R':>15} "
-          f"{'nfdump/flowlake (index, parquet)':>33}  top-10")
+    print(f"{'filter  (-s srcip/bytes -n 10)':<56} {'flowlake':>15} {'via click':>15} {'nfdump -R':>15} "
+          f"{'nfdump/flowlake (fast, click)':>33}  top-10")
     whos = list(envs)
     tot = {w: [0.0, 0.0] for w in whos}
     for flt in FILTERS:
@@ -257,21 +263,25 @@ def whole_commands(args, work: Path, nfdir: Path) -> None:
             tot[w][0] += med[w][0]
             tot[w][1] += med[w][1]
         ref = top10(timed(command("nfdump", flt, "-o", "csv", "-q"), env)[3], 4, (5, 7, 9))
-        same = [top10(timed(command(w, flt, "--format", "csv"), envs[w])[3], 1, (2, 4, 6)) == ref for w in ("index", "parquet")]
+        same = [top10(timed(command(w, flt, "--format", "csv"), envs[w])[3], 1, (2, 4, 6)) == ref for w in ("fast", "click")]
         print(f"{flt:<56} " + " ".join(f"{med[w][0]:>7.2f} /{med[w][1]:>6.2f}" for w in whos)
-              + f" {med['nfdump'][0] / med['index'][0]:>15.2f}x {med['nfdump'][0] / med['parquet'][0]:>15.2f}x  "
-              + ("equal" if all(same) else f"DIFFER (index {same[0]}, parquet {same[1]})"))
+              + f" {med['nfdump'][0] / med['fast'][0]:>15.2f}x {med['nfdump'][0] / med['click'][0]:>15.2f}x  "
+              + ("equal" if all(same) else f"DIFFER (fast {same[0]}, click {same[1]})"))
     print(f"{'total':<56} " + " ".join(f"{tot[w][0]:>7.2f} /{tot[w][1]:>6.2f}" for w in whos)
-          + f" {tot['nfdump'][0] / tot['index'][0]:>15.2f}x {tot['nfdump'][0] / tot['parquet'][0]:>15.2f}x"
-          + f"  (CPU: {tot['nfdump'][1] / tot['index'][1]:.2f}x, {tot['nfdump'][1] / tot['parquet'][1]:.2f}x)")
+          + f" {tot['nfdump'][0] / tot['fast'][0]:>15.2f}x {tot['nfdump'][0] / tot['click'][0]:>15.2f}x"
+          + f"  (CPU: {tot['nfdump'][1] / tot['fast'][1]:.2f}x, {tot['nfdump'][1] / tot['click'][1]:.2f}x)")
+    fixed = {w: statistics.median(timed([flowlake, "query", "any", *stat, "--from", "2030-01-01"], envs[w])[1]
+                                  for _ in range(args.rounds)) for w in ("fast", "click")}
+    print("fixed cost of a command (a window with no hours: start, parser, config, DuckDB, no scan), median CPU s: "
+          + ", ".join(f"{w} {v:.3f}" for w, v in fixed.items()))
 
     print("first rows of a day's top-N ('any' -s srcip/bytes -n 10), median s to the first line / CPU s: "
           + ", ".join(f"{w} {top_first[w][0]:.2f} / {top_first[w][1]:.2f}" for w in whos))
-    for w in ("index", "parquet"):
+    for w in ("fast", "click"):
         first = [timed([flowlake, "query", FILTERS[1], "--limit", "20"], envs[w])[2] for _ in range(args.rounds)]
         print(f"first row of a listing ({FILTERS[1]!r}, --limit 20), {w}: median {statistics.median(first):.2f} s; "
               f"a top-N prints its first rows when its whole command ends (above)")
-    progress(flowlake, envs["parquet"])
+    progress(flowlake, envs["fast"])
     for flt in FILTERS[1:1 + args.spark_commands]:
         wall = timed([flowlake, "query", flt, *stat, "--engine", "spark", "--master", args.master], env)[0]
         # wall only: the JVM is not a child this process waits for, so its CPU is not counted

@@ -11,7 +11,6 @@ as FLOWLAKE_KAFKA_PORT=90x2 fails loudly naming the variable.
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,13 +29,22 @@ class ConfigError(ValueError):
 
 
 def _read_toml(path: Path) -> dict:
+    from flowlake import parsed_cache
+
+    cached = parsed_cache.get(path)
+    if cached is not None:
+        return cached
+    import tomllib  # only when the file changed: its import and the parse cost ~5 ms a command
+
     try:
         with open(path, "rb") as fh:
-            return tomllib.load(fh)
+            data = tomllib.load(fh)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    parsed_cache.put(path, data)
+    return data
 
 
 def _coerce(name: str, raw: str, default: Any) -> Any:

@@ -191,3 +191,31 @@ def test_prebuilt_parser_parses_as_lark(tmp_path):
         for text in FILTERS:
             assert _shape(runtime, text) == _shape(ref, text), text
     assert sum(_shape(ref, t)[0] == "error" for t in FILTERS) == 7
+
+
+def test_config_read_through_its_parse_cache(tmp_path, monkeypatch):
+    """flowlake.toml parsed once and kept (marshal, the user's cache folder): the same
+    tables as tomllib's, re-read when the file changes, a damaged cache ignored, and shown
+    in `flowlake status`."""
+    import tomllib
+
+    from flowlake import config, parsed_cache
+    from flowlake.query.engines import status
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    user = tmp_path / "flowlake.toml"
+    user.write_text('[query]\nthreads = 3\n')
+    env = {"FLOWLAKE_CONFIG": str(user), "FLOWLAKE_HOME": str(tmp_path / "home")}
+    first = config.load(env=env)
+    cached = sorted((tmp_path / "cache" / "flowlake").glob("toml-*.marshal"))
+    assert len(cached) == 2  # the defaults and the user's file
+    assert parsed_cache.get(config.DEFAULTS_FILE) == tomllib.loads(config.DEFAULTS_FILE.read_text())
+    assert config.load(env=env).data == first.data and first.query.threads == 3
+    user.write_text('[query]\nthreads = 5\n# longer now\n')
+    assert config.load(env=env).query.threads == 5  # size and mtime changed: parsed again
+    for f in cached:
+        f.write_bytes(b"\x00garbage")
+    assert config.load(env=env).data == config.load(env=env).data and config.load(env=env).query.threads == 5
+    st = status(config.load(env=env))
+    assert st["cache_dir"] == str(tmp_path / "cache" / "flowlake") and st["cache_files"] == 2 and st["cache_bytes"] > 0
+    assert st["fast_start"] is True and st["parser"] == "pre-built"

@@ -75,11 +75,16 @@ def duck_threads(configured: int, cores: int | None = None, load: float | None =
 def status(cfg) -> dict:
     """For `flowlake status`: the engine queries would use, how many files they open (a
     query's start-up grows with files per hour; compaction keeps it small) and the index."""
-    from . import index
+    from flowlake import parsed_cache
+
+    from . import index, parser
     from .lake import partitions
 
     out = {"engine": choose(cfg), "threads": duck_threads(int(cfg.query.threads)), "hours": 0, "files": 0,
-           "max_files_per_hour": 0, **index.status(cfg)}
+           "max_files_per_hour": 0, **index.status(cfg),
+           # a command's start: the fast path (fast.py), the pre-built parser (standalone.py), the parse cache
+           "fast_start": bool(cfg.query.fast_start), "parser": "pre-built" if parser._STANDALONE else "lark",
+           **parsed_cache.status()}
     try:
         parts = partitions(cfg.lake)
     except FileNotFoundError:

@@ -16,7 +16,6 @@ cron or the hour-close job); `flowlake status` shows its size.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import os
 from pathlib import Path
 
@@ -28,6 +27,8 @@ def root(cfg) -> Path:
 
 
 def signature(files: list[str]) -> str:
+    import hashlib
+
     h = hashlib.sha256()
     for f in sorted(files):
         st = os.stat(f)
@@ -45,8 +46,9 @@ def index_file(cfg, part: Path, files: list[str]) -> Path:
 
 
 def lookup(cfg, part: Path, files: list[str]) -> Path | None:
-    """The hour's index file if it matches the hour's Parquet files now, else None."""
-    if not files or int(cfg.query.index_days) <= 0:
+    """The hour's index file if it matches the hour's Parquet files now, else None. A day
+    without index folder costs one stat (no signature: compacted days have none)."""
+    if not files or int(cfg.query.index_days) <= 0 or not (root(cfg) / part.parent.name).is_dir():
         return None
     try:
         path = index_file(cfg, part, files)

@@ -12,6 +12,9 @@ _FORMATS = ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M",
             "%Y/%m/%d.%H:%M:%S", "%Y/%m/%d.%H:%M", "%Y/%m/%d")
 
 
+_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
 class TimeError(ValueError):
     pass
 
@@ -43,10 +46,13 @@ def partitions(lake: Path, start: dt.datetime | None = None, end: dt.datetime | 
     in time order (an hour's folder holds exactly the flows starting in that hour)."""
     out = []
     for day in sorted(flows_dir(lake).glob("date=*")):
-        try:
-            d = dt.datetime.strptime(day.name[5:], "%Y-%m-%d").replace(tzinfo=dt.timezone.utc)
-        except ValueError:
+        # fromisoformat, not strptime: importing _strptime costs a quick query ~3 ms of CPU
+        if not _DAY.fullmatch(day.name[5:]):
             continue  # not a partition (e.g. a staging folder)
+        try:
+            d = dt.datetime.fromisoformat(day.name[5:]).replace(tzinfo=dt.timezone.utc)
+        except ValueError:
+            continue
         if (end is not None and d >= end) or (start is not None and d + dt.timedelta(days=1) <= start):
             continue
         hours = []

@@ -89,21 +89,19 @@ def _lark():
 
 
 def _cache_file(grammar: str) -> str | bool:
-    """Lark's analysed grammar, kept in the user's own cache folder: building the LALR
-    tables costs more than DuckDB's whole scan of a day. (Lark's default cache file lives
-    in the shared /tmp, and it is a pickle.) False, no cache, if the folder is unusable."""
+    """Lark's analysed grammar, when the pre-built module is missing, kept in the user's
+    own cache folder: building the LALR tables costs more than DuckDB's whole scan of a
+    day. (Lark's default cache file lives in the shared /tmp, and it is a pickle.) False,
+    no cache, if the folder is unusable."""
     import hashlib
-    import os
 
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flowlake"
-    try:
-        base.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if base.stat().st_uid != os.getuid():
-            return False
-    except OSError:
-        return False
     from lark import __version__ as lark_version
 
+    from flowlake import parsed_cache
+
+    base = parsed_cache.folder()
+    if base is None:
+        return False
     digest = hashlib.sha256((grammar + lark_version).encode()).hexdigest()[:16]
     return str(base / f"filter-grammar-{digest}.lark")
 
