@@ -165,9 +165,10 @@ def host(address, start, end, top_n, fmt, engine, master, progress):
 def index_cmd():
     """Copy each closed hour of the lake's flows into a DuckDB file for fast queries.
 
-    `flowlake query` reads an hour from its index when the index matches the hour's
-    Parquet files, and from the Parquet files otherwise: answers never differ, only
-    their speed. Keeps the last [query] index_days days (0: no index). Run it after
+    Only hours the compactor has not rewritten yet: a compacted hour's Parquet files
+    read as fast as an index. `flowlake query` reads an hour from its index when the
+    index matches the hour's Parquet files, and from the Parquet files otherwise:
+    answers never differ, only their speed. Keeps the last [query] index_days days (0: no index). Run it after
     hours close (cron, or the hour-close job); it skips what is already indexed.
 
     \b
