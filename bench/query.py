@@ -9,7 +9,9 @@ One synthetic day (numpy, seeded) is written twice:
 Then, in one run:
   1. whole commands, what the analyst waits for (process start, imports, scan, print):
      `flowlake query FILTER -s srcip/bytes` on the local engine (DuckDB) and `nfdump -R DIR
-     -s srcip/bytes FILTER`, taken in turns, median wall time and CPU time of N rounds; the
+     -s srcip/bytes FILTER`, taken in turns, median wall time and CPU time of N rounds (flowlake
+     on its fast path and through click, `[query] fast_start = false`), and the fixed cost
+     of a command that scans nothing; the
      Spark engine's whole command for the first filters (`--spark-commands`); the time to
      the first printed row of a listing; and both top-10s compared value for value;
   2. the engines in one process, scan only: the count of every filter on DuckDB and on

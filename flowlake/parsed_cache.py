@@ -4,8 +4,9 @@ Why: every `flowlake` command reads flowlake.toml; importing tomllib and parsing
 lines cost a quick `flowlake query` ~5 ms of CPU (bench/query.py), a fiftieth of nfdump's
 whole answer. The parsed tables are stored with marshal (no import, C speed) under
 $XDG_CACHE_HOME/flowlake (~/.cache/flowlake, mode 700, ours only), one file per config
-file, replaced when the file's size or mtime changes: bounded by the number of config
-files read. A cache that cannot be read or written is ignored: the file is parsed.
+file, replaced when the file's size or mtime changes; the MAX_FILES most recently written
+are kept (the bound: tests and scripts read many short-lived config files). A cache that
+cannot be read or written is ignored: the file is parsed.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import os
 from pathlib import Path
 
 PREFIX = "toml-"
+MAX_FILES = 8
 
 
 def folder() -> Path | None:
@@ -63,6 +65,9 @@ def put(path: Path, data: dict) -> None:
         with open(tmp, "wb") as fh:
             fh.write(blob)
         os.replace(tmp, cache)
+        kept = sorted(cache.parent.glob(f"{PREFIX}*.marshal"), key=lambda f: f.stat().st_mtime_ns, reverse=True)
+        for old in kept[MAX_FILES:]:
+            old.unlink(missing_ok=True)
     except (OSError, ValueError):
         return
 

@@ -529,7 +529,7 @@ def status(as_json: bool) -> None:
                       f"index {qs['index_hours']} hours, {qs['index_bytes']:,} bytes (last {qs['index_days']} days)")
         console.print(f"flowlake query start: fast path {'on' if qs['fast_start'] else 'off ([query] fast_start)'}, "
                       f"{qs['parser']} filter parser; cache {qs['cache_files']} files, {qs['cache_bytes']:,} bytes "
-                      f"in {qs['cache_dir']} (one per config file and grammar)")
+                      f"in {qs['cache_dir']} (parsed config files, at most 8)")
     _print_exporters(console, st["exporters"])
     from .collectors.snmp import service as snmp_service
 

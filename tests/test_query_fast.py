@@ -216,6 +216,14 @@ def test_config_read_through_its_parse_cache(tmp_path, monkeypatch):
     for f in cached:
         f.write_bytes(b"\x00garbage")
     assert config.load(env=env).data == config.load(env=env).data and config.load(env=env).query.threads == 5
+    for i in range(parsed_cache.MAX_FILES + 3):  # many short-lived config files: the newest kept
+        other = tmp_path / f"other{i}.toml"
+        other.write_text(f"[query]\nthreads = {i}\n")
+        assert config.load(env={**env, "FLOWLAKE_CONFIG": str(other)}).query.threads == i
+    assert len(list((tmp_path / "cache" / "flowlake").glob("toml-*.marshal"))) == parsed_cache.MAX_FILES
+    assert parsed_cache.get(other) == {"query": {"threads": parsed_cache.MAX_FILES + 2}}
+    user.write_text('[query]\nthreads = 5\n# longer now\n')
     st = status(config.load(env=env))
-    assert st["cache_dir"] == str(tmp_path / "cache" / "flowlake") and st["cache_files"] == 2 and st["cache_bytes"] > 0
+    assert st["cache_dir"] == str(tmp_path / "cache" / "flowlake") and st["cache_bytes"] > 0
+    assert st["cache_files"] == parsed_cache.MAX_FILES
     assert st["fast_start"] is True and st["parser"] == "pre-built"
