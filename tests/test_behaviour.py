@@ -31,11 +31,11 @@ def model_lake(tmp_path_factory):
         part = cfg.lake / "flows" / f"date={DAY}" / f"hour={int(h)}"
         part.mkdir(parents=True)
         pq.write_table(table.filter(hours == h).drop(["date", "hour"]), part / "part-0.parquet")
-    return cfg, f, p
+    return cfg, f, p, events
 
 
 def test_classifier_matches_the_model_truth(spark, model_lake, figure):
-    cfg, f, p = model_lake
+    cfg, f, p, _ = model_lake
     ctx = JobContext(spark=spark, cfg=cfg, date=DAY)
     got = {r.file_seq: r["class"] for r in
            behaviour_classes.classify(ctx.flows(), cfg.behaviour).select("file_seq", "class").collect()}
@@ -63,7 +63,7 @@ def test_classifier_matches_the_model_truth(spark, model_lake, figure):
 
 
 def test_daily_table_counts_flows_packets_bytes_hosts(spark, model_lake):
-    cfg, f, p = model_lake
+    cfg, f, p, events = model_lake
     ctx = JobContext(spark=spark, cfg=cfg, date=DAY)
     ctx.shared = {}
     behaviour_classes.run(ctx)
@@ -83,8 +83,8 @@ def test_daily_table_counts_flows_packets_bytes_hosts(spark, model_lake):
         want = doc["per_behaviour"][cls]["flows"]
         assert abs(r.flows - want) <= 0.1 * want, (cls, r.flows, want)
     # hosts: a tele-immersion stream class joins the site's host and every peer (2 + 3 peers, 2 hosts)
-    tele = [e for e in model.generate(p, START_MS, 86_400_000, 60_000, seed=5)[1] if e["kind"] == "teleimmersion"]
-    assert rows["avatar"].hosts == len({e["src"] for e in tele}) + sum(len(e["peers"]) for e in tele)
+    tele = [e for e in events if e["kind"] == "teleimmersion"]
+    assert rows["avatar"].hosts == len({e["src"] for e in tele} | {a for e in tele for a in e["peers"]})
 
 
 NEAR, FAR, V6, NAMED, IDLE = "134.79.18.40", "193.62.193.5", "2001:db8:1::7", "ping.example.org", "192.0.2.9"
@@ -193,3 +193,67 @@ def test_needs_job_from_the_lake(spark, tmp_path, caplog):
     rows = spark.read.parquet(str(cfg.lake / "reports" / "behaviour_needs" / f"date={DAY}")).collect()
     got = {(r["class"], r.target): r.flows for r in rows}
     assert got == {("avatar", NEAR): 2, ("large_bulk", NEAR): 2, ("large_bulk", FAR): 1, ("audio", V6): 1}
+
+
+REALTIME = ("avatar", "audio", "video", "realtime_state", "state_update")
+
+
+def test_needs_on_a_modelled_day(spark, model_lake, tmp_path, figure):
+    """The model's collaborating sites are its RTT test targets: the tele-immersion peers sit
+    in the targets' /24s (truth: peer_targets, flows_per_path). On the modelled day with the
+    model's pings, every real-time class shows on the paths its peers use, measured as the
+    model configured them (one-way = base RTT / 2; jitter well below 1 ms; loss as the ping
+    files' counts), and met or not by the configured RTT against the class's need."""
+    from flowlake.collectors.active.parsers import parse_file
+    from flowlake.collectors.traffic import ping
+    from flowlake.jobs import behaviour_needs as bn
+    from flowlake.schemas import registry
+
+    cfg, f, p, events = model_lake
+    probes = ping.write_series(p, events, START_MS, 86_400_000, tmp_path, seed=5)
+    tests = [r for path in sorted((tmp_path / "ping").rglob("*.txt")) for r in parse_file(path)]
+    assert len(tests) == len(probes)
+    utc = dt.timezone.utc
+    rows = [{**t, "start": dt.datetime.fromtimestamp(t["start"] / 1000, utc),
+             "end": dt.datetime.fromtimestamp(t["end"] / 1000, utc), "date": str(DAY)} for t in tests]
+    (spark.createDataFrame(rows, registry()["active"].spark_schema()).write.mode("overwrite")
+     .partitionBy("date").parquet(str(cfg.lake / "active")))
+    ctx = JobContext(spark=spark, cfg=cfg, date=DAY)
+    ctx.shared = {}  # behaviour_needs classifies the day itself
+    bn.run(ctx)
+    got = {(r["class"], r.target): r for r in
+           spark.read.parquet(str(cfg.lake / "reports" / "behaviour_needs" / f"date={DAY}")).collect()}
+
+    want: dict = {}  # (class, target) -> the truth's flows on that path
+    for e in events:
+        for target, per in e.get("flows_per_path", {}).items():
+            for cls, n in per.items():
+                want[(cls, target)] = want.get((cls, target), 0) + n
+    configured = {t.address: t for t in p.ping.targets}
+    assert {t for _, t in want} == set(configured)  # the default sessions reach every tested site
+    lines = []
+    for cls in REALTIME:
+        assert {t for c, t in got if c == cls} == {t for c, t in want if c == cls}, cls
+        lat_need, jit_need, loss_need, _ = bn.NEEDS[cls]
+        for target, tgt in configured.items():
+            r, n = got[(cls, target)], want[(cls, target)]
+            assert abs(r.flows - n) <= 0.1 * n and r.address_flows == 0, (cls, target, r.flows, n)
+            one_way = tgt.base_rtt_ms / 2
+            assert one_way <= r.latency_ms <= one_way + 1.0, (target, r.latency_ms)  # + the light queueing
+            assert abs(one_way - lat_need) > 1.0  # the configured RTT decides: no verdict on the edge
+            assert r.meets_latency == (one_way <= lat_need), (cls, target)
+            mine = [q for q in probes if q["target"] == target]
+            loss = 100.0 * sum(q["sent"] - q["received"] for q in mine) / sum(q["sent"] for q in mine)
+            assert r.loss_pct == pytest.approx(loss) and r.jitter_ms < 1.0
+            if jit_need is None:
+                assert (r.meets_jitter, r.meets_loss, r.meets) == (None, None, r.meets_latency)
+            else:
+                assert (r.meets_jitter, r.meets_loss) == (True, loss <= loss_need)
+                assert r.meets == (r.meets_latency and loss <= loss_need)
+            lines.append(f"{cls:<15}{target:<15}{r.flows:>6}{r.latency_ms:>9.2f}{r.jitter_ms:>8.3f}"
+                         f"{r.loss_pct:>8.3f}  {r.meets}")
+    print("\nclass          path            flows  one-way  jitter  loss %  meets\n" + "\n".join(lines))
+    verdicts = [got[(c, t)].meets for c in REALTIME for t in configured]
+    assert True in verdicts and False in verdicts  # the near sites serve what the far ones cannot
+    figure(f"behaviour_needs on a modelled day: {len(verdicts)} real-time class x path rows, "
+           f"{verdicts.count(True)} met, {verdicts.count(False)} not")

@@ -188,7 +188,12 @@ def default_streams() -> list:
 @dataclass
 class TeleSession:
     """A tele-immersion session between this site and `peers` remote sites; each peer
-    first fetches the shared scene (`scene_mb`, one TCP transfer: small bulk)."""
+    first fetches the shared scene (`scene_mb`, one TCP transfer: small bulk).
+
+    The collaborating sites are the ones the operator monitors: peer k is a host in the
+    network of RTT test target peer_targets[k % len] (an index into PingModel.targets;
+    empty: the targets in turn), that target's address cut to `peer_prefix` bits, so its
+    flows travel the tested path (jobs/behaviour_needs.py matches them the same way)."""
     name: str
     start_hour: float
     minutes: float
@@ -196,6 +201,8 @@ class TeleSession:
     streams: list = field(default_factory=default_streams)
     scene_mb: float = 40.0
     scene_rate_bps: float = 50e6
+    peer_targets: tuple = ()
+    peer_prefix: int = 24
 
 
 @dataclass
@@ -299,7 +306,9 @@ class ModelParams:
         Scanner("scanner-icmp", 20.0, 15, 0.004, kind="icmp-sweep")])
     fanin: list = field(default_factory=lambda: [FanIn("fanin-dns-burst", 9.25, 5, 0.01, 3000)])
     teleimmersion: list = field(default_factory=lambda: [
-        TeleSession("tele-immersion-am", 9.0, 45, 2), TeleSession("tele-immersion-pm", 15.0, 90, 3)])
+        # the morning with the near sites (FNAL, EMBL-EBI), the afternoon across the Pacific and the US
+        TeleSession("tele-immersion-am", 9.0, 45, 2, peer_targets=(2, 3)),
+        TeleSession("tele-immersion-pm", 15.0, 90, 3, peer_targets=(0, 1, 2))])
     quiet: list = field(default_factory=list)  # Quiet periods (none by default)
     ping: PingModel = field(default_factory=PingModel)
 
@@ -651,6 +660,40 @@ def _records(t0: int, t1: int, cut_ms: int) -> tuple[np.ndarray, np.ndarray]:
     return starts, np.minimum(starts + cut_ms, t1) - 1
 
 
+def tele_peers(rng, session: TeleSession, targets: list) -> tuple[np.ndarray, list[str]]:
+    """The session's peers (IPv4, distinct while the networks have room) and, per peer, the
+    RTT test target whose network it sits in: a random host of the target's /peer_prefix
+    other than the target itself, its network and broadcast addresses (with /31 and /32:
+    whatever the network holds)."""
+    if not 16 <= int(session.peer_prefix) <= 32:
+        raise ValueError(f"tele-immersion session {session.name}: peer_prefix = {session.peer_prefix}: "
+                         "a prefix length 16..32 expected")
+    if not targets:
+        raise ValueError(f"tele-immersion session {session.name}: its peers sit in the RTT test targets' "
+                         "networks, and the ping model has no targets")
+    order = list(session.peer_targets) or list(range(len(targets)))
+    peers, behind, used = [], [], set()
+    for k in range(session.peers):
+        i = order[k % len(order)]
+        if not 0 <= i < len(targets):
+            raise ValueError(f"tele-immersion session {session.name}: peer_targets has {i}, "
+                             f"but the ping model has {len(targets)} targets (0..{len(targets) - 1})")
+        addr = ipaddress.ip_address(targets[i].address)
+        if addr.version != 4:
+            raise ValueError(f"tele-immersion session {session.name}: peer target {addr} is not IPv4 "
+                             "(the sessions' flows are IPv4)")
+        net = ipaddress.ip_network(f"{addr}/{session.peer_prefix}", strict=False)
+        hosts = np.arange(int(net.network_address), int(net.broadcast_address) + 1, dtype=np.int64)
+        if len(hosts) > 2:
+            hosts = hosts[1:-1]
+        free = hosts[~np.isin(hosts, [int(addr), *used])]
+        pick = int(rng.choice(free)) if len(free) else int(addr)  # a /32 (or a full /31): the target itself
+        used.add(pick)
+        peers.append(pick)
+        behind.append(str(addr))
+    return np.array(peers, np.uint32), behind
+
+
 def tele_flows(rng, start_ms, duration_ms, params, pools, events: list) -> np.ndarray:
     """Tele-immersion sessions (TeleSession): per peer and direction one flow per Stream,
     cut at the active timeout, and the scene download at the start. Labelled with the
@@ -661,9 +704,9 @@ def tele_flows(rng, start_ms, duration_ms, params, pools, events: list) -> np.nd
     for s in params.teleimmersion:
         t0, t1 = params.window(start_ms, duration_ms, s.start_hour, s.minutes)
         local = pools["l4"][rng.integers(0, len(pools["l4"]))]
-        peers = remote_v4(rng, s.peers, params.local_prefixes)
-        flows = []
-        for peer in peers:
+        peers, behind = tele_peers(rng, s, params.ping.targets)
+        flows, path_of = [], []
+        for peer, target in zip(peers, behind):
             kinds = [(st, st.minutes) for st in s.streams] + [(None, None)]
             for st, minutes in kinds:
                 behaviour = st.behaviour if st else "small_bulk"
@@ -704,14 +747,21 @@ def tele_flows(rng, start_ms, duration_ms, params, pools, events: list) -> np.nd
                         app.port_lo, 40000 + len(flows))
                     f["tcp_flags"] = FLAGS_DONE if app.proto == TCP else 0
                     flows.append(f)
+                    path_of += [target] * n
         f = np.concatenate(flows)
         _interfaces(f, rng, params)
         parts.append(f)
         per = {b: int((f["behaviour"] == i).sum()) for i, b in enumerate(BEHAVIOURS) if (f["behaviour"] == i).any()}
+        per_path: dict = {}  # tested target -> behaviour -> flows: what behaviour_needs must find on each path
+        for t, i in zip(path_of, f["behaviour"]):
+            per_path.setdefault(t, {}).setdefault(BEHAVIOURS[i], 0)
+            per_path[t][BEHAVIOURS[i]] += 1
         events.append({"kind": "teleimmersion", "name": s.name, "router": params.routers[0].name,
                        "src": str(ipaddress.IPv4Address(int(local))),
                        "peers": [str(ipaddress.IPv4Address(int(p))) for p in peers],
+                       "peer_targets": behind, "peer_prefix": int(s.peer_prefix),
                        "start_ms": int(t0), "end_ms": int(t1), "flows": int(len(f)), "flows_per_behaviour": per,
+                       "flows_per_path": per_path,
                        "packets": int(f["packets"].sum()), "bytes": int(f["bytes"].sum())})
     return np.concatenate(parts) if parts else np.zeros(0, FLOW_DTYPE)
 
