@@ -160,6 +160,7 @@ def _coherent(cols: dict) -> dict:
 
 def write_reports(lake: Path, rows: int = 600, seed: int = 11) -> list[str]:
     """Every declared report table (and `active`), two dates, `rows` rows each."""
+    from flowlake.jobs.behaviour_classes import CLASSES as BEHAVIOUR_CLASSES
     from flowlake.schemas import registry
 
     rng = np.random.default_rng(seed)
@@ -174,6 +175,8 @@ def write_reports(lake: Path, rows: int = 600, seed: int = 11) -> list[str]:
         schema = pa.schema([(f.name, ARROW[f.type]) for f in fields])
         for day in DAYS:
             cols = _coherent({f.name: _column(f, rows, rng, day) for f in fields})
+            if name in ("behaviour_classes", "behaviour_needs"):  # the EVL classes, real-time ones included
+                cols["class"] = [BEHAVIOUR_CLASSES[i % len(BEHAVIOUR_CLASSES)] for i in range(rows)]
             data = {f.name: pa.array(cols[f.name], type=ARROW[f.type]) for f in fields}
             part = base / f"date={day.isoformat()}"
             part.mkdir(parents=True, exist_ok=True)

@@ -257,3 +257,26 @@ def test_needs_on_a_modelled_day(spark, model_lake, tmp_path, figure):
     assert True in verdicts and False in verdicts  # the near sites serve what the far ones cannot
     figure(f"behaviour_needs on a modelled day: {len(verdicts)} real-time class x path rows, "
            f"{verdicts.count(True)} met, {verdicts.count(False)} not")
+
+
+def test_tele_peers_sit_in_the_tested_networks():
+    """Each peer is a host of its target's /peer_prefix, never the target itself (bar /32),
+    distinct within a session; bad settings are refused naming the session."""
+    import ipaddress
+
+    p = model.ModelParams()
+    rng = np.random.default_rng(1)
+    for s in p.teleimmersion:
+        peers, behind = model.tele_peers(rng, s, p.ping.targets)
+        assert behind == [p.ping.targets[i].address for i in s.peer_targets][:s.peers]
+        assert len(set(peers)) == len(peers) == s.peers
+        for a, t in zip(peers, behind):
+            a = ipaddress.ip_address(int(a))
+            assert a in ipaddress.ip_network(f"{t}/24", strict=False) and str(a) != t
+    lone = model.TeleSession("lone", 9.0, 10, 3, peer_targets=(1,), peer_prefix=32)
+    peers, behind = model.tele_peers(rng, lone, p.ping.targets)
+    assert [str(ipaddress.ip_address(int(a))) for a in peers] == behind == [p.ping.targets[1].address] * 3
+    with pytest.raises(ValueError, match="session bad: peer_targets has 7, but the ping model has 4 targets"):
+        model.tele_peers(rng, model.TeleSession("bad", 9.0, 10, 1, peer_targets=(7,)), p.ping.targets)
+    with pytest.raises(ValueError, match="session bad: peer_prefix = 8: a prefix length 16..32"):
+        model.tele_peers(rng, model.TeleSession("bad", 9.0, 10, 1, peer_prefix=8), p.ping.targets)
