@@ -1,15 +1,17 @@
 """The enrichment columns (schemas/enrich.py) computed over an Arrow table of flows.
 
 Vectorised where rows are many and lookups where values are few: each address column and
-each (exporter, interface) pair is dictionary-encoded by Arrow, each distinct value is
-looked up once (and kept in a bounded per-process cache across tables), and the answers
-are spread back over the rows with `take`. A Spark task's Python worker builds one
+each (exporter, interface) key column is matched in Arrow against the keys of the last
+tables (answers.Recent), only keys new to them are looked up in Python, once each (and kept
+in a bounded per-process cache), and the answers are spread over the rows as dictionary
+arrays whose dictionaries hold each distinct value once (answers.Answers). A Spark task's Python worker builds one
 `Enricher` per plan (sources.py) and keeps it while the plan's key stays the same.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -17,6 +19,7 @@ from flowlake.schemas import FLOW, Record
 from flowlake.schemas.enrich import ENRICHMENT_FIELDS, ENRICHMENT_NAMES
 
 from . import classify, interfaces, mmdb, networks
+from .answers import Answers, Recent
 
 _IF = ("name", "description", "speed", "boundary", "connectivity", "provider")
 _ADDR = ("country", "city", *(f"net_{a}" for a in networks.ATTRS))
@@ -51,34 +54,6 @@ def lake_schema() -> pa.Schema:
                       for f in plain])
 
 
-class Interned:
-    """Distinct answers, each kept once with a small id, and their columns as Arrow arrays:
-    a table's rows then get their answers by one `take` of ids per column, without a
-    Python object per row."""
-
-    def __init__(self, types: list):
-        self.types = types
-        self.rows: list[tuple] = []
-        self.ids: dict[tuple, int] = {}
-        self._arrays: list[pa.Array] | None = None
-
-    def id(self, row: tuple) -> int:
-        i = self.ids.get(row)
-        if i is None:
-            i = self.ids[row] = len(self.rows)
-            self.rows.append(row)
-            self._arrays = None
-        return i
-
-    def arrays(self) -> list[pa.Array]:
-        if self._arrays is None:
-            self._arrays = [pa.array([r[k] for r in self.rows], t) for k, t in enumerate(self.types)]
-        return self._arrays
-
-    def clear(self) -> None:
-        self.rows, self.ids, self._arrays = [], {}, None
-
-
 class Enricher:
     def __init__(self, plan: Plan):
         self.plan = plan
@@ -90,10 +65,15 @@ class Enricher:
         self.refresh = interfaces.RefreshRequests(plan.refresh_dir) if plan.refresh_dir else None
         # address -> id of its answer (asn, country, city, net name, role, site, region, tenant)
         self.addresses: dict[str, int] = {}
-        self.address_answers = Interned([pa.int64()] + [pa.string()] * len(_ADDR))
+        self.address_answers = Answers([pa.int64()] + [pa.string()] * len(_ADDR))
         # (exporter, ifIndex) -> id of (name, description, speed, boundary, connectivity, provider)
         self.ifs: dict[tuple[str, int], int] = {}
-        self.if_answers = Interned([pa.int64() if k == "speed" else pa.string() for k in _IF])
+        self.if_answers = Answers([pa.int64() if k == "speed" else pa.string() for k in _IF])
+        # the last tables' keys, matched in Arrow: src and dst addresses, in and out interfaces
+        self.recent = {k: Recent() for k in ("src", "dst", "in", "out")}
+        self.exporter_numbers: dict[str, int] = {}  # exporter -> its number in interface keys
+        self.exporters: list[str] = []
+        self._exporter_names: tuple = (None, None)  # (a table's exporters, their names' dictionary)
         self.limit = max(1000, int(plan.cache_entries))
 
     def close(self) -> None:
@@ -121,6 +101,20 @@ class Enricher:
     def exporter_name(self, exporter: str) -> str:
         return self.directory.get(exporter, ("", {}))[0]
 
+    def exporter_names(self, exporters: pa.Array) -> pa.Array:
+        """The names of a table's exporters (its dictionary), the same array while they stay the same."""
+        if self._exporter_names[0] is None or not self._exporter_names[0].equals(exporters):
+            self._exporter_names = (exporters, pa.array([self.exporter_name(x) for x in exporters.to_pylist()],
+                                                        pa.string()))
+        return self._exporter_names[1]
+
+    def exporter_number(self, exporter: str) -> int:
+        n = self.exporter_numbers.get(exporter)
+        if n is None:
+            n = self.exporter_numbers[exporter] = len(self.exporters)
+            self.exporters.append(exporter)
+        return n
+
     def interface(self, exporter: str, ifindex: int) -> tuple:
         """(name, description, speed Mbit/s, boundary, connectivity, provider)."""
         return self.if_answers.rows[self.interface_id(exporter, ifindex)]
@@ -146,40 +140,48 @@ class Enricher:
         return answer
 
 
-def _answers(interned: Interned, ids: list[int], indices: pa.Array) -> list[pa.Array]:
-    """Per row, the columns of its answer: ids of the distinct values, spread by `indices`."""
-    rows = pa.array(ids, pa.int32()).take(indices)
-    return [pa.DictionaryArray.from_arrays(rows, a) if pa.types.is_string(a.type) else a.take(rows)
-            for a in interned.arrays()]
+def _address_columns(e: Enricher, side: str, col: pa.Array) -> list[pa.Array]:
+    def lookup(keys: pa.Array):
+        return [e.address_id(a) for a in keys.to_numpy(zero_copy_only=False)], [True] * len(keys)
+
+    return e.address_answers.columns(e.recent[side].ids(col, lookup))
 
 
-def _address_columns(e: Enricher, col: pa.Array) -> list[pa.Array]:
-    enc = pc.dictionary_encode(col)
-    uniq = enc.dictionary.to_numpy(zero_copy_only=False)  # str objects 20x faster than to_pylist()
-    ids = list(map(e.addresses.get, uniq))
-    if None in ids:
-        ids = [e.address_id(a) if i is None else i for i, a in zip(ids, uniq)]
-    return _answers(e.address_answers, ids, enc.indices)
+def _interface_columns(e: Enricher, side: str, exporters: pa.DictionaryArray, ifindex: pa.Array) -> list[pa.Array]:
+    # key: the exporter's number in this process << 32 | ifIndex, stable across tables
+    numbers = [e.exporter_number(x) for x in exporters.dictionary.to_pylist()]
+    key = pc.bit_wise_and(ifindex, 0xFFFFFFFF)
+    if numbers != [0]:
+        key = pc.add(key, pa.array(np.array(numbers, np.int64) << 32).take(exporters.indices))
+
+    def lookup(keys: pa.Array):
+        ids, keep = [], []
+        for k in keys.to_numpy().tolist():
+            ex = e.exporters[k >> 32]
+            ids.append(e.interface_id(ex, k & 0xFFFFFFFF))
+            keep.append((ex, k & 0xFFFFFFFF) in e.ifs)
+        return ids, keep
+
+    return e.if_answers.columns(e.recent[side].ids(key, lookup))
 
 
-def _interface_columns(e: Enricher, exporters: pa.DictionaryArray, ifindex: pa.Array) -> list[pa.Array]:
-    key = pc.add(pc.multiply(exporters.indices.cast(pa.int64()), 1 << 32), pc.bit_wise_and(ifindex, 0xFFFFFFFF))
-    enc = pc.dictionary_encode(key)
-    names = exporters.dictionary.to_pylist()
-    ids = [e.interface_id(names[k >> 32], k & 0xFFFFFFFF) for k in enc.dictionary.to_numpy().tolist()]
-    return _answers(e.if_answers, ids, enc.indices)
+def _exporters(col: pa.Array) -> pa.DictionaryArray:
+    """The exporter column dictionary-encoded; a message from one exporter (the usual case)
+    by one comparison instead of a hash per row."""
+    if len(col) and pc.all(pc.equal(col, col[0])).as_py():
+        return pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(col), np.int32)), pa.array([col[0].as_py()]))
+    return pc.dictionary_encode(col)
 
 
 def enrich_batch(batch: pa.RecordBatch, e: Enricher) -> dict[str, pa.Array]:
     cols: dict[str, pa.Array] = {}
-    exporters = pc.dictionary_encode(batch.column("exporter"))
-    cols["exporter_name"] = pa.DictionaryArray.from_arrays(
-        exporters.indices, pa.array([e.exporter_name(x) for x in exporters.dictionary.to_pylist()], pa.string()))
+    exporters = _exporters(batch.column("exporter"))
+    cols["exporter_name"] = pa.DictionaryArray.from_arrays(exporters.indices, e.exporter_names(exporters.dictionary))
     for side, ifcol in (("in", "input_if"), ("out", "output_if")):
-        for name, arr in zip(_IF, _interface_columns(e, exporters, batch.column(ifcol))):
+        for name, arr in zip(_IF, _interface_columns(e, side, exporters, batch.column(ifcol))):
             cols[f"{side}_if_{name}"] = arr
     for side in ("src", "dst"):
-        asn, *rest = _address_columns(e, batch.column(f"{side}_addr"))
+        asn, *rest = _address_columns(e, side, batch.column(f"{side}_addr"))
         own = batch.column(f"{side}_as")
         # the router's own AS number when it exports one, the database's otherwise
         cols[f"{side}_as"] = pc.if_else(pc.equal(own, 0), asn, own)
@@ -201,8 +203,6 @@ def enrich_table(table: pa.Table, e: Enricher, schema: pa.Schema | None = None) 
 
 def unenriched_table(table: pa.Table, schema: pa.Schema | None = None) -> pa.Table:
     """Enrichment off: the same columns, every one unknown (so every lake file has them)."""
-    import numpy as np
-
     schema = schema or lake_schema()
     n = table.num_rows
     zeros = pa.array(np.zeros(n, np.int32))
