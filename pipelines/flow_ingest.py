@@ -42,10 +42,13 @@ DICTIONARY_COLUMNS = ["exporter", "input_if", "output_if", "proto", "tcp_flags",
 
 
 class HourFiles:
-    """One Parquet file per UTC date/hour of time_start, written a row group at a time."""
+    """One Parquet file per UTC date/hour of time_start, written a row group at a time;
+    `prepare` (decoded flows in, the file's columns out: enrichment, lab tag) runs once per
+    row group, so its fixed costs per call are paid per row group, not per message."""
 
-    def __init__(self, root: Path, stem: str, schema, row_group_rows: int):
+    def __init__(self, root: Path, stem: str, schema, row_group_rows: int, prepare=None):
         self.root, self.stem, self.schema, self.row_group_rows = root, stem, schema, row_group_rows
+        self.prepare = prepare
         self.pending: dict[int, list] = {}
         self.pending_rows: dict[int, int] = {}
         self.writers: dict[int, object] = {}
@@ -95,7 +98,8 @@ class HourFiles:
                 use_dictionary=[c for c in DICTIONARY_COLUMNS if c in self.schema.names])
         # one dictionary per column and row group (enrichment columns are dictionary arrays):
         # a dictionary changing inside a column chunk would make the writer fall back to plain
-        table = pa.concat_tables(tables).unify_dictionaries()
+        table = pa.concat_tables(tables)
+        table = (self.prepare(table) if self.prepare else table).unify_dictionaries()
         writer.write_table(table, row_group_size=max(self.row_group_rows, table.num_rows))
         self.rows[hour] = self.rows.get(hour, 0) + table.num_rows
         self.write_seconds += time.perf_counter() - t0
@@ -128,7 +132,8 @@ def land_messages(messages, staged: str, stem: str, row_group_rows: int, lab_run
     decoder = FlowDecoder()
     runs = lab_tag.load(lab_runs) if lab_runs else {}
     lake = enrich.lake_tables(plan)
-    files = HourFiles(Path(staged), stem, lab_tag.with_run_id(enrich.lake_schema()), row_group_rows)
+    files = HourFiles(Path(staged), stem, lab_tag.with_run_id(enrich.lake_schema()), row_group_rows,
+                      prepare=lambda table: lab_tag.tag(lake(table), runs))
     legacy: list[dict] = []
     bad: list[dict] = []
     n = 0
@@ -139,17 +144,17 @@ def land_messages(messages, staged: str, stem: str, row_group_rows: int, lab_run
         kind, payload = decoder.decode(value)
         if kind == BATCH:
             n += 1
-            files.add(lab_tag.tag(lake(payload), runs))
+            files.add(payload)
         elif kind == BAD:
             bad.append({**meta(), "value": value, "reason": payload})
         else:
             n += 1
             legacy.append(payload)
             if len(legacy) >= 65536:
-                files.add(lab_tag.tag(lake(decoder.rows_table(legacy)), runs))
+                files.add(decoder.rows_table(legacy))
                 legacy = []
     if legacy:
-        files.add(lab_tag.tag(lake(decoder.rows_table(legacy)), runs))
+        files.add(decoder.rows_table(legacy))
     out = [{"kind": "file", "path": path, "rows": rows} for path, rows in files.close()]
     out.append({"kind": "task", "messages": n, "offsets": 0 if first is None else last - first + 1,
                 "task_seconds": time.perf_counter() - wall0, "task_cpu": time.process_time() - cpu0,

@@ -173,32 +173,34 @@ def _exporters(col: pa.Array) -> pa.DictionaryArray:
     return pc.dictionary_encode(col)
 
 
-def enrich_batch(batch: pa.RecordBatch, e: Enricher) -> dict[str, pa.Array]:
-    cols: dict[str, pa.Array] = {}
-    exporters = _exporters(batch.column("exporter"))
-    cols["exporter_name"] = pa.DictionaryArray.from_arrays(exporters.indices, e.exporter_names(exporters.dictionary))
+# the wire columns enrichment reads
+KEY_COLUMNS = ("exporter", "input_if", "output_if", "src_addr", "dst_addr", "src_as", "dst_as")
+
+
+def enrich_columns(cols: dict[str, pa.Array], e: Enricher) -> dict[str, pa.Array]:
+    """The enrichment columns of flows given by their KEY_COLUMNS (arrays of one chunk)."""
+    out: dict[str, pa.Array] = {}
+    exporters = _exporters(cols["exporter"])
+    out["exporter_name"] = pa.DictionaryArray.from_arrays(exporters.indices, e.exporter_names(exporters.dictionary))
     for side, ifcol in (("in", "input_if"), ("out", "output_if")):
-        for name, arr in zip(_IF, _interface_columns(e, side, exporters, batch.column(ifcol))):
-            cols[f"{side}_if_{name}"] = arr
+        for name, arr in zip(_IF, _interface_columns(e, side, exporters, cols[ifcol])):
+            out[f"{side}_if_{name}"] = arr
     for side in ("src", "dst"):
-        asn, *rest = _address_columns(e, side, batch.column(f"{side}_addr"))
-        own = batch.column(f"{side}_as")
+        asn, *rest = _address_columns(e, side, cols[f"{side}_addr"])
+        own = cols[f"{side}_as"]
         # the router's own AS number when it exports one, the database's otherwise
-        cols[f"{side}_as"] = pc.if_else(pc.equal(own, 0), asn, own)
+        out[f"{side}_as"] = pc.if_else(pc.equal(own, 0), asn, own)
         for name, arr in zip(_ADDR, rest):
-            cols[f"{side}_{name}"] = arr
-    return cols
+            out[f"{side}_{name}"] = arr
+    return out
 
 
 def enrich_table(table: pa.Table, e: Enricher, schema: pa.Schema | None = None) -> pa.Table:
-    """The flows of `table` (wire schema) with the lake's enrichment columns."""
+    """The flows of `table` (wire schema) with the lake's enrichment columns. Whole tables
+    (a row group's messages) at once: the matching of keys costs per call, not per row."""
     schema = schema or lake_schema()
-    batches = []
-    for batch in table.to_batches():
-        cols = enrich_batch(batch, e)
-        arrays = [cols[n] if n in cols else batch.column(n) for n in schema.names]
-        batches.append(pa.RecordBatch.from_arrays(arrays, schema=schema))
-    return pa.Table.from_batches(batches, schema=schema)
+    cols = enrich_columns({n: table.column(n).combine_chunks() for n in KEY_COLUMNS}, e)
+    return pa.Table.from_arrays([cols[n] if n in cols else table.column(n) for n in schema.names], schema=schema)
 
 
 def unenriched_table(table: pa.Table, schema: pa.Schema | None = None) -> pa.Table:
