@@ -54,7 +54,9 @@ def test_columns_equal_a_per_row_lookup_while_keys_come_and_go(tmp_path, monkeyp
     ref = apply.Enricher(plan(tmp_path))  # answers one key at a time
     for i in range(12):
         window = pool[(i * 17) % len(pool):][:35] or pool  # tables share some keys with the last ones
-        table = random_flows(rng, rng.choice([1, 20, 300]), window)
+        # a row group's messages: tables of several chunks
+        table = pa.concat_tables([random_flows(rng, rng.choice([1, 20, 300]), window)
+                                  for _ in range(rng.choice([1, 3]))])
         got = apply.enrich_table(table, e).to_pylist()
         for row, flow in zip(got, table.to_pylist()):
             for side, col in (("in", "input_if"), ("out", "output_if")):

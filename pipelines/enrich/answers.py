@@ -58,8 +58,10 @@ class Answers:
                 self._arrays.append((pa.array(list(self.values[k]), pa.string()), codes, same))
         return self._arrays
 
-    def columns(self, ids: pa.Array) -> list[pa.Array]:
+    def columns(self, ids) -> list[pa.Array]:
         """The columns of the answers `ids` (int32, one per row)."""
+        if isinstance(ids, pa.ChunkedArray):
+            ids = ids.combine_chunks()
         out = []
         indices: dict[int, pa.Array] = {}  # by the column whose codes they are (country and city often share)
         rows = None

@@ -165,11 +165,13 @@ def _interface_columns(e: Enricher, side: str, exporters: pa.DictionaryArray, if
     return e.if_answers.columns(e.recent[side].ids(key, lookup))
 
 
-def _exporters(col: pa.Array) -> pa.DictionaryArray:
-    """The exporter column dictionary-encoded; a message from one exporter (the usual case)
-    by one comparison instead of a hash per row."""
+def _exporters(col) -> pa.DictionaryArray:
+    """The exporter column dictionary-encoded; flows from one exporter (the usual case) by one
+    comparison instead of a hash per row."""
     if len(col) and pc.all(pc.equal(col, col[0])).as_py():
         return pa.DictionaryArray.from_arrays(pa.array(np.zeros(len(col), np.int32)), pa.array([col[0].as_py()]))
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
     return pc.dictionary_encode(col)
 
 
@@ -178,7 +180,8 @@ KEY_COLUMNS = ("exporter", "input_if", "output_if", "src_addr", "dst_addr", "src
 
 
 def enrich_columns(cols: dict[str, pa.Array], e: Enricher) -> dict[str, pa.Array]:
-    """The enrichment columns of flows given by their KEY_COLUMNS (arrays of one chunk)."""
+    """The enrichment columns of flows given by their KEY_COLUMNS (arrays or chunked arrays:
+    a row group's messages are matched as they are, without copying them into one)."""
     out: dict[str, pa.Array] = {}
     exporters = _exporters(cols["exporter"])
     out["exporter_name"] = pa.DictionaryArray.from_arrays(exporters.indices, e.exporter_names(exporters.dictionary))
@@ -199,7 +202,7 @@ def enrich_table(table: pa.Table, e: Enricher, schema: pa.Schema | None = None) 
     """The flows of `table` (wire schema) with the lake's enrichment columns. Whole tables
     (a row group's messages) at once: the matching of keys costs per call, not per row."""
     schema = schema or lake_schema()
-    cols = enrich_columns({n: table.column(n).combine_chunks() for n in KEY_COLUMNS}, e)
+    cols = enrich_columns({n: table.column(n) for n in KEY_COLUMNS}, e)
     return pa.Table.from_arrays([cols[n] if n in cols else table.column(n) for n in schema.names], schema=schema)
 
 
