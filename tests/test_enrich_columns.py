@@ -110,3 +110,26 @@ def test_lake_files_read_as_strings_beside_files_written_before(tmp_path):
     assert counts == [(c, 2 * n) for c, n in con.execute(
         f"select src_city, count(*) from read_parquet('{old_file}') group by 1 order by 1").fetchall()]
     assert {c for c, _ in counts} == {"Paris", "Geneva", "Menlo Park"}
+
+
+def test_mmdb_records_cached_per_network_equal_the_readers(tmp_path, monkeypatch):
+    import maxminddb
+
+    from flowlake.pipelines.enrich import mmdb, networks
+
+    nets = {**NETS, "10.1.128.0/17": (64510, "half", "IT", "Rome"), "10.1.2.0/24": (64511, "c", "ES", "Madrid"),
+            "2001:db8:5::/48": (64512, "six", "AT", "Vienna")}
+    db = mmdb_files.write(tmp_path / "city.mmdb", "GeoLite2-City", nets)
+    rng = random.Random(11)
+    addrs = ([f"10.{rng.choice([0, 1, 2])}.{rng.choice([2, 3, 200])}.{rng.randrange(256)}" for _ in range(400)]
+             + [f"2001:db8:{rng.choice([0, 5, 6])}::{rng.randrange(999):x}" for _ in range(200)]
+             + ["192.0.2.1", "198.51.100.7", "::1", "::ffff:10.1.2.3", "0.0.0.0", "255.255.255.255"])
+    ref = maxminddb.open_database(str(db), maxminddb.MODE_MMAP_EXT)
+    for max_lengths in (8, 1):  # 1: networks of a second prefix length are not kept, still answered
+        monkeypatch.setattr(mmdb.Lookup, "MAX_LENGTHS", max_lengths)
+        cached = mmdb.Lookup(str(db))
+        for _ in range(2):
+            for a in rng.sample(addrs, len(addrs)):
+                assert cached.get(a, networks.address_int(a)) == ref.get(a), a
+        assert sum(map(len, cached.nets.values())) < len(set(addrs)) / 2  # networks, not addresses
+        assert max(len(x) for x in cached.lengths.values()) <= max_lengths

@@ -57,8 +57,8 @@ def lake_schema() -> pa.Schema:
 class Enricher:
     def __init__(self, plan: Plan):
         self.plan = plan
-        self.asn = mmdb.Lookup(plan.asn_path) if plan.asn_path else None
-        self.geo = mmdb.Lookup(plan.geo_path) if plan.geo_path else None
+        self.asn = mmdb.Lookup(plan.asn_path, plan.cache_entries) if plan.asn_path else None
+        self.geo = mmdb.Lookup(plan.geo_path, plan.cache_entries) if plan.geo_path else None
         self.networks = networks.Networks(networks.parse(plan.networks_path)) if plan.networks_path else None
         self.rules = classify.parse_rules(list(plan.rules))
         self.directory = plan.directory
@@ -90,9 +90,10 @@ class Enricher:
         hit = self.addresses.get(addr)
         if hit is not None:
             return hit
-        asn = mmdb.asn_of(self.asn.get(addr)) if self.asn else 0
-        geo = self.geo.get(addr) if self.geo else None
-        net = self.networks.lookup(addr) if self.networks else networks.EMPTY
+        parsed = networks.address_int(addr)
+        asn = mmdb.asn_of(self.asn.get(addr, parsed)) if self.asn else 0
+        geo = self.geo.get(addr, parsed) if self.geo else None
+        net = self.networks.lookup(addr, parsed) if self.networks else networks.EMPTY
         if len(self.addresses) >= self.limit or len(self.address_answers.rows) >= self.limit:
             self.addresses.clear()  # bounded: start over rather than grow (ids of this table stay valid)
         hit = self.addresses[addr] = self.address_answers.id((asn, mmdb.country_of(geo), mmdb.city_of(geo), *net))

@@ -88,9 +88,10 @@ class Networks:
             lengths[bits].add(plen)
         self.lengths = {bits: sorted(ls, reverse=True) for bits, ls in lengths.items()}
 
-    def lookup(self, addr: str) -> tuple[str, ...]:
-        """(name, role, site, region, tenant) of the longest prefix holding addr, else EMPTY."""
-        a = address_int(addr)
+    def lookup(self, addr: str, parsed: tuple[int, int] | None = None) -> tuple[str, ...]:
+        """(name, role, site, region, tenant) of the longest prefix holding addr, else EMPTY.
+        `parsed`: address_int(addr) when the caller has it."""
+        a = parsed or address_int(addr)
         if a is None:
             return EMPTY
         bits, value = a
