@@ -357,6 +357,7 @@ def enrichment_cost(cfg, work: Path, total: int, broker: set[int]) -> None:
     toml = enrichment_files(work)
     times: dict[str, list[float]] = {"off": [], "on": []}
     cpus: dict[str, list[float]] = {"off": [], "on": []}
+    kinds: dict[str, list[dict]] = {}  # CPU by process kind, per run
     for i, mode in enumerate(["off", "on"] * 3):
         home = work / f"home-{mode}-{i}"
         env = {**os.environ, "FLOWLAKE_HOME": str(home), "FLOWLAKE_ENRICH_ENABLED": str(mode == "on").lower()}
@@ -370,6 +371,7 @@ def enrichment_cost(cfg, work: Path, total: int, broker: set[int]) -> None:
         r = land_fresh(c, broker, total)
         times[mode].append(r["wall"])
         cpus[mode].append(r["jvm"] + r["workers"] + r["driver"])
+        kinds.setdefault(mode, []).append(r)
         if mode == "on":
             import duckdb
 
@@ -387,6 +389,9 @@ def enrichment_cost(cfg, work: Path, total: int, broker: set[int]) -> None:
         wall, cpu = med[mode]
         print(f"{label:60s} {wall:8.2f} {total / wall:10,.0f} {cpu / total * 1e6:14.2f}   runs: "
               + ", ".join(f"{t:.2f}s/{c:.2f}cpu" for t, c in zip(times[mode], cpus[mode])))
+        by = {k: statistics.median(r[k] for r in kinds[mode]) / total * 1e6 for k in ("jvm", "workers", "driver")}
+        print(f"{'':60s} CPU-s/M by process (medians): JVM {by['jvm']:.2f}, Python workers {by['workers']:.2f}, "
+              f"driver {by['driver']:.2f}")
     cpu_ratio = med["off"][1] / med["on"][1]
     print(f"ratio on/off, wall flows/s: {med['off'][0] / med['on'][0]:.3f}; per CPU-second: {cpu_ratio:.3f} "
           f"(goal >= 0.90, enrichment costs at most 10 %: {'met' if cpu_ratio >= 0.90 else 'NOT met'}); "
