@@ -87,7 +87,10 @@ class HourFiles:
         self.pending_rows.pop(hour, None)
         if not tables:
             return
-        t0 = time.perf_counter()
+        table = pa.concat_tables(tables)
+        if self.prepare:
+            table = self.prepare(table)
+        t0 = time.perf_counter()  # write_seconds: the Parquet write alone
         writer = self.writers.get(hour)
         if writer is None:
             path = self._path(hour)
@@ -98,8 +101,7 @@ class HourFiles:
                 use_dictionary=[c for c in DICTIONARY_COLUMNS if c in self.schema.names])
         # one dictionary per column and row group (enrichment columns are dictionary arrays):
         # a dictionary changing inside a column chunk would make the writer fall back to plain
-        table = pa.concat_tables(tables)
-        table = (self.prepare(table) if self.prepare else table).unify_dictionaries()
+        table = table.unify_dictionaries()
         writer.write_table(table, row_group_size=max(self.row_group_rows, table.num_rows))
         self.rows[hour] = self.rows.get(hour, 0) + table.num_rows
         self.write_seconds += time.perf_counter() - t0
