@@ -5,17 +5,21 @@ lines cost a quick `flowlake query` ~5 ms of CPU (bench/query.py), a fiftieth of
 whole answer. The parsed tables are stored with marshal (no import, C speed) under
 $XDG_CACHE_HOME/flowlake (~/.cache/flowlake, mode 700, ours only), one file per config
 file, replaced when the file's size or mtime changes; the MAX_FILES most recently written
-are kept (the bound: tests and scripts read many short-lived config files). A cache that
+are kept. A file changed in the last RACY_SECONDS is neither cached nor read from the cache
+(git's "racy clean" rule): a rewrite of the same size inside one filesystem clock tick keeps
+its mtime, so size and mtime vouch for a file only once it has been still for a while (the bound: tests and scripts read many short-lived config files). A cache that
 cannot be read or written is ignored: the file is parsed.
 """
 from __future__ import annotations
 
 import marshal
 import os
+import time
 from pathlib import Path
 
 PREFIX = "toml-"
 MAX_FILES = 8
+RACY_SECONDS = 2
 
 
 def folder() -> Path | None:
@@ -36,7 +40,7 @@ def _entry(path: Path) -> tuple[Path | None, str]:
     st = path.stat()
     base = folder()
     name = PREFIX + str(path).strip("/").replace("/", "%") + ".marshal"
-    if base is None or len(name) > 250:
+    if base is None or len(name) > 250 or time.time_ns() - st.st_mtime_ns < RACY_SECONDS * 1_000_000_000:
         return None, ""
     return base / name, f"{path}\0{st.st_size}\0{st.st_mtime_ns}"
 

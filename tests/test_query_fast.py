@@ -10,6 +10,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -203,8 +204,15 @@ def test_config_read_through_its_parse_cache(tmp_path, monkeypatch):
     from flowlake.query.engines import status
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+
+    def settle(path, age_s=10):  # a file untouched for a while (the cache trusts only those)
+        t = time.time_ns() - age_s * 1_000_000_000
+        os.utime(path, ns=(t, t))
+        return t
+
     user = tmp_path / "flowlake.toml"
     user.write_text('[query]\nthreads = 3\n')
+    settle(user)
     env = {"FLOWLAKE_CONFIG": str(user), "FLOWLAKE_HOME": str(tmp_path / "home")}
     first = config.load(env=env)
     cached = sorted((tmp_path / "cache" / "flowlake").glob("toml-*.marshal"))
@@ -213,12 +221,24 @@ def test_config_read_through_its_parse_cache(tmp_path, monkeypatch):
     assert config.load(env=env).data == first.data and first.query.threads == 3
     user.write_text('[query]\nthreads = 5\n# longer now\n')
     assert config.load(env=env).query.threads == 5  # size and mtime changed: parsed again
+    # racy: a same-size rewrite inside one clock tick keeps size and mtime; a file changed in
+    # the last seconds is never taken from (nor put into) the cache, so it is read as it is now
+    racy = tmp_path / "racy.toml"
+    racy.write_text('[query]\nthreads = 6\n')
+    tick = racy.stat().st_mtime_ns
+    assert config.load(env={**env, "FLOWLAKE_CONFIG": str(racy)}).query.threads == 6
+    racy.write_text('[query]\nthreads = 7\n')
+    os.utime(racy, ns=(tick, tick))
+    assert config.load(env={**env, "FLOWLAKE_CONFIG": str(racy)}).query.threads == 7
+    assert parsed_cache.get(racy) is None
+    settle(user)
     for f in cached:
         f.write_bytes(b"\x00garbage")
     assert config.load(env=env).data == config.load(env=env).data and config.load(env=env).query.threads == 5
     for i in range(parsed_cache.MAX_FILES + 3):  # many short-lived config files: the newest kept
         other = tmp_path / f"other{i}.toml"
         other.write_text(f"[query]\nthreads = {i}\n")
+        settle(other)
         assert config.load(env={**env, "FLOWLAKE_CONFIG": str(other)}).query.threads == i
     assert len(list((tmp_path / "cache" / "flowlake").glob("toml-*.marshal"))) == parsed_cache.MAX_FILES
     assert parsed_cache.get(other) == {"query": {"threads": parsed_cache.MAX_FILES + 2}}
