@@ -6,8 +6,9 @@ name the file and line so an operator can fix a typo without reading code.
 """
 from __future__ import annotations
 
-import csv
 from pathlib import Path
+
+from flowlake.operator_files import OperatorFileError, csv_rows
 
 DEFAULT_FILE = Path(__file__).with_name("port_map.csv")
 PROTOS = {"tcp": (6,), "udp": (17,), "sctp": (132,), "any": (6, 17, 132)}
@@ -15,23 +16,14 @@ PORTED_PROTOS = (6, 17, 132)  # protocols whose ports mean something
 MAX_ENTRIES = 200_000  # keeps the broadcast table small; a whole port range for 3 protos is 196,608
 
 
-class PortMapError(ValueError):
+class PortMapError(OperatorFileError):
     """A port map file is malformed; the message names file and line."""
 
 
 def parse(path: str | Path) -> dict[tuple[int, int], str]:
     """Read one port map CSV into {(proto, port): service}."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise PortMapError(f"{path}: cannot read port map: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise PortMapError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     out: dict[tuple[int, int], str] = {}
-    for lineno, row in enumerate(csv.reader(text.splitlines()), start=1):
-        if not row or not "".join(row).strip() or row[0].lstrip().startswith("#"):
-            continue
+    for lineno, row in csv_rows(path, "port map", PortMapError):
         cells = [c.strip() for c in row]
         if [c.lower() for c in cells] == ["port", "proto", "service"]:
             continue  # header

@@ -8,17 +8,18 @@ caches per address (apply.py), so each distinct address is matched once.
 """
 from __future__ import annotations
 
-import csv
 import ipaddress
 import socket
 from pathlib import Path
+
+from flowlake.operator_files import OperatorFileError, csv_rows
 
 COLUMNS = ("prefix", "name", "role", "site", "region", "tenant")
 ATTRS = COLUMNS[1:]
 EMPTY = ("",) * len(ATTRS)
 
 
-class NetworksError(ValueError):
+class NetworksError(OperatorFileError):
     """The prefix file is unreadable or has a bad line; the message names file and line."""
 
 
@@ -27,28 +28,19 @@ def parse(path: Path, name: str | None = None) -> list[tuple[str, tuple[str, ...
     the line of the first problem (bad prefix, host bits set, duplicate, unknown column),
     in `name` (the operator's file when `path` is a copy of it)."""
     shown = name or str(path)
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except OSError as exc:
-        raise NetworksError(f"{shown}: cannot read the networks file: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise NetworksError(f"{shown}: not UTF-8 text: {exc}") from None
-    rows = csv.reader(text.splitlines())
-    header = next(rows, None)
-    if header is None:
+    rows = csv_rows(path, "networks file", NetworksError, name)
+    if not rows:
         raise NetworksError(f"{shown}: empty file (expected a header line: {','.join(COLUMNS)})")
+    (first, header), rows = rows[0], rows[1:]
     header = [h.strip().lower() for h in header]
     unknown = [h for h in header if h not in COLUMNS]
     if "prefix" not in header or unknown:
         what = f"unknown column(s) {', '.join(map(repr, unknown))}" if unknown else "no 'prefix' column"
-        raise NetworksError(f"{shown}:1: header: {what} (columns: {','.join(COLUMNS)})")
+        raise NetworksError(f"{shown}:{first}: header: {what} (columns: {','.join(COLUMNS)})")
     pos = {h: i for i, h in enumerate(header)}
     out: list[tuple[str, tuple[str, ...]]] = []
     seen: dict[str, int] = {}
-    for line, row in enumerate(rows, start=2):
-        if not row or all(not c.strip() for c in row) or row[0].lstrip().startswith("#"):
-            continue
+    for line, row in rows:
         if len(row) > len(header):
             raise NetworksError(f"{shown}:{line}: {len(row)} fields, the header has {len(header)}")
         row = row + [""] * (len(header) - len(row))
