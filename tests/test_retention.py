@@ -186,3 +186,24 @@ def test_disk_guard_frees_the_oldest_expendable_first_on_a_small_filesystem(tmp_
         assert refused.returncode != 0 and "jobs not started" in refused.stderr and "disk_floor_pct=10" in refused.stderr
         st = json.loads(cli(home, "status", "--json", env=env).stdout)["retention"]
         assert st["disk"]["level"] == "floor"
+
+
+def test_spool_reads_the_lake_position_as_the_ingest_reads_its_checkpoint(tmp_path):
+    """The newest batch with a done-marker whose offsets the checkpoint holds: a batch
+    Spark has logged but the ingest not landed does not count, nor one the checkpoint
+    no longer has (or a bad entry); the offsets come from pipelines/batch_offsets.py."""
+    from flowlake import config
+    from flowlake.retention.spool import lake_committed_offsets
+    from test_batch_offsets import offsets_entry
+
+    cfg = config.load(env={**os.environ, "FLOWLAKE_HOME": str(tmp_path)})
+    topic = cfg.kafka.flows_topic
+    assert lake_committed_offsets(cfg) is None  # no ingest yet
+    cp, done = cfg.path("state", "checkpoints", "flows"), cfg.path("state", "ingest", "flows")
+    done.mkdir(parents=True)
+    for batch, ends in ((3, {"0": 10, "1": 4}), (4, {"0": 12, "1": 9}), (6, {"0": 20, "1": 20})):
+        offsets_entry(cp / "offsets" / str(batch), {topic: ends})
+    (cp / "offsets" / "5").write_text("v1\n{}\n{not json")
+    for batch in (3, 4, 5, 7):  # 6 is logged, not landed; 7 landed, its entry gone
+        (done / f"{batch:012d}.done").write_text("{}")  # as lake_writer names them
+    assert lake_committed_offsets(cfg) == {0: 12, 1: 9}

@@ -62,26 +62,24 @@ def save_state(cfg, state: dict) -> None:
 
 def lake_committed_offsets(cfg) -> dict[int, int] | None:
     """End offsets (per flows.v1 partition) of the newest micro-batch the ingest wrote into
-    the lake: its done-marker exists and Spark's checkpoint holds its offsets."""
+    the lake: its done-marker exists and Spark's checkpoint holds its offsets (read as the
+    ingest reads them, pipelines/batch_offsets.py)."""
+    from flowlake.pipelines.batch_offsets import CheckpointError, end_offsets
+
     topic = cfg.kafka.flows_topic
     done_dir = cfg.path("state", "ingest", "flows")
-    offsets_dir = cfg.path("state", "checkpoints", "flows", "offsets")
+    checkpoint = cfg.path("state", "checkpoints", "flows")
     try:
         done = sorted((int(p.name.split(".")[0]) for p in done_dir.glob("*.done")), reverse=True)
     except (OSError, ValueError):
         return None
     for batch in done:
         try:
-            lines = (offsets_dir / str(batch)).read_text().splitlines()
-        except OSError:
+            ends = end_offsets(checkpoint, batch)
+        except CheckpointError:  # not in the checkpoint (yet, or any more): an older batch may be
             continue
-        for line in lines[2:]:  # v1, batch metadata, then one JSON object per source
-            try:
-                src = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(src, dict) and topic in src:
-                return {int(p): int(o) for p, o in src[topic].items()}
+        if topic in ends:
+            return ends[topic]
     return None
 
 
