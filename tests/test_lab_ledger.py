@@ -14,7 +14,8 @@ import pytest
 
 from flowlake.collectors.lab import results
 from flowlake.collectors.lab.ledger import Ledger
-from flowlake.collectors.lab.spec import parse
+from flowlake.collectors.lab.run import State
+from flowlake.collectors.lab.spec import load, parse
 
 
 def _spec(study: str):
@@ -73,26 +74,57 @@ def test_rows_and_ledger_record_commit_together_and_a_rerun_reads_them(kafka, cf
 
 def test_fresh_without_publishing_keeps_older_records_from_coming_back(kafka, cfg, tmp_path):
     """`lab run --fresh --no-publish` cannot tombstone the ledger; a publishing rerun after
-    it must not take back the records from before the fresh start as its own results."""
+    it must not take back the records from before the fresh start as its own results. The
+    run it finished unpublished is published by that rerun from its marker, once, without
+    being measured again: a stop between that commit and the marker leaves a ledger record
+    the next rerun takes back; a further rerun publishes nothing."""
     if os.geteuid() != 0:
         pytest.fail("the lab needs root (network namespaces); CI runs as root")
     study = f"f{uuid.uuid4().hex[:8]}"
     spec = tmp_path / "fresh.toml"
     spec.write_text(f'study = "{study}"\nduration_s = 1\n[topology.paths.a]\nrate = "10mbit"\n'
                     '[[grid]]\nkind = "paced"\nprotocol = ["udp", "tcp"]\nframe_size = [200]\nrate = [100]\n')
-    first = parse({"study": study, "duration_s": 1, "topology": {"paths": {"a": {"rate": "10mbit"}}},
-                   "grid": [{"kind": "paced", "protocol": ["udp", "tcp"], "frame_size": [200], "rate": [100]}]}).runs[0]
-    t0 = time.time() - 60  # an earlier, publishing lab ran the first run
-    Ledger(cfg, study).publish(first, results.rows(first, {"achieved_rate": 100.0}, int(t0 * 1000), int(t0 * 1000)),
-                               [], {"run_id": first.run_id, "label": first.label(), "status": "done", "start": t0,
-                                    "end": t0 + 1, "metrics": {"achieved_rate": 100.0}})
+    runs = parse({"study": study, "duration_s": 1, "topology": {"paths": {"a": {"rate": "10mbit"}}},
+                  "grid": [{"kind": "paced", "protocol": ["udp", "tcp"], "frame_size": [200], "rate": [100]}]}).runs
+    t0 = time.time() - 60  # an earlier, publishing lab ran both runs
+    for run in runs:
+        Ledger(cfg, study).publish(run, results.rows(run, {"achieved_rate": 100.0}, int(t0 * 1000), int(t0 * 1000)),
+                                   [], {"run_id": run.run_id, "label": run.label(), "status": "done", "start": t0,
+                                        "end": t0 + 1, "metrics": {"achieved_rate": 100.0}})
+    state = tmp_path / "st" / study
     lab = [sys.executable, "-m", "flowlake.cli", "lab", "run", str(spec), "--no-export", "--state", str(tmp_path / "st")]
     fresh = subprocess.run([*lab, "--fresh", "--no-publish"], capture_output=True, text=True, timeout=120,
-                           env={**os.environ, "FLOWLAKE_FAULT": "lab.server_up"})  # stopped in its first run
-    assert fresh.returncode != 0 and "0 already done" in fresh.stderr, fresh.stderr
+                           env={**os.environ, "FLOWLAKE_FAULT": "lab.server_up", "FLOWLAKE_FAULT_AFTER": "1"})
+    assert fresh.returncode != 0 and "0 already done" in fresh.stderr, fresh.stderr  # stopped in its second run
+    kept = json.loads((state / f"{runs[0].grid_id}.json").read_text())
+    assert kept["published"] is False and not (state / f"{runs[1].grid_id}.json").exists()
+    assert State(tmp_path / "st", study).summary(load(spec))["unpublished"] == 1  # `flowlake status` says so
+
+    def rows_of(marker):
+        return sum(1 for k in _committed(cfg, cfg.kafka.experiments_topic, study) if k == marker["run_id"].encode())
+
+    # publishing, stopped right after the kept run's commit, before its marker says published
+    stopped = subprocess.run(lab, capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "FLOWLAKE_FAULT": "lab.published"})
+    assert stopped.returncode != 0, stopped.stderr
+    assert f"{runs[0].label()}: done with --no-publish ({kept['run_id']}): publishing it" in stopped.stderr
+    assert json.loads((state / f"{runs[0].grid_id}.json").read_text()) == kept
+    metrics = len(results.rows(runs[0], kept["metrics"], 0, 0))
+    assert metrics >= 3 and rows_of(kept) == metrics  # the kept figures, as measured, every metric once
+
     rerun = subprocess.run([*lab, "--json"], capture_output=True, text=True, timeout=180)
     assert rerun.returncode == 0, rerun.stderr
-    assert "published before a stop" not in rerun.stderr and "0 already done, 2 to run" in rerun.stderr
-    marker = json.loads((tmp_path / "st" / study / f"{first.grid_id}.json").read_text())
-    assert marker["run_id"] != first.run_id and marker["start"] > t0 + 30  # run again, not taken back
-    assert json.loads(rerun.stdout)["done"] == 2
+    assert "publishing it" not in rerun.stderr  # the ledger has it: taken back, not published again
+    assert "1 already done (1 published before a stop: marker taken from the ledger), 1 to run" in rerun.stderr
+    markers = [json.loads((state / f"{r.grid_id}.json").read_text()) for r in runs]
+    # the unpublished run: published as it was measured (its run_id, window, figures), not run again
+    assert markers[0] == {**kept, "published": True}
+    assert markers[0]["run_id"] != runs[0].run_id and markers[0]["start"] > t0 + 30  # not the old record
+    assert markers[1]["run_id"] != runs[1].run_id and markers[1]["start"] > t0 + 30  # run again, not taken back
+    summary = json.loads(rerun.stdout)
+    assert (summary["done"], summary["unpublished"]) == (2, 0)
+    assert {g: m["run_id"] for g, m in Ledger(cfg, study).recorded().items()} == {
+        r.grid_id: m["run_id"] for r, m in zip(runs, markers)}
+    again = subprocess.run([*lab, "--json"], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "2 already done, 0 to run" in again.stderr, again.stderr
+    assert rows_of(markers[0]) == metrics  # still once

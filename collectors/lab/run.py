@@ -4,8 +4,10 @@ publish each run's rows, and leave a done marker per run so a killed lab resumes
 A run's marker (state/lab/<study>/<grid id>.json) is written after its rows reached Kafka;
 a rerun skips runs with markers. The rows go in one transaction with the run's ledger
 record (ledger.py), so a stop between the two leaves a marker the rerun takes back from
-the ledger instead of publishing the run twice. The namespaces are removed on every exit
-path (finally + SIGINT/SIGTERM turned into exceptions).
+the ledger instead of publishing the run twice. A run done under `--no-publish` has a
+marker saying so ("published": false, its figures in it): a later publishing rerun
+publishes it from the marker, the same way, instead of skipping it. The namespaces are
+removed on every exit path (finally + SIGINT/SIGTERM turned into exceptions).
 """
 from __future__ import annotations
 
@@ -81,7 +83,8 @@ class State:
         out = {"study": spec.study, "spec": spec.source, "runs": len(spec.runs),
                "done": sum(1 for m in markers if m and m["status"] == "done"),
                "skipped": sum(1 for m in markers if m and m["status"] == "skipped"),
-               "pending": sum(1 for m in markers if not m), "at": time.time(), **extra}
+               "pending": sum(1 for m in markers if not m),
+               "unpublished": sum(1 for m in markers if _unpublished(m)), "at": time.time(), **extra}
         _atomic(self.root / "last.json", json.dumps(out))
         return out
 
@@ -120,7 +123,7 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
     state = State(root, spec.study)
     if fresh:
         state.start_fresh()
-    ledger, recovered = None, 0
+    ledger, recovered, kept = None, 0, 0
     if publish:
         from .ledger import Ledger
 
@@ -129,13 +132,15 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
             ledger.forget()
         else:
             recovered = _recover(spec, state, ledger)
+            kept = _publish_kept(spec, state, ledger, echo)
     attempt = f"a{int(time.time()):x}"  # this process's attempt at the runs left (Run.run_id)
     todo = [dataclasses.replace(r, attempt=attempt) for r in spec.runs if state.done(r) is None]
     done_before = len(spec.runs) - len(todo)
     took_back = f" ({recovered} published before a stop: marker taken from the ledger)" if recovered else ""
+    took_back += f" ({kept} done with --no-publish: published now from their markers)" if kept else ""
     echo(f"lab {spec.study}: {len(spec.runs)} runs, {done_before} already done{took_back}, {len(todo)} to run")
     if not todo:
-        return state.summary(spec, recovered=recovered)
+        return state.summary(spec, recovered=recovered, published_kept=kept)
     work = cfg.path("tmp", "lab", spec.study)
     work.mkdir(parents=True, exist_ok=True)
     lab = Namespaces("fl-lab", record=leftovers.owners_dir(cfg) / f"{os.getpid()}.json")
@@ -175,10 +180,7 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
                           "metrics": out["metrics"], "probes": out.get("probes", []), "flaps": out.get("flaps", []),
                           "published": publish, "exporter": exporter.address if exporter else ""}
                 if ledger is not None:
-                    ms = int(t0 * 1000), int(t1 * 1000)
-                    ledger.publish(run, results.rows(run, out["metrics"], *ms),
-                                   results.probe_records(run, out.get("probes", []), *ms), marker)
-                    faults.point("lab.published")  # tests: a stop between the commit and the marker
+                    _publish(ledger, run, marker)
                 if run.kind == "probe":
                     _add_probe(runner, run, out["probes"])
                 state.write(run, marker)
@@ -200,7 +202,7 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
                     exporter.stop()
             finally:  # the namespaces go whatever the export's last words did
                 lab.close()
-    return state.summary(spec, namespaces=[topo.client, topo.server], recovered=recovered)
+    return state.summary(spec, namespaces=[topo.client, topo.server], recovered=recovered, published_kept=kept)
 
 
 def _headline(m: dict) -> str:
@@ -223,16 +225,55 @@ def _add_probe(runner: Runner, run: Run, lat: list[float]) -> None:
         runner.models[run.params["path"]] = fit
 
 
+def _publish(ledger, run: Run, marker: dict) -> None:
+    """A done run's rows and probes, from its marker, in one transaction with its ledger record."""
+    ms = int(marker["start"] * 1000), int(marker["end"] * 1000)
+    ledger.publish(run, results.rows(run, marker["metrics"], *ms),
+                   results.probe_records(run, marker.get("probes", []), *ms), marker)
+    faults.point("lab.published")  # tests: a stop between the commit and the marker
+
+
+def _unpublished(marker: dict | None) -> bool:
+    """A run done under `--no-publish`: its figures are only in its marker."""
+    return bool(marker) and marker["status"] == "done" and marker.get("published") is False
+
+
+def _publish_kept(spec: Spec, state: State, ledger, echo) -> int:
+    """Runs done under `--no-publish` keep their figures, window and run_id in their
+    markers: a publishing rerun publishes them from there (not measured again, so the rows
+    match the flows exported under that run_id), each once: the marker says published after
+    the commit, and a stop in between leaves a ledger record `_recover` takes back first."""
+    n = 0
+    for run in spec.runs:
+        marker = state.done(run)
+        if not _unpublished(marker):
+            continue
+        attempt = marker["run_id"][len(run.grid_id) + 1:]
+        run = dataclasses.replace(run, attempt=attempt)
+        if run.run_id != marker["run_id"]:
+            raise click.ClickException(f"{state.marker(run)}: run_id {marker['run_id']!r} is not of grid point "
+                                       f"{run.grid_id}: remove the marker to run it again")
+        marker = {**marker, "published": True}
+        echo(f"{run.label()}: done with --no-publish ({run.run_id}): publishing it from its marker")
+        _publish(ledger, run, marker)
+        state.write(run, marker)
+        n += 1
+    return n
+
+
 def _recover(spec: Spec, state: State, ledger) -> int:
-    """Markers of runs the ledger says were published but that have none (a stop between
-    the commit and the marker): written back, so those runs are done, not run again.
-    Records of runs started before the study's last fresh start are not taken back."""
+    """Markers of runs the ledger says were published but that have none, or one of a
+    `--no-publish` run (a stop between the commit and the marker; a `--no-publish` rerun
+    of a run whose commit had lost its marker): the ledger's record is written back, so
+    those runs are done and in the lake once, not run or published again. Records of runs
+    started before the study's last fresh start are not taken back."""
     book = ledger.recorded()
     since = state.fresh_since()
     n = 0
     for run in spec.runs:
         old = run.grid_id in book and float(book[run.grid_id].get("start") or 0) < since
-        if state.done(run) is None and run.grid_id in book and not old:
+        marker = state.done(run)
+        if (marker is None or _unpublished(marker)) and run.grid_id in book and not old:
             state.write(run, book[run.grid_id])
             n += 1
     return n
@@ -250,7 +291,9 @@ def _load_models(spec: Spec, state: State, runner: Runner) -> None:
 @click.argument("spec_file", type=click.Path(dir_okay=False))
 @click.option("--state", "state_dir", type=click.Path(file_okay=False), default=None,
               help="Folder of the per-run done markers (default: $FLOWLAKE_HOME/state/lab).")
-@click.option("--no-publish", is_flag=True, help="Keep the results in the state folder; send nothing to Kafka.")
+@click.option("--no-publish", is_flag=True,
+              help="Keep the results in the state folder; send nothing to Kafka. A later run without it "
+                   "publishes them (once, from the markers; not measured again).")
 @click.option("--no-export", is_flag=True, help="Do not export the runs' traffic as NetFlow to the stack's nfcapd.")
 @click.option("--fresh", is_flag=True,
               help="Forget this study's done markers (and its ledger records; with --no-publish they stay in "
@@ -268,7 +311,8 @@ def run_cmd(spec_file, state_dir, no_publish, no_export, fresh, as_json):
     where it stopped (first removing what a SIGKILLed lab left, as `flowlake lab
     clean` does), and a run's rows reach the lake once: they are published in one
     Kafka transaction with the run's ledger record ([kafka] lab_ledger_topic), which a
-    rerun reads back. `--fresh` starts over. Needs root.
+    rerun reads back. Runs done with `--no-publish` are published by the next run
+    without it, from their done markers (not run again). `--fresh` starts over. Needs root.
 
     \b
     Examples:

@@ -26,7 +26,9 @@ def status(cfg) -> dict:
     reg = registry_path(cfg)
     last["registry_bytes"] = reg.stat().st_size if reg.exists() else 0
     last["line"] = (f"lab: last study {last['study']} at {when}: {last['done']} runs done, {last['skipped']} skipped, "
-                    f"{last['pending']} pending of {last['runs']}; run registry {last['registry_bytes']:,} bytes "
+                    f"{last['pending']} pending of {last['runs']}"
+                    + (f", {last['unpublished']} not published (--no-publish: a `lab run` without it publishes them)"
+                       if last.get("unpublished") else "") + f"; run registry {last['registry_bytes']:,} bytes "
                     f"(kept {cfg.lab.registry_days} days)"
                     + (f"; {last['recovered']} runs' markers taken back from the ledger (published before a stop)"
                        if last.get("recovered") else "") + warn)
