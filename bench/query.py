@@ -10,7 +10,9 @@ Then, in one run:
   1. whole commands, what the analyst waits for (process start, imports, scan, print):
      `flowlake query FILTER -s srcip/bytes` on the local engine (DuckDB) and `nfdump -R DIR
      -s srcip/bytes FILTER`, taken in turns, median wall time and CPU time of N rounds (flowlake
-     on its fast path and through click, `[query] fast_start = false`), and the fixed cost
+     answered by the warm query server as `flowlake up` runs it, its CPU counted with the
+     command's; on its fast path in the command itself; and through click,
+     `[query] fast_start = false`), and the fixed cost
      of a command that scans nothing; the
      Spark engine's whole command for the first filters (`--spark-commands`); the time to
      the first printed row of a listing; and both top-10s compared value for value;
@@ -237,27 +239,53 @@ def whole_commands(args, work: Path, nfdir: Path) -> None:
     wall, cpu, _, out = timed([flowlake, "query-index"], env)
     print(f"\nflowlake query-index: {wall:.1f} s wall, {cpu:.1f} s CPU ({out.strip().splitlines()[-1][:50]}...: "
           "compacted hours are not indexed, their Parquet reads as fast)")
-    # the fast path (flowlake/query/fast.py) and the same command through click
-    envs = {"fast": env, "click": {**env, "FLOWLAKE_QUERY_FAST_START": "false"}, "nfdump": env}
+    # the warm query server (flowlake/query/server.py, as `flowlake up` runs it), the fast
+    # path (flowlake/query/fast.py) in the command itself, and the same command through click
+    local = {**env, "FLOWLAKE_QUERY_SERVER": "false"}
+    envs = {"served": env, "fast": local, "click": {**local, "FLOWLAKE_QUERY_FAST_START": "false"}, "nfdump": env}
     stat = ["-s", "srcip/bytes", "-n", "10"]
+    server = subprocess.Popen([flowlake, "query-server"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    sock = work / "run" / "query.sock"
+    for _ in range(300):
+        if sock.exists():
+            break
+        time.sleep(0.1)
+    else:
+        raise SystemExit("the query server did not start")
+    import psutil
+
+    served_by = psutil.Process(server.pid)
+
+    def server_cpu() -> float:  # its answers' CPU (children reaped at once, SIGCHLD)
+        t = served_by.cpu_times()
+        return t.children_user + t.children_system + t.user + t.system
 
     def command(who: str, flt: str, *extra: str) -> list[str]:
         return [flowlake, "query", flt, *stat, *extra] if who != "nfdump" else ["nfdump", "-R", str(nfdir), *stat, *extra, flt]
+
+    def run(who: str, cmd: list[str]) -> tuple:
+        """timed(), with the server's CPU for the answer added to a served command's own."""
+        c0 = server_cpu() if who == "served" else 0.0
+        wall, cpu, first, out = timed(cmd, envs[who])
+        if who == "served":
+            time.sleep(0.05)  # the answer's child ends just after the command
+            cpu += server_cpu() - c0
+        return wall, cpu, first, out
 
     from flowlake.query.engines import duck_threads
 
     print(f"\n1. Whole commands, median of {args.rounds} rounds in turns, wall s / CPU s; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (a shared machine: wall follows CPU share); "
           f"DuckDB threads now {duck_threads(0)} ([query] threads = 0: the idle cores)")
-    print(f"{'filter  (-s srcip/bytes -n 10)':<56} {'flowlake':>15} {'via click':>15} {'nfdump -R':>15} "
-          f"{'nfdump/flowlake (fast, click)':>33}  top-10")
+    print(f"{'filter  (-s srcip/bytes -n 10)':<56} {'served':>15} {'flowlake':>15} {'via click':>15} {'nfdump -R':>15} "
+          f"{'nfdump/flowlake (served, fast, click)':>42}  top-10")
     whos = list(envs)
     tot = {w: [0.0, 0.0] for w in whos}
     for flt in FILTERS:
         runs = {w: [] for w in whos}
         for r in range(args.rounds):
-            for who in whos[r % 3:] + whos[:r % 3]:  # rotate who goes first
-                runs[who].append(timed(command(who, flt), envs[who])[:3])
+            for who in whos[r % len(whos):] + whos[:r % len(whos)]:  # rotate who goes first
+                runs[who].append(run(who, command(who, flt))[:3])
         med = {w: (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v)) for w, v in runs.items()}
         if flt == "any":  # a day's top-N: its rows print when the scan ends (the first line is their title)
             top_first = {w: (statistics.median(x[2] for x in v), med[w][1]) for w, v in runs.items()}
@@ -265,27 +293,31 @@ def whole_commands(args, work: Path, nfdir: Path) -> None:
             tot[w][0] += med[w][0]
             tot[w][1] += med[w][1]
         ref = top10(timed(command("nfdump", flt, "-o", "csv", "-q"), env)[3], 4, (5, 7, 9))
-        same = [top10(timed(command(w, flt, "--format", "csv"), envs[w])[3], 1, (2, 4, 6)) == ref for w in ("fast", "click")]
+        same = [top10(timed(command(w, flt, "--format", "csv"), envs[w])[3], 1, (2, 4, 6)) == ref
+                for w in ("served", "fast", "click")]
+        mine = ("served", "fast", "click")
         print(f"{flt:<56} " + " ".join(f"{med[w][0]:>7.2f} /{med[w][1]:>6.2f}" for w in whos)
-              + f" {med['nfdump'][0] / med['fast'][0]:>15.2f}x {med['nfdump'][0] / med['click'][0]:>15.2f}x  "
-              + ("equal" if all(same) else f"DIFFER (fast {same[0]}, click {same[1]})"))
+              + " " + " ".join(f"{med['nfdump'][0] / med[w][0]:>12.2f}x" for w in mine) + "  "
+              + ("equal" if all(same) else f"DIFFER (served {same[0]}, fast {same[1]}, click {same[2]})"))
     print(f"{'total':<56} " + " ".join(f"{tot[w][0]:>7.2f} /{tot[w][1]:>6.2f}" for w in whos)
-          + f" {tot['nfdump'][0] / tot['fast'][0]:>15.2f}x {tot['nfdump'][0] / tot['click'][0]:>15.2f}x"
-          + f"  (CPU: {tot['nfdump'][1] / tot['fast'][1]:.2f}x, {tot['nfdump'][1] / tot['click'][1]:.2f}x)")
-    fixed = {w: statistics.median(timed([flowlake, "query", "any", *stat, "--from", "2030-01-01"], envs[w])[1]
-                                  for _ in range(args.rounds)) for w in ("fast", "click")}
+          + " " + " ".join(f"{tot['nfdump'][0] / tot[w][0]:>12.2f}x" for w in mine)
+          + "  (CPU: " + ", ".join(f"{tot['nfdump'][1] / tot[w][1]:.2f}x" for w in mine) + ")")
+    fixed = {w: statistics.median(run(w, [flowlake, "query", "any", *stat, "--from", "2030-01-01"])[1]
+                                  for _ in range(args.rounds)) for w in ("served", "fast", "click")}
     print("fixed cost of a command (a window with no hours: start, parser, config, DuckDB, no scan), median CPU s: "
           + ", ".join(f"{w} {v:.3f}" for w, v in fixed.items()))
 
     print("first rows of a day's top-N ('any' -s srcip/bytes -n 10), median s to the first line / CPU s: "
           + ", ".join(f"{w} {top_first[w][0]:.2f} / {top_first[w][1]:.2f}" for w in whos))
-    for w in ("fast", "click"):
+    for w in ("served", "fast", "click"):
         first = [timed([flowlake, "query", FILTERS[1], "--limit", "20"], envs[w])[2] for _ in range(args.rounds)]
         print(f"first row of a listing ({FILTERS[1]!r}, --limit 20), {w}: median {statistics.median(first):.2f} s; "
               f"a top-N prints its first rows when its whole command ends (above)")
-    progress(flowlake, envs["fast"])
+    progress(flowlake, envs["served"])
+    server.terminate()
+    server.wait(30)
     for flt in FILTERS[1:1 + args.spark_commands]:
-        wall = timed([flowlake, "query", flt, *stat, "--engine", "spark", "--master", args.master], env)[0]
+        wall = timed([flowlake, "query", flt, *stat, "--engine", "spark", "--master", args.master], local)[0]
         # wall only: the JVM is not a child this process waits for, so its CPU is not counted
         print(f"Spark engine, whole command, {flt!r}: {wall:.1f} s wall (JVM start included)")
 

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "query": ("flowlake.query.cli:query", "Search the lake with nfdump filter syntax."),
     "host": ("flowlake.query.cli:host", "Profile one host: peers, ports, volumes, first/last seen."),
     "query-index": ("flowlake.query.cli:index_cmd", "Index closed hours in DuckDB files for fast queries."),
+    "query-server": ("flowlake.query.cli:server_cmd", "Answer `flowlake query` from a warm process (`flowlake up` starts it)."),
     "schema": ("flowlake.schema_cli:schema", "Print generated views (Avro, Spark, Markdown) of a record."),
     "retention": ("flowlake.retention.cli:retention", "Expire old data per tier ([retention]); --dry-run shows what goes."),
     "alerts": ("flowlake.pipelines.alerts.cli:alerts", "Alerts of the live detectors: list, show, ack, snooze."),

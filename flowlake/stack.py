@@ -18,7 +18,8 @@ from . import config as _config
 from .services.process import Managed, port_open, wait_until
 
 log = logging.getLogger("flowlake.stack")
-ORDER = ["kafka", "ingest", "shipper", "sampling-tap", "nfcapd", "snmp", "retention", "compactor", "alerts", "superset"]
+ORDER = ["kafka", "ingest", "shipper", "sampling-tap", "nfcapd", "snmp", "retention", "compactor", "alerts",
+         "query-server", "superset"]
 
 
 def _python_argv(*args: str) -> list[str]:
@@ -117,6 +118,10 @@ def up_stack(cfg=None, with_superset: bool = True) -> dict:
         from .pipelines.alerts import service as alerts_service
 
         steps.append(("alerts", alerts_service.start))
+    if cfg.query.server:
+        from .query import server as query_server
+
+        steps.append(("query-server", query_server.start))
     paused = (disk.paused(cfg) or {}).get("components", [])
     if paused:  # the disk guard stopped them; its service starts them when space returns
         click.echo(f"  {', '.join(paused)} paused by the disk guard (disk below retention.disk_floor_pct)", err=True)
@@ -150,6 +155,9 @@ def down_stack(cfg=None) -> None:
     if sup is not None:
         sup.stop(cfg)
     compactor_managed(cfg).stop(timeout=60)
+    from .query import server as query_server
+
+    query_server.stop(cfg)
     from .collectors.snmp import service as snmp_service
 
     snmp_service.stop(cfg)
@@ -183,6 +191,7 @@ def component_state(cfg, name: str) -> dict:
         "compactor": compactor_managed(cfg),
         "snmp": Managed("snmp", cfg.path("run"), cfg.path("log")),
         "alerts": Managed("alerts", cfg.path("run"), cfg.path("log")),
+        "query-server": Managed("query-server", cfg.path("run"), cfg.path("log")),
     }[name]
     pid = managed.pid()
     port = {"kafka": cfg.kafka.port, "nfcapd": cfg.collector.port, "superset": cfg.superset.port}.get(name)
@@ -530,6 +539,12 @@ def status(as_json: bool) -> None:
         console.print(f"flowlake query start: fast path {'on' if qs['fast_start'] else 'off ([query] fast_start)'}, "
                       f"{qs['parser']} filter parser; cache {qs['cache_files']} files, {qs['cache_bytes']:,} bytes "
                       f"in {qs['cache_dir']} (parsed config files, at most 8)")
+        sv = qs["server"]
+        console.print("flowlake query server: " + (
+            f"running, {sv['answered'] or 0:,} questions answered warm, {sv['busy'] or 0:,} left to the command "
+            f"(busy: at most {sv['max_clients']} at once), {sv['bad_requests'] or 0} bad requests; {sv['socket']}"
+            if sv["running"] else ("not running: commands start cold (`flowlake up` starts it)" if sv["enabled"]
+                                   else "off ([query] server = false)")))
     _print_exporters(console, st["exporters"])
     from .collectors.snmp import service as snmp_service
 

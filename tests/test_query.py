@@ -702,12 +702,13 @@ def test_engine_choice_in_one_place(tmp_path):
     assert show_progress(cfg(), True, Tty(False)) and not show_progress(cfg(), False, Tty(True))
 
 
-def test_duckdb_threads_default_to_the_idle_cores():
+def test_duckdb_threads_every_core_unless_oversubscribed():
     from flowlake.query.engines import duck_threads
 
     assert duck_threads(3, cores=2, load=9.0) == 3  # [query] threads set: as set
     assert duck_threads(0, cores=2, load=0.2) == 2  # idle machine: every core
-    assert duck_threads(0, cores=8, load=3.4) == 5
+    assert duck_threads(0, cores=8, load=3.4) == 8  # the analyst's own commands in the load: every core
+    assert duck_threads(0, cores=2, load=3.9) == 2
     assert duck_threads(0, cores=2, load=14.0) == 1  # loaded: one thread, never none
     assert 1 <= duck_threads(0) <= (os.cpu_count() or 1)
 

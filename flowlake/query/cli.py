@@ -183,3 +183,30 @@ def index_cmd():
     res = build(cfg, log=lambda m: click.echo(m, err=True))
     click.echo(f"query index: {res['built']} hours built ({res['flows']:,} flows), {res['fresh']} already current, "
                f"{res['removed']} files removed; {root(cfg)}")
+
+
+@click.command("query-server", context_settings={"help_option_names": ["-h", "--help"]})
+def server_cmd():
+    """Answer `flowlake query` commands from one warm process (the stack's query server).
+
+    A command spends ~0.15 CPU-s starting (Python, DuckDB's library, the parser, the
+    config) before it reads a flow; this server has all of that loaded. A `flowlake query`
+    finds its socket ($FLOWLAKE_HOME/run/query.sock) and hands over its question with its
+    own stdin, stdout and stderr; a child of the server answers exactly as the command
+    would (same output, progress, exit status) and exits. Help, errors and the Spark
+    engine stay with the command. Without a server, or when it is busy
+    ([query] server_max_clients answers at once), commands answer themselves.
+
+    `flowlake up` starts it ([query] server = true) and `flowlake status` shows it; run it
+    by hand only for a lake without the stack. Stop it with SIGTERM.
+
+    \b
+    Example:
+      flowlake query-server &   # then, in any shell of this user:
+      flowlake query 'proto tcp and dst port 443' -s srcip/bytes
+    """
+    from flowlake import config
+
+    from .server import serve
+
+    serve(config.get())

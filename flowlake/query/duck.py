@@ -60,9 +60,15 @@ class DuckEngine:
         # query cannot take the files listed from under DuckDB.
         self.snapshot = Snapshot(cfg.lake)
         hours = partitions(cfg.lake, start, end)
+        lake = cfg.lake
         root, pinned = self.snapshot.pin(*hours)
-        self._unpin = (str(root), str(cfg.lake))  # errors name the lake's file, not the link
-        parts = [(p, [f for f in pinned if f.startswith(f"{root / p.relative_to(cfg.lake)}/")]) for p in hours]
+        self._unpin = (str(root), str(lake))  # errors name the lake's file, not the link
+        # each hour's pinned files by their folder (one pass: a path test per hour and file
+        # was 30 ms of a day's 0.2 s answer)
+        by_folder: dict[str, list[str]] = {}
+        for f in pinned:
+            by_folder.setdefault(f.rpartition("/")[0], []).append(f)
+        parts = [(p, by_folder.get(str(root / p.relative_to(lake)), [])) for p in hours]
         # (hour folder, its Parquet files, its current index file or None)
         self.parts = [(p, f, index.lookup(cfg, p, f) if use_index else None) for p, f in parts if f]
         tmp = cfg.path("tmp", "duckdb")  # spills, as jobs/duck.connect

@@ -55,10 +55,13 @@ def open_engine(cfg, start=None, end=None, engine: str | None = None, master: st
 
 
 def duck_threads(configured: int, cores: int | None = None, load: float | None = None) -> int:
-    """[query] threads, or for 0 the idle cores: cores minus the 1-minute load average, at
-    least 1. Threads beyond the idle cores only wait for one, and their coordination costs
-    CPU (bench/query.py, load 14 on 2 cores: a day's top-N took 10-15 % less CPU and less
-    wall time on 1 thread than on 2)."""
+    """[query] threads, or for 0 every core unless the machine is oversubscribed (1-minute
+    load average above twice the cores), then one. Every core, as nfdump and DuckDB itself
+    do: the load average mostly counts the analyst's own last commands (a run of queries on
+    an idle 2-core box holds it near 2), and one thread then left a core idle while nfdump
+    used 1.3 (bench/query.py: a day's answers took 1.9x longer). One thread on a box far
+    past its cores: the extra threads only wait for a core and their coordination costs CPU
+    (load 14 on 2 cores: a day's top-N took 10-15 % less CPU and wall time on 1 than on 2)."""
     import os
 
     if configured > 0:
@@ -69,7 +72,7 @@ def duck_threads(configured: int, cores: int | None = None, load: float | None =
             load = os.getloadavg()[0]
         except OSError:  # not on this platform
             load = 0.0
-    return max(1, min(cores, int(cores - load + 0.5)))
+    return cores if load <= 2 * cores else 1
 
 
 def status(cfg) -> dict:
@@ -77,14 +80,14 @@ def status(cfg) -> dict:
     query's start-up grows with files per hour; compaction keeps it small) and the index."""
     from flowlake import parsed_cache
 
-    from . import index, parser
+    from . import index, parser, server
     from .lake import partitions
 
     out = {"engine": choose(cfg), "threads": duck_threads(int(cfg.query.threads)), "hours": 0, "files": 0,
            "max_files_per_hour": 0, **index.status(cfg),
            # a command's start: the fast path (fast.py), the pre-built parser (standalone.py), the parse cache
            "fast_start": bool(cfg.query.fast_start), "parser": "pre-built" if parser._STANDALONE else "lark",
-           **parsed_cache.status()}
+           **parsed_cache.status(), "server": server.status(cfg)}
     try:
         parts = partitions(cfg.lake)
     except FileNotFoundError:

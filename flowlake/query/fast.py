@@ -78,9 +78,23 @@ def parse_args(argv: list[str]) -> dict | None:
 def run(argv: list[str]) -> bool:
     """Answer `flowlake query ARGV` and end the process; False (nothing printed) when click
     must handle it."""
+    status = answer_argv(argv)
+    if status is None:
+        return False
+    # the answer is complete: skip the interpreter's teardown, as flowlake.cli.quick_exit
+    try:
+        sys.stderr.flush()
+    except OSError:
+        pass
+    os._exit(status)
+
+
+def answer_argv(argv: list[str]) -> int | None:
+    """Answer `flowlake query ARGV` on stdout: the exit status, or None (nothing printed)
+    when click must handle it. Also what the warm query server runs (server.py)."""
     opts = parse_args(argv)
     if opts is None:
-        return False
+        return None
     from flowlake import config
 
     from .answer import answer, prepare
@@ -90,14 +104,14 @@ def run(argv: list[str]) -> bool:
     try:
         cfg = config.get()
         if not bool(cfg.query.fast_start):
-            return False
+            return None
         tree, stat_specs, agg = prepare(opts["filter_text"], opts["stats"], opts["aggregate_keys"])
         start, end = (parse_time(opts[k]) if opts[k] is not None else None for k in ("start", "end"))
         if (start and end and end <= start) or choose(cfg, opts["engine"]) != "local":
-            return False
+            return None
         eng = open_engine(cfg, start, end, opts["engine"], None, show_progress(cfg, opts["progress"]))
     except (ValueError, OSError, config.ConfigError):  # FilterError, StatError, TimeError, no lake: click's words
-        return False
+        return None
     fmt, limit = opts["fmt"], opts["limit"]
     if limit is None:
         limit = 20 if fmt == "table" else 0
@@ -115,12 +129,7 @@ def run(argv: list[str]) -> bool:
         _stderr("\nAborted!")
     finally:
         eng.close()
-    # the answer is complete: skip the interpreter's teardown, as flowlake.cli.quick_exit
-    try:
-        sys.stderr.flush()
-    except OSError:
-        pass
-    os._exit(status)
+    return status
 
 
 def _stderr(text: str) -> None:

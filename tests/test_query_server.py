@@ -1,0 +1,144 @@
+"""The warm query server (issue 22, flowlake/query/server.py): a `flowlake query` handed to
+it prints exactly what the command prints answering itself (stdout, stderr, exit status),
+the command itself loads none of the engine, help and errors stay click's, `| head` ends
+as it does without the server, and a dead server's stale socket costs nothing but time.
+
+Real processes throughout: the console script and `flowlake query-server`, over a day of
+synthetic flows written as the compactor writes hours (bench/query.py's writer)."""
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_query_fast import PROBE, QUESTIONS, _bench, _env
+
+FLOWLAKE = str(Path(sys.executable).with_name("flowlake"))
+# the console script, reporting whether it loaded DuckDB itself before its process ended
+PROBE = PROBE.replace("('click', 'lark', 'rich', 'pyarrow')", "('click', '_duckdb')")
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory, cfg) -> Path:
+    bench = _bench()
+    home = tmp_path_factory.mktemp("qserver")
+    bench.write_lake(bench.synth(24_000, seed=11), home)
+    return home
+
+
+def _start(home: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([FLOWLAKE, "query-server"], env=_env(home), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    sock = home / "run" / "query.sock"
+    deadline = time.monotonic() + 60
+    while not sock.exists():
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline, "the query server did not create its socket"
+        time.sleep(0.1)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def server(home):
+    proc = _start(home)
+    yield proc
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(30)
+
+
+def _run(home: Path, args: list[str], served: bool) -> subprocess.CompletedProcess:
+    env = _env(home, **({} if served else {"FLOWLAKE_QUERY_SERVER": "false"}))
+    return subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def _state(home: Path) -> dict:
+    return json.loads((home / "state" / "query-server.json").read_text())
+
+
+def _loaded(stderr: str) -> str:
+    return stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("args", QUESTIONS, ids=[" ".join(a[1:])[:40] for a in QUESTIONS])
+def test_served_answer_is_the_commands_own(home, server, args):
+    before = _state(home)["answered"]
+    warm, cold = _run(home, args, served=True), _run(home, args, served=False)
+    assert warm.returncode == cold.returncode == 0, (warm.stderr, cold.stderr)
+    assert warm.stdout == cold.stdout and len(warm.stdout.splitlines()) >= 3
+    # the server answered: the command loaded no engine; answering itself, it loads DuckDB
+    assert _loaded(warm.stderr) == "LOADED []", warm.stderr
+    assert _loaded(cold.stderr) == "LOADED ['_duckdb']", cold.stderr
+    assert _state(home)["answered"] == before + 1
+
+
+@pytest.mark.parametrize("args", [
+    ["query", "--help"],
+    ["query", "dst port foo"],
+    ["query", "any", "--format", "xml"],
+    ["query", "any", "--from", "2026-11-21", "--to", "2026-11-20"],
+])
+def test_help_and_errors_stay_the_commands(home, server, args):
+    warm, cold = _run(home, args, served=True), _run(home, args, served=False)
+    assert (warm.returncode, warm.stdout, warm.stderr) == (cold.returncode, cold.stdout, cold.stderr)
+    assert warm.returncode == (0 if "--help" in args else 2)
+
+
+def test_a_closed_pipe_ends_as_without_the_server(home, server):
+    cmd = f"{FLOWLAKE} query any --format csv --limit 0 | head -3; echo status ${{PIPESTATUS[0]}}"
+    out = {}
+    for served in (True, False):
+        env = _env(home, **({} if served else {"FLOWLAKE_QUERY_SERVER": "false"}))
+        out[served] = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, env=env, timeout=120)
+    assert out[True].stdout == out[False].stdout
+    assert len(out[True].stdout.splitlines()) == 4 and out[True].stdout.splitlines()[-1] in ("status 0", "status 1")
+
+
+def test_status_shows_the_server_and_a_stale_socket_falls_back(home, tmp_path):
+    from flowlake import config
+    from flowlake.query import engines
+
+    proc = _start(home)
+    cfg = config.load(env=_env(home))
+    st = engines.status(cfg)["server"]
+    assert st["enabled"] and st["socket"] == str(home / "run" / "query.sock")
+    args = ["query", "proto tcp and dst port 443", "-s", "srcip/bytes"]
+    want = _run(home, args, served=False).stdout
+    assert _run(home, args, served=True).stdout == want
+    assert _state(home)["answered"] >= 1
+    # killed hard: the socket file stays behind with nobody listening; commands answer themselves
+    proc.kill()
+    proc.wait(10)
+    assert (home / "run" / "query.sock").exists()
+    cold = _run(home, args, served=True)
+    assert cold.returncode == 0 and cold.stdout == want
+    assert _loaded(cold.stderr) == "LOADED ['_duckdb']"  # its own fast path answered (no click)
+    # a restart takes the stale socket over
+    proc = _start(home)
+    warm = _run(home, args, served=True)
+    assert warm.stdout == want
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(30)
+    assert not (home / "run" / "query.sock").exists()
+    assert not engines.status(cfg)["server"]["running"]
+
+
+def test_a_server_turned_off_in_the_config_leaves_commands_to_answer(home, tmp_path):
+    """[query] server = false in the file while a server runs: it declines, the command answers."""
+    toml = tmp_path / "flowlake.toml"
+    toml.write_text("[query]\nserver = false\n")
+    proc = _start(home)
+    try:
+        args = ["query", "proto tcp and dst port 22", "-s", "srcip/bytes"]
+        env = _env(home, FLOWLAKE_CONFIG=str(toml))
+        got = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, timeout=120)
+        assert got.returncode == 0 and got.stdout == _run(home, args, served=False).stdout
+        assert _state(home)["answered"] >= 1  # it was asked, and declined
+        assert _loaded(got.stderr) == "LOADED ['_duckdb']"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
