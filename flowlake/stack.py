@@ -541,7 +541,8 @@ def status(as_json: bool) -> None:
                       f"in {qs['cache_dir']} (parsed config files, at most 8)")
         sv = qs["server"]
         console.print("flowlake query server: " + (
-            f"running, {sv['answered'] or 0:,} questions answered warm, {sv['busy'] or 0:,} left to the command "
+            f"running, {sv['answered'] or 0:,} questions taken (help and errors go back to the command), "
+            f"{sv['busy'] or 0:,} left to the command "
             f"(busy: at most {sv['max_clients']} at once), {sv['bad_requests'] or 0} bad requests; {sv['socket']}"
             if sv["running"] else ("not running: commands start cold (`flowlake up` starts it)" if sv["enabled"]
                                    else "off ([query] server = false)")))

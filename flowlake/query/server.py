@@ -29,6 +29,7 @@ import time
 
 SOCKET_NAME = "query.sock"
 MAX_REQUEST = 1 << 20  # bytes of a question (argv, environment, folder)
+FIRST_REPLY_SECONDS = 10.0  # the server forks within milliseconds; longer and the command answers itself
 
 
 def socket_path(cfg):
@@ -73,13 +74,15 @@ def try_server(argv: list[str]) -> None:
         return
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        sock.settimeout(FIRST_REPLY_SECONDS)  # a stopped or wedged server: answer here instead
         sock.connect(path)
         body = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
         socket.send_fds(sock, [struct.pack("!I", len(body)) + body], [0, 1, 2])
         reader = sock.makefile("rb")
         first = json.loads(reader.readline() or b"{}")
-    except (OSError, ValueError):  # no server behind the socket (a stale file), or it went away
-        sock.close()
+        sock.settimeout(None)
+    except (OSError, ValueError):  # no server behind the socket (a stale file), gone, or too slow:
+        sock.close()  # an answer that starts later finds the socket closed and stops before printing
         return
     if "pid" not in first:  # declined (busy, or a question for click)
         sock.close()
