@@ -63,6 +63,7 @@ def main() -> None:
                     help="block this many /24 prefixes of the pool's sources ([alerts] blocked_prefixes)")
     ap.add_argument("--findings", help="write every interval's findings here (JSON lines)")
     ap.add_argument("--seed", type=int, default=3)
+    ap.add_argument("--release", action="store_true", help="the harness too releases Arrow's unused memory after each interval (the engine does it itself now)")
     a = ap.parse_args()
 
     import numpy as np
@@ -154,6 +155,8 @@ def main() -> None:
                 default=str, sort_keys=True) + "\n")
         found.clear()
         del flows, src
+        if a.release:
+            pa.default_memory_pool().release_unused()
         if (k + 1) % a.every == 0 or k == 0 or k + 1 == a.intervals:
             print(f"{k + 1:8d} {n:9,d} {len(range(0, n, a.per_message)):5d} {c2 - c0:6.2f} {rss_mb():7.0f} "
                   f"{pa.total_allocated_bytes() / 2**20:8.0f}", flush=True)
