@@ -262,3 +262,59 @@ def test_alerts_table_is_bounded_by_retention(engine_cfg, monkeypatch):
     tier = next(t for t in lake_tiers(config.get(), today) if t.name == "alerts")
     assert tier.limit == "30 days" and len(tier.units) == 2
     assert [u.day for u in tier.expire] == [today - dt.timedelta(days=40)]
+
+
+def test_busy_interval_paths():
+    """What makes the detectors cheap on a busy stream gives the same answers: a FlowBatch
+    holding two files is split by file (one file's is kept as it is); the scan window holds
+    only scan_window_seconds of intervals and DuckDB keeps none of them after a query;
+    fan-in's evidence for many destinations at once is pc.mode's top port (the smallest
+    of equals) and pc.unique's first sources, destination by destination."""
+    import random
+
+    import pyarrow.compute as pc
+
+    from flowlake.jobs.security_rules import FanInRule, ScanRule
+    from flowlake.pipelines.alerts.base import Interval
+    from flowlake.pipelines.alerts.fan_in import FanInDetector, distinct_sources
+    from flowlake.pipelines.alerts.scans import ScanDetector
+    from flowlake.pipelines.alerts.source import LedgerIntervals
+    from flowlake.schemas import FLOW
+    from flowlake.schemas.messages import encode_flow_batch
+
+    t0 = 1_764_000_000_000
+    li = LedgerIntervals()
+    two = flows(background(t0, 5)).to_pylist()
+    for i, r in enumerate(two):
+        r["source_file"] = "nfcapd.a" if i % 2 else "nfcapd.b"
+    li.flows_message(encode_flow_batch(FLOW, two))
+    li.flows_message(encode_flow_batch(FLOW, [{**r, "source_file": "nfcapd.a"} for r in two[:3]]))
+    li.flows_message(encode_flow_batch(FLOW, []))
+    for name, n in (("nfcapd.a", 5), ("nfcapd.b", 3)):
+        li.ledger_message(json.dumps({"file": name, "flows": n}).encode())
+    got = {name: t for name, t in li.complete()}
+    assert sorted(got) == ["nfcapd.a", "nfcapd.b"] and not li.pending
+    assert got["nfcapd.a"].num_rows == 5 and set(got["nfcapd.a"]["source_file"].to_pylist()) == {"nfcapd.a"}
+    assert got["nfcapd.b"]["file_seq"].to_pylist() == [r["file_seq"] for r in two if r["source_file"] == "nfcapd.b"]
+
+    sd = ScanDetector(ScanRule(), window_seconds=30)
+    for k in range(8):
+        rows = background(t0 + k * 10_000) + scan("203.0.113.9", 25, t0 + k * 10_000)
+        found = sd.evaluate(Interval(f"f{k}", t0 + k * 10_000, t0 + (k + 1) * 10_000, flows(rows)))
+        assert [f.subject for f in found] == ["203.0.113.9"]
+        assert len(sd.window) == min(k + 1, 3)  # 30 s of 10 s intervals, however many ran before
+        assert sd.con.execute("SELECT count(*) FROM duckdb_views() WHERE NOT internal").fetchone()[0] == 0
+
+    rng = random.Random(7)
+    rows = [{"src_addr": f"198.18.{rng.randrange(3)}.{rng.randrange(40)}", "dst_addr": f"10.0.0.{rng.randrange(30)}",
+             "dst_port": rng.choice([53, 80, 443, 8080]), "t": t0} for _ in range(3000)]
+    tab = pa.concat_tables([flows(rows[:1000]), flows(rows[1000:])])  # chunked, as gathered messages are
+    fd = FanInDetector(FanInRule(), factor=10, min_pps=5, baseline_minutes=60, warmup_minutes=0.5, max_tracked=1000)
+    dsts = sorted({r["dst_addr"] for r in rows})
+    evidence = fd._evidence(tab, dsts)
+    per = tab.group_by("dst_addr").aggregate([("src_addr", "count_distinct")])
+    assert distinct_sources(tab, per["dst_addr"]).tolist() == per["src_addr_count_distinct"].to_pylist()
+    for d in dsts:
+        mine = tab.filter(pc.equal(tab["dst_addr"], d))
+        assert evidence[d] == (pc.mode(mine["dst_port"]).to_pylist()[0]["mode"],
+                               pc.unique(mine["src_addr"])[:fd.sample].to_pylist())

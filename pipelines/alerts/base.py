@@ -15,6 +15,7 @@ class Interval:
     start_ms: int
     end_ms: int
     flows: pa.Table
+    _scaled: dict = field(default_factory=dict, repr=False, compare=False)  # in_interval's columns, once each
 
     @property
     def seconds(self) -> float:
@@ -26,11 +27,14 @@ class Interval:
         not all of them (rates would jump 30-fold at its end)."""
         import pyarrow.compute as pc
 
+        if column in self._scaled:  # several detectors scale bytes and packets: computed once an interval
+            return self._scaled[column]
         f = self.flows
         dur = pc.divide(pc.cast(pc.subtract(pc.cast(f["time_end"], pa.int64()), pc.cast(f["time_start"], pa.int64())),
                                 pa.float64()), 1000.0)
         share = pc.min_element_wise(pc.divide(self.seconds, pc.max_element_wise(dur, self.seconds)), 1.0)
-        return pc.multiply(pc.cast(f[column], pa.float64()), share)
+        out = self._scaled[column] = pc.multiply(pc.cast(f[column], pa.float64()), share)
+        return out
 
 
 @dataclass

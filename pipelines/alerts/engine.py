@@ -127,4 +127,7 @@ class Engine:
                               "flows": iv.flows.num_rows, "findings": len(findings), "processed_ms": done,
                               "latency_s": round((done - iv.end_ms) / 1000, 3)}
         self.save(force=False)
+        # The interval's tables are gone: hand their memory back to the system, or the pool
+        # keeps it (RSS grew by ~100 MB a minute at 200k flows/s; flat with this)
+        pa.default_memory_pool().release_unused()
         return changed

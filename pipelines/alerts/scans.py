@@ -4,7 +4,8 @@
 
 Only sources that probed in the current interval are judged (a scan that stopped leaves
 its alert to resolve); the window keeps the interval's probes (src, dst, port) and each
-source's flow count, so memory is bounded by the window's flows.
+source's flow and probe counts, so memory is bounded by the window's flows. DuckDB sees only
+the probes of sources whose counts can pass the rule.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ class ScanDetector(Detector):
 
         self.rule, self.window_ms = rule, int(window_seconds * 1000)
         self.critical_factor, self.sample = critical_factor, sample
-        self.window: deque = deque()  # (end_ms, probes, counts)
+        self.window: deque = deque()  # (end_ms, probes, flows per source, probes per source)
         self.con = duckdb.connect()
 
     @classmethod
@@ -57,26 +58,43 @@ class ScanDetector(Detector):
             ["src_addr", "dst_addr", "dst_port"])
         per = f.group_by("src_addr").aggregate([("src_addr", "count")])
         counts = pa.table({"src_addr": per["src_addr"], "flows": per["src_addr_count"]})
-        self.window.append((iv.end_ms, probes, counts))
+        per = probes.group_by("src_addr").aggregate([("src_addr", "count")])
+        probed = pa.table({"src_addr": per["src_addr"], "probes": per["src_addr_count"]})
+        self.window.append((iv.end_ms, probes, counts, probed))
         while self.window and self.window[0][0] <= iv.end_ms - self.window_ms:
             self.window.popleft()
         if probes.num_rows == 0:
             return []
-        window = pa.concat_tables([w[1] for w in self.window])
-        # only sources with enough probes in the window to reach either threshold are counted exactly
-        n = window.group_by("src_addr").aggregate([("src_addr", "count")])
-        need = min(self.rule.min_destinations, self.rule.min_ports)
-        many = n.filter(pc.greater_equal(n["src_addr_count"], need))["src_addr"]
-        current = pc.unique(probes["src_addr"]).filter(pc.is_in(pc.unique(probes["src_addr"]), value_set=many))
+        # Only sources that can pass the SQL's conditions on counts alone go to DuckDB: enough
+        # probes in the window to reach either threshold, and probes at least min_small_share of
+        # their flows (the SQL checks both again, exactly; a source's figures do not depend on
+        # the others', so the findings are the same as with every source).
+        r = self.rule
+        n = pa.concat_tables([w[3] for w in self.window]).group_by("src_addr").aggregate([("probes", "sum")])
+        n = n.filter(pc.greater_equal(n["probes_sum"], min(r.min_destinations, r.min_ports)))
+        current = pc.unique(probes["src_addr"])
+        current = current.filter(pc.is_in(current, value_set=n["src_addr"]))
         if len(current) == 0:
             return []
+        n = n.filter(pc.is_in(n["src_addr"], value_set=current))
+        counts = pa.concat_tables([w[2] for w in self.window])
+        counts = counts.filter(pc.is_in(counts["src_addr"], value_set=current))
+        flows = counts.group_by("src_addr").aggregate([("flows", "sum")])
+        j = n.join(flows, "src_addr")
+        share = pc.divide(pc.cast(j["probes_sum"], pa.float64()), pc.cast(j["flows_sum"], pa.float64()))
+        current = j.filter(pc.greater_equal(share, r.min_small_share * (1 - 1e-9)))["src_addr"]
+        if len(current) == 0:
+            return []
+        window = pa.concat_tables([w[1] for w in self.window])
         con = self.con
         con.register("current", pa.table({"src_addr": current}))
-        con.register("probes", window)
-        con.register("counts", pa.concat_tables([w[2] for w in self.window]))
+        con.register("probes", window.filter(pc.is_in(window["src_addr"], value_set=current)))
+        con.register("counts", counts.filter(pc.is_in(counts["src_addr"], value_set=current)))
         r = self.rule
         rows = con.execute(SQL, {"n": self.sample, "d": r.min_destinations, "p": r.min_ports,
                                  "s": r.min_small_share}).fetch_arrow_table().to_pylist()
+        for view in ("current", "probes", "counts"):  # the window's tables are not kept past the query
+            con.unregister(view)
         out = []
         for row in rows:
             kind = r.kind(row["destinations"], row["max_ports"], row["small_share"])

@@ -47,8 +47,14 @@ class LedgerIntervals:
             log.warning("flows message not decoded (the ingest quarantines it): %s", got)
             return
         if kind == BATCH:
-            for name in set(got["source_file"].to_pylist()):
-                part = got.filter(pc.equal(got["source_file"], name)) if got.num_rows else got
+            if got.num_rows == 0:
+                return
+            names = got["source_file"].combine_chunks().dictionary_encode()
+            files = names.dictionary.to_pylist()
+            # the shipper sends one file per message: the table as it is, no filtering copy
+            parts = [(files[0], got)] if len(files) == 1 else \
+                [(name, got.filter(pc.equal(names.indices, i))) for i, name in enumerate(files)]
+            for name, part in parts:
                 p = self.pending.setdefault(name, Pending())
                 p.tables.append(part)
                 p.flows += part.num_rows

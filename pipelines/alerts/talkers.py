@@ -53,33 +53,42 @@ class NewTalkerDetector(Detector):
             sel = f.filter(pc.is_in(f[port_col], value_set=ports))
             if sel.num_rows:
                 ends.append(pa.table({"address": sel[here], "port": sel[port_col], "peer": sel[there],
-                                      "role": pa.array([role] * sel.num_rows)}))
+                                      "role": pa.repeat(role, sel.num_rows)}))
         if not ends:
             return []
         t = pa.concat_tables(ends)
         per = t.group_by(["address", "port", "role"]).aggregate([("peer", "count_distinct"), ("peer", "count")])
         learning = iv.end_ms - self.learning_since < self.learn_ms
+        keys = pc.binary_join_element_wise(per["address"], pc.cast(per["port"], pa.string()), "|").to_pylist()
         new: dict[str, dict] = {}
-        for addr, port, role, peers, flows in zip(*(per[c].to_pylist() for c in
-                                                    ("address", "port", "role", "peer_count_distinct", "peer_count"))):
-            key = f"{addr}|{port}"
-            last = self.seen.get(key)
-            if not learning and (last is None or iv.end_ms - last > self.keep_ms):
-                n = new.setdefault(addr, {"ports": [], "roles": [], "peers": 0, "flows": 0})
-                n["ports"].append(port)
-                n["roles"].append(role)
-                n["peers"] += peers
-                n["flows"] += flows
-        for key in (f"{a}|{p}" for a, p in zip(per["address"].to_pylist(), per["port"].to_pylist())):
-            self.seen[key] = iv.end_ms
+        if not learning:  # only the rows of pairs not seen (or not lately) come to Python one by one
+            end, keep = iv.end_ms, self.keep_ms
+            rows = [i for i, last in enumerate(map(self.seen.get, keys)) if last is None or end - last > keep]
+            if rows:
+                idx = pa.array(rows, pa.int64())
+                for addr, port, role, peers, flows in zip(*(per[c].take(idx).to_pylist() for c in
+                                                            ("address", "port", "role", "peer_count_distinct",
+                                                             "peer_count"))):
+                    n = new.setdefault(addr, {"ports": [], "roles": [], "peers": 0, "flows": 0})
+                    n["ports"].append(port)
+                    n["roles"].append(role)
+                    n["peers"] += peers
+                    n["flows"] += flows
+        self.seen.update(dict.fromkeys(keys, iv.end_ms))
         if len(self.seen) > self.max_pairs:  # the least recently seen go, a tenth at once
             self.seen = dict(sorted(self.seen.items(), key=lambda kv: kv[1])[-int(self.max_pairs * 0.9):])
+        samples: dict[str, dict] = {}  # new address -> its first peers (dict: in order, once each)
+        if new:
+            sub = t.filter(pc.is_in(t["address"], value_set=pa.array(list(new), pa.string())))
+            for addr, peer in zip(sub["address"].to_pylist(), sub["peer"].to_pylist()):
+                got = samples.setdefault(addr, {})
+                if len(got) < self.sample:
+                    got[peer] = None
         out = []
         for addr, n in new.items():
             ports = sorted(set(n["ports"]))
             roles = "/".join(sorted(set(n["roles"])))
-            peers = t.filter(pc.equal(t["address"], addr))["peer"]
-            sample = pc.unique(peers)[:self.sample].to_pylist()
+            sample = list(samples.get(addr, ()))
             out.append(Finding(self.name, addr, f"new talker {addr} ({roles}) on watched port "
                                f"{','.join(map(str, ports))}: {n['flows']} flows with {n['peers']} peers, "
                                f"not seen there in {self.keep_ms / 86_400_000:g} days",
