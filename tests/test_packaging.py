@@ -26,8 +26,9 @@ def test_compose_is_valid_and_has_the_topology():
     assert res.returncode == 0, res.stderr
     services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
     for name in ("kafka", "collector", "spark-master", "spark-worker-1", "spark-worker-2", "ingest", "superset",
-                 "postgres"):
+                 "postgres", "query-server"):
         assert name in services, name
+    assert services["query-server"]["command"] == ["flowlake", "query-server"]
     assert services["collector"]["build"]["dockerfile"] == "collectors/Dockerfile"
     assert (REPO / "collectors" / "Dockerfile").exists()
     assert "spark://spark-master:7077" in services["ingest"]["command"]
