@@ -142,3 +142,14 @@ def test_a_server_turned_off_in_the_config_leaves_commands_to_answer(home, tmp_p
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
+
+
+def test_a_home_too_deep_for_a_socket_leaves_the_stack_running(tmp_path):
+    """`flowlake up` must not fail on a long FLOWLAKE_HOME: no server, commands answer themselves."""
+    from flowlake import config
+    from flowlake.query import server as query_server
+
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    cfg = config.load(env={**_env(deep)})
+    assert len(str(query_server.socket_path(cfg)).encode()) > query_server.MAX_SOCKET_PATH
+    assert query_server.start(cfg) is None and not query_server.managed(cfg).running()

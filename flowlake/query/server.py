@@ -29,6 +29,7 @@ import time
 
 SOCKET_NAME = "query.sock"
 MAX_REQUEST = 1 << 20  # bytes of a question (argv, environment, folder)
+MAX_SOCKET_PATH = 100  # bytes: sun_path holds 108 with its NUL
 FIRST_REPLY_SECONDS = 10.0  # the server forks within milliseconds; longer and the command answers itself
 
 
@@ -195,7 +196,7 @@ class Server:
 
     def listen(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if len(str(self.path).encode()) > 100:
+        if len(str(self.path).encode()) > MAX_SOCKET_PATH:
             raise SystemExit(f"query server: socket path {self.path} is longer than a Unix socket allows "
                              "(move FLOWLAKE_HOME to a shorter path)")
         try:
@@ -315,6 +316,13 @@ def start(cfg) -> int | None:
     if proc.running():
         return proc.pid()
     path = socket_path(cfg)
+    if len(str(path).encode()) > MAX_SOCKET_PATH:  # the stack runs on; commands answer themselves
+        import logging
+
+        logging.getLogger("flowlake.stack").warning(
+            "query server not started: its socket path %s is longer than a Unix socket allows "
+            "(%d bytes); move FLOWLAKE_HOME to a shorter path", path, MAX_SOCKET_PATH)
+        return None
     pid = proc.start([sys.executable, "-m", "flowlake.cli", "query-server"])
     wait_until(path.exists, 60, "the query server to start", interval=0.2, proc=proc)
     return pid
