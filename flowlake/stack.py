@@ -180,6 +180,7 @@ def down_stack(cfg=None) -> None:
 
 def component_state(cfg, name: str) -> dict:
     from .collectors import nfcapd
+    from .query import server as query_server
     from .services import kafka
 
     managed = {
@@ -191,7 +192,7 @@ def component_state(cfg, name: str) -> dict:
         "compactor": compactor_managed(cfg),
         "snmp": Managed("snmp", cfg.path("run"), cfg.path("log")),
         "alerts": Managed("alerts", cfg.path("run"), cfg.path("log")),
-        "query-server": Managed("query-server", cfg.path("run"), cfg.path("log")),
+        "query-server": query_server.managed(cfg),
     }[name]
     pid = managed.pid()
     port = {"kafka": cfg.kafka.port, "nfcapd": cfg.collector.port, "superset": cfg.superset.port}.get(name)

@@ -96,22 +96,16 @@ def try_server(argv: list[str]) -> None:
         except OSError:
             pass
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, forward)
-    while True:
-        try:
-            line = reader.readline()
-            break
-        except InterruptedError:
-            continue
+    before = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    line = reader.readline()  # a forwarded signal does not interrupt it (PEP 475)
     try:
         last = json.loads(line) if line else {}
     except ValueError:
         last = {}
     if "declined" in last:  # the fast path declined it before printing anything
         sock.close()
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
         return
     # the answer's process ended without a status (killed): say so, as a command would die
     status = int(last.get("status", 1))

@@ -134,10 +134,8 @@ def ipv4_in_net(col: str, net) -> str:
             return "(" + " OR ".join(f"starts_with({col}, {_lit(f'{head}{v}.')})" for v in range(lo, lo + n)) + ")"
     cond = f"starts_with({col}, {_lit(head)})" if whole else is_v4
     if rest:
-        lo = int(octets[whole])
-        hi = lo + (1 << (8 - rest)) - 1
         octet = f"coalesce(TRY_CAST(split_part({col}, '.', {whole + 1}) AS INTEGER), -1)"
-        cond = f"({cond} AND {octet} BETWEEN {lo} AND {hi})"
+        cond = f"({cond} AND {octet} BETWEEN {lo} AND {lo + n - 1})"
     return cond
 
 

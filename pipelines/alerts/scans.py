@@ -90,7 +90,6 @@ class ScanDetector(Detector):
         con.register("current", pa.table({"src_addr": current}))
         con.register("probes", window.filter(pc.is_in(window["src_addr"], value_set=current)))
         con.register("counts", counts.filter(pc.is_in(counts["src_addr"], value_set=current)))
-        r = self.rule
         rows = con.execute(SQL, {"n": self.sample, "d": r.min_destinations, "p": r.min_ports,
                                  "s": r.min_small_share}).fetch_arrow_table().to_pylist()
         for view in ("current", "probes", "counts"):  # the window's tables are not kept past the query
