@@ -247,3 +247,29 @@ def test_config_read_through_its_parse_cache(tmp_path, monkeypatch):
     assert st["cache_dir"] == str(tmp_path / "cache" / "flowlake") and st["cache_bytes"] > 0
     assert st["cache_files"] == parsed_cache.MAX_FILES
     assert st["fast_start"] is True and st["parser"] == "pre-built"
+
+
+def test_files_in_folders_below_an_hour_are_read(tmp_path, cfg):
+    """DuckEngine reads every Parquet file the snapshot pins below an hour, as Spark does,
+    also those in a (non-hidden) folder under it."""
+    from flowlake.query import parse
+    from flowlake.query.duck import DuckEngine
+
+    bench = _bench()
+    home = tmp_path / "nested"
+    bench.write_lake(bench.synth(6_000, seed=3), home)
+    c = _cfg(home)
+
+    def count() -> int:
+        eng = DuckEngine(c, use_index=False)
+        try:
+            return sum(r["flows"] for r in eng.aggregate(parse("any"), ["proto"]))
+        finally:
+            eng.close()
+
+    assert count() == 6_000
+    hour = home / "lake" / "flows" / f"date={bench.DAY:%Y-%m-%d}" / "hour=07"
+    (f,) = hour.glob("*.parquet")
+    (hour / "part").mkdir()
+    f.rename(hour / "part" / f.name)
+    assert count() == 6_000

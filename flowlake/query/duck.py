@@ -63,12 +63,15 @@ class DuckEngine:
         lake = cfg.lake
         root, pinned = self.snapshot.pin(*hours)
         self._unpin = (str(root), str(lake))  # errors name the lake's file, not the link
-        # each hour's pinned files by their folder (one pass: a path test per hour and file
-        # was 30 ms of a day's 0.2 s answer)
-        by_folder: dict[str, list[str]] = {}
+        # each hour's pinned files, also those in folders below it (one pass over the files:
+        # a path test per hour and file was 30 ms of a day's 0.2 s answer)
+        rel = {p: p.relative_to(lake) for p in hours}
+        depth = len(next(iter(rel.values())).parts) if rel else 0
+        skip = len(str(root)) + 1
+        by_hour: dict[str, list[str]] = {}
         for f in pinned:
-            by_folder.setdefault(f.rpartition("/")[0], []).append(f)
-        parts = [(p, by_folder.get(str(root / p.relative_to(lake)), [])) for p in hours]
+            by_hour.setdefault("/".join(f[skip:].split("/", depth)[:depth]), []).append(f)
+        parts = [(p, by_hour.get(str(rel[p]), [])) for p in hours]
         # (hour folder, its Parquet files, its current index file or None)
         self.parts = [(p, f, index.lookup(cfg, p, f) if use_index else None) for p, f in parts if f]
         tmp = cfg.path("tmp", "duckdb")  # spills, as jobs/duck.connect
