@@ -27,6 +27,8 @@ def problem(path: Path) -> str | None:
         meta = pq.ParquetFile(path).metadata
         if meta.num_rows < 0:
             return "negative row count in footer"
+    except FileNotFoundError:  # gone since listed (a compaction swap renamed its hour): not broken
+        return None
     except Exception as exc:  # pyarrow raises several types for broken footers
         return f"unreadable Parquet footer: {exc}"
     return None
@@ -46,7 +48,10 @@ def check(lake: Path, table: str = "flows", under: str = "") -> list[tuple[Path,
         rel = path.relative_to(lake / table)
         target = qroot / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(path, target)
+        try:
+            os.replace(path, target)
+        except FileNotFoundError:  # swapped away between the check and the move: nothing to hold back
+            continue
         target.with_name(target.name + ".reason").write_text(
             f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {table}/{rel}: {reason}\n")
         log.error("quarantined lake file %s/%s: %s", table, rel, reason)
