@@ -31,7 +31,7 @@ DETECTORS = ("scan", "fan_in", "exporter_silent")
 
 
 def model_run(seed: int, hours: float, flows: int, rotate: float, home: Path) -> tuple[dict, float, int]:
-    from flowlake import config
+    from flowlake.base import config
     from flowlake.collectors.traffic import alert_truth, lake_rows, model
     from flowlake.pipelines.alerts.base import Interval
     from flowlake.pipelines.alerts.engine import Engine
@@ -60,7 +60,7 @@ def model_run(seed: int, hours: float, flows: int, rotate: float, home: Path) ->
 
 def busy_intervals(sizes, home: Path) -> None:
     """CPU seconds of the engine on one interval of N flows: what a busy rotation costs."""
-    from flowlake import config
+    from flowlake.base import config
     from flowlake.collectors.traffic import lake_rows, model
     from flowlake.pipelines.alerts.base import Interval
     from flowlake.pipelines.alerts.engine import Engine
@@ -103,13 +103,14 @@ def print_scores(title: str, scores: list[dict]) -> dict:
 
 
 def live_run(flows: int, seconds: float) -> None:
-    from flowlake import config, stack
+    from flowlake.base import config
+    from flowlake import components
     from flowlake.collectors import nfcapd
     from flowlake.collectors.traffic import alert_truth, api, model
     from flowlake.pipelines.alerts import service
     from flowlake.pipelines.alerts.store import AlertStore
-    from flowlake.services import kafka
-    from flowlake.services.ports import private_env
+    from flowlake.collectors import kafka
+    from flowlake.base.ports import private_env
 
     home = Path(tempfile.mkdtemp(prefix="flowlake-bench-alerts-"))
     os.environ.update(private_env(home))
@@ -121,7 +122,7 @@ def live_run(flows: int, seconds: float) -> None:
     try:
         kafka.start(cfg)
         nfcapd.start(cfg)
-        stack.start_shipper(cfg)
+        components.get(cfg, "shipper").start()
         service.start(cfg)
         while not status().get("assigned"):
             time.sleep(0.5)
@@ -146,7 +147,7 @@ def live_run(flows: int, seconds: float) -> None:
               f"intervals {st['latency_s_max_last_60']:.2f} s; bound rotation + 30 = {cfg.collector.rotate_seconds + 30} s")
     finally:
         service.stop(cfg)
-        stack.shipper_managed(cfg).stop(timeout=30)
+        components.get(cfg, "shipper").managed().stop(timeout=30)
         nfcapd.stop(cfg)
         kafka.stop(cfg)
         shutil.rmtree(home, ignore_errors=True)

@@ -70,7 +70,7 @@ def main() -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from flowlake import config
+    from flowlake.base import config
     from flowlake.collectors.traffic import api, lake_rows, model
     from flowlake.pipelines.alerts import engine as engine_mod
     from flowlake.pipelines.alerts.engine import Engine

@@ -79,11 +79,12 @@ def main() -> None:
     args = ap.parse_args()
     import requests
 
-    from flowlake.services.ports import private_env
+    from flowlake.base.ports import private_env
 
     home = Path(tempfile.mkdtemp(prefix="flowlake-bench-capacity-"))
     os.environ.update(private_env(home))
-    from flowlake import config, superset_cli
+    from flowlake.base import config
+    from flowlake import superset_cli
 
     config.reset()
     cfg = config.get()

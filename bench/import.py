@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from flowlake.services.ports import private_env
+from flowlake.base.ports import private_env
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
@@ -95,7 +95,7 @@ def run_import(argv: list[str], env: dict):
 
 def broker_cpu(cfg) -> float:
     """CPU seconds the local Kafka broker has used so far (/proc/PID/stat utime+stime)."""
-    from flowlake.services import kafka
+    from flowlake.collectors import kafka
 
     fields = Path(f"/proc/{kafka.managed(cfg).pid()}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -113,9 +113,10 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="flowlake-bench-import-"))
     os.environ.update({**private_env(work / "home"), "FLOWLAKE_KAFKA_HEAP": "1g"})
-    from flowlake import config
-    from flowlake.collectors import archive, ship
-    from flowlake.services import kafka
+    from flowlake.base import config
+    from flowlake import importer as archive
+    from flowlake.collectors import ship
+    from flowlake.collectors import kafka
 
     ship.build_binary()
     cfg = config.get()

@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from flowlake.services.ports import free_port
+from flowlake.base.ports import free_port
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
@@ -88,7 +88,7 @@ def plain_consumer(cfg, topic: str) -> tuple[float, int, int]:
     """Read every committed message of the topic: (seconds, messages, bytes)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    from flowlake.services import kafka
+    from flowlake.collectors import kafka
 
     c = Consumer({**cfg.kafka_client_conf(), "group.id": "bench-plain", "enable.auto.commit": False,
                   "isolation.level": "read_committed", "fetch.max.bytes": 52428800,
@@ -172,10 +172,10 @@ def main() -> None:
                        "FLOWLAKE_KAFKA_CONTROLLER_PORT": str(free_port())})
     import ship as ship_bench  # bench/ship.py: the same real nfcapd file
 
-    from flowlake import config
+    from flowlake.base import config
     from flowlake.collectors import ship
     from flowlake.pipelines import ingest
-    from flowlake.services import kafka
+    from flowlake.collectors import kafka
 
     cfg = config.get()
     ship_bench.BINARY = ship.build_binary()
@@ -290,7 +290,7 @@ def fetch_designs(cfg, work: Path, total: int, broker: set[int]) -> None:
     design before), alternately, twice each, in this JVM (same JIT settings for both)."""
     import statistics
 
-    from flowlake import config
+    from flowlake.base import config
 
     runs: dict[str, list[dict]] = {"tasks": [], "spark": []}
     for i, fetch in enumerate(["tasks", "spark"] * 2):
@@ -352,7 +352,7 @@ def enrichment_cost(cfg, work: Path, total: int, broker: set[int]) -> None:
     is what bounds the rate on dedicated cores, so the verdict is on the median CPU."""
     import statistics
 
-    from flowlake import config
+    from flowlake.base import config
 
     toml = enrichment_files(work)
     times: dict[str, list[float]] = {"off": [], "on": []}

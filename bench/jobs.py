@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from flowlake.services.ports import free_port
+from flowlake.base.ports import free_port
 
 import numpy as np
 import pyarrow as pa
@@ -184,7 +184,7 @@ def main() -> None:
     args.flows = args.flows or 10_000_000
     home = Path(tempfile.mkdtemp(prefix="flowlake-bench-jobs-"))
     os.environ["FLOWLAKE_HOME"] = str(home)
-    from flowlake import config
+    from flowlake.base import config
 
     config.reset()
     cfg = config.get()
@@ -213,7 +213,7 @@ def main() -> None:
             best = min(best, time.perf_counter() - t)
         fig["duckdb_s"] = best
 
-        from flowlake import spark as spark_factory
+        from flowlake.base import spark as spark_factory
         from flowlake.jobs import runner
 
         t = time.perf_counter()
@@ -229,7 +229,7 @@ def main() -> None:
                 sys.exit(f"job failed: {bad}")
             return time.perf_counter() - t, outcomes
 
-        from flowlake.jobs import duck
+        from flowlake.pipelines import duck
 
         engine = duck.engine(type("Ctx", (), {"cfg": cfg, "spark": spark})())
         fig["daily_set_s"], outcomes = timed(JOBS)
@@ -345,8 +345,8 @@ def split_work(events: list[dict]) -> dict:
 
 
 def cluster_bench(args) -> None:
-    from flowlake import config
-    from flowlake.services import spark_cluster
+    from flowlake.base import config
+    from flowlake.base import spark_cluster
 
     n = args.flows or 1_000_000
     home = Path(tempfile.mkdtemp(prefix="flowlake-bench-cluster-"))

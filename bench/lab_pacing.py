@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from flowlake.collectors.lab import metrics
-from flowlake.services.ports import free_port
+from flowlake.base.ports import free_port
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""Benchmark: flowlake.powerlaw's exact xmin scan against the `powerlaw` package.
+"""Benchmark: flowlake.jobs.powerlaw's exact xmin scan against the `powerlaw` package.
 
 Integer flow sizes (lognormal body + Pareto tail, ~2e5 distinct values at 1e7) are
 fitted at 1e4, 1e5, 1e6 and 1e7 values; the 1e7 case is written to a text file and
@@ -25,8 +25,8 @@ sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
 
 import numpy as np  # noqa: E402
 
-from flowlake.powerlaw import Sample, fit  # noqa: E402
-from flowlake.powerlaw.textfile import read_numbers  # noqa: E402
+from flowlake.jobs.powerlaw import Sample, fit  # noqa: E402
+from flowlake.jobs.powerlaw.textfile import read_numbers  # noqa: E402
 
 
 def flow_sizes(n: int, seed: int = 0) -> np.ndarray:

@@ -100,7 +100,7 @@ def write_lake(flows: dict, home: Path) -> None:
 
     import duckdb
 
-    from flowlake import config
+    from flowlake.base import config
     from flowlake.pipelines import compact
     from flowlake.schemas import FLOW
 
@@ -239,8 +239,8 @@ def whole_commands(args, work: Path, nfdir: Path) -> None:
     wall, cpu, _, out = timed([flowlake, "query-index"], env)
     print(f"\nflowlake query-index: {wall:.1f} s wall, {cpu:.1f} s CPU ({out.strip().splitlines()[-1][:50]}...: "
           "compacted hours are not indexed, their Parquet reads as fast)")
-    # the warm query server (flowlake/query/server.py, as `flowlake up` runs it), the fast
-    # path (flowlake/query/fast.py) in the command itself, and the same command through click
+    # the warm query server (jobs/query/server.py, as `flowlake up` runs it), the fast
+    # path (jobs/query/fast.py) in the command itself, and the same command through click
     local = {**env, "FLOWLAKE_QUERY_SERVER": "false"}
     envs = {"served": env, "fast": local, "click": {**local, "FLOWLAKE_QUERY_FAST_START": "false"}, "nfdump": env}
     stat = ["-s", "srcip/bytes", "-n", "10"]
@@ -272,7 +272,7 @@ def whole_commands(args, work: Path, nfdir: Path) -> None:
             cpu += server_cpu() - c0
         return wall, cpu, first, out
 
-    from flowlake.query.engines import duck_threads
+    from flowlake.jobs.query.engines import duck_threads
 
     print(f"\n1. Whole commands, median of {args.rounds} rounds in turns, wall s / CPU s; load average "
           f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (a shared machine: wall follows CPU share); "
@@ -337,17 +337,17 @@ def progress(flowlake: str, env: dict) -> None:
 
 def in_process(args, nf: Path) -> None:
     """Scan only: every filter's count on DuckDB and Spark in this process, and nfdump's."""
-    from flowlake import config
-    from flowlake.query import parse, sql
-    from flowlake.query.duck import DuckEngine
+    from flowlake.base import config
+    from flowlake.jobs.query import parse, sql
+    from flowlake.jobs.query.duck import DuckEngine
 
     duck = DuckEngine(config.get())
     src = duck._source()
     counters = {"duckdb": lambda flt: duck.con.execute(f"SELECT count(*) FROM {src} WHERE {sql.to_sql(parse(flt))}").fetchone()[0]}
     if not args.no_spark:
-        from flowlake import spark as spark_factory
-        from flowlake.query import to_column
-        from flowlake.query.lake import read_flows
+        from flowlake.base import spark as spark_factory
+        from flowlake.jobs.query import to_column
+        from flowlake.jobs.query.lake import read_flows
 
         t0 = time.perf_counter()
         spark = spark_factory.session("flowlake-bench-query", master=args.master)
@@ -391,7 +391,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="flowlake-bench-query-"))
     os.environ["FLOWLAKE_HOME"] = str(work)
-    from flowlake import config
+    from flowlake.base import config
 
     config.reset()
     try:

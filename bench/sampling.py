@@ -24,7 +24,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from flowlake.services.ports import free_port
+from flowlake.base.ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
@@ -47,7 +47,7 @@ def main() -> None:
     args = ap.parse_args()
     from flowlake.collectors.traffic import api, exporter, model
     from flowlake.collectors.traffic.sampling import Sampler, SamplingPlan
-    from flowlake.gobuild import SHIPPER
+    from flowlake.base.gobuild import SHIPPER
 
     binary = str(SHIPPER.build())
     start = datetime(2026, 11, 20, tzinfo=timezone.utc)

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from flowlake.services.ports import free_port
+from flowlake.base.ports import free_port
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
@@ -96,9 +96,9 @@ def main() -> None:
         "FLOWLAKE_KAFKA_CONTROLLER_PORT": str(free_port()),
         "FLOWLAKE_KAFKA_HEAP": "1g",
     })
-    from flowlake import config
+    from flowlake.base import config
     from flowlake.collectors import ship
-    from flowlake.services import kafka
+    from flowlake.collectors import kafka
 
     global BINARY
     BINARY = ship.build_binary()

@@ -93,7 +93,7 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the scratch home")
     ap.add_argument("--no-query", action="store_true", help="skip the query timings")
     args = ap.parse_args()
-    from flowlake.services.ports import private_env
+    from flowlake.base.ports import private_env
 
     home = Path(args.home or tempfile.mkdtemp(prefix="flowlake-bench-storage-"))
     home.mkdir(parents=True, exist_ok=True)
@@ -101,7 +101,7 @@ def main() -> None:
     env["FLOWLAKE_COLLECTOR_ROTATE_SECONDS"] = "10"  # the default rotation: files as a deployment has them
     env["FLOWLAKE_SPARK_TRIGGER_SECONDS"] = "10"
     os.environ.update(env)
-    from flowlake import config
+    from flowlake.base import config
     from flowlake.pipelines import hour_close
 
     cfg = config.get()

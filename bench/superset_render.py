@@ -243,11 +243,12 @@ def gunicorn_pid(cfg) -> int | None:
 
 def scratch_stack(flows: int):
     """Scratch FLOWLAKE_HOME + demo lake + Superset; returns (home, creds, stop)."""
-    from flowlake.services.ports import private_env
+    from flowlake.base.ports import private_env
 
     home = Path(tempfile.mkdtemp(prefix="flowlake-bench-superset-"))
     os.environ.update(private_env(home))
-    from flowlake import config, superset_cli
+    from flowlake.base import config
+    from flowlake import superset_cli
     from superset_lake import write_flows, write_reports
 
     config.reset()
@@ -285,7 +286,8 @@ def main() -> None:
     stop = None
     if args.home:
         os.environ["FLOWLAKE_HOME"] = str(args.home.resolve())
-        from flowlake import config, superset_cli
+        from flowlake.base import config
+        from flowlake import superset_cli
 
         config.reset()
         cfg = config.get()
@@ -295,7 +297,7 @@ def main() -> None:
         home = args.home.resolve() if args.clear_cache else None
     else:
         home, creds, stop = scratch_stack(args.flows)
-        from flowlake import config
+        from flowlake.base import config
 
         cfg = config.get()
     try:

@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import struct
 import subprocess
 import sys
@@ -126,7 +125,7 @@ class Watcher(threading.Thread):
     def poll_once(self) -> None:
         import duckdb
 
-        from flowlake import stack
+        from flowlake import components
         from flowlake.pipelines import ingest_lag
 
         spool = self.cfg.path("nfcapd")
@@ -156,7 +155,7 @@ class Watcher(threading.Thread):
         if self.polls % 5 == 1:  # two Kafka consumers a query: every 5 s is enough
             info = ingest_lag.status(self.cfg).get("flows", {})
             self.lag.append((time.time(), info.get("offsets_behind"), info.get("flows_behind_estimate")))
-        self.peak_rss = max(self.peak_rss, tree_rss(stack.ingest_managed(self.cfg).pid()))
+        self.peak_rss = max(self.peak_rss, tree_rss(components.get(self.cfg, "ingest").managed().pid()))
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -191,13 +190,14 @@ def main() -> int:
     if args.minutes is not None:
         args.duration = args.minutes * 60
 
-    from flowlake.services.ports import private_env
+    from flowlake.base.ports import private_env
 
     home = Path(tempfile.mkdtemp(prefix="flowlake-bench-sustained-"))
     os.environ.update({**private_env(home), "FLOWLAKE_COLLECTOR_ROTATE_SECONDS": str(args.rotate),
                        "FLOWLAKE_SPARK_TRIGGER_SECONDS": str(args.trigger), "FLOWLAKE_KAFKA_HEAP": "1g",
                        "FLOWLAKE_SPARK_DRIVER_MEMORY": "2g"})
-    from flowlake import config, stack
+    from flowlake.base import config
+    from flowlake import stack
     from flowlake.collectors import nfcapd, ship
 
     config.reset()

@@ -84,7 +84,7 @@ def generate(protocol, target, start, duration, flows, rate, speedup, max_rate, 
     """
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from flowlake import config
+    from flowlake.base import config
     from flowlake.collectors.traffic import api, exporter
 
     cfg = config.get()

@@ -14,7 +14,7 @@ import json
 import time
 from pathlib import Path
 
-from flowlake import config as _config
+from flowlake.base import config as _config
 
 
 def state_file(cfg) -> Path:
@@ -25,7 +25,7 @@ def shipper_args(cfg) -> list[str]:
     """The shipper's health flags (schema written where it reads it)."""
     from flowlake.schemas.health import EXPORTER_HEALTH_RECORD
 
-    from .ship import write_schema
+    from .schema_files import write_schema
 
     h = cfg.health
     path, fingerprint = write_schema(cfg, EXPORTER_HEALTH_RECORD, "exporter_health.avsc")

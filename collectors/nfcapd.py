@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import re
 import shutil
+import time
 from pathlib import Path
 
-from flowlake import config as _config
-from flowlake.services.process import Managed, udp_bound, wait_until
+from flowlake.base import config as _config
+from flowlake.base.component import Component
+from flowlake.base.process import Managed, udp_bound, wait_until
 
 STAT_LINE = re.compile(
     r"Ident: '(?P<ident>[^']*)' Flows: (?P<flows>\d+), Packets: (?P<packets>\d+), "
@@ -130,3 +132,25 @@ def spool_usage(cfg=None) -> dict:
 def stop(cfg=None) -> bool:
     # SIGTERM makes nfcapd flush and rename its current file.
     return managed(cfg).stop(timeout=20)
+
+
+class Nfcapd(Component):
+    """nfdump's collector on the collector port, rotating files into the spool."""
+    name = "nfcapd"
+
+    def managed(self) -> Managed:
+        return managed(self.cfg)
+
+    def port(self) -> int:
+        return self.cfg.collector.port
+
+    def start(self) -> int:
+        return start(self.cfg)
+
+    def stop(self) -> bool:
+        stopped = stop(self.cfg)
+        time.sleep(0.5)  # nfcapd wrote its last file on the way out: let the shipper see it
+        return stopped
+
+    def status(self) -> dict:
+        return {"received": received(self.cfg), "spool": spool_usage(self.cfg), "rejected": rejected(self.cfg)}

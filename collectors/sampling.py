@@ -29,9 +29,10 @@ import logging
 import sys
 from pathlib import Path
 
-from flowlake import config as _config
-from flowlake.gobuild import SHIPPER
-from flowlake.services.process import Managed
+from flowlake.base import config as _config
+from flowlake.base.gobuild import SHIPPER
+from flowlake.base.component import Component
+from flowlake.base.process import Managed
 
 KEYS = ("sampling", "force_sampling")
 log = logging.getLogger("flowlake.sampling")
@@ -117,7 +118,7 @@ def tap_argv(cfg=None) -> list[str]:
 
 def start(cfg=None, timeout: float = 20.0) -> int | None:
     """Start the tap before nfcapd, so no announcement is missed. None when switched off."""
-    from flowlake.services.process import wait_until
+    from flowlake.base.process import wait_until
 
     cfg = cfg or _config.get()
     warning = legacy_warning(cfg)
@@ -219,3 +220,24 @@ def print_status(console, st: dict) -> None:
 
 def main() -> None:  # pragma: no cover - debugging aid: python -m flowlake.collectors.sampling
     json.dump(status(), sys.stdout, indent=1)
+
+
+class SamplingTap(Component):
+    """A copy of every datagram nfcapd receives: sampler announcements, exporter health."""
+    name = "sampling-tap"
+    stop_timeout = 10.0
+
+    def managed(self) -> Managed:
+        return managed(self.cfg)
+
+    def enabled(self) -> bool:
+        return True  # start() itself returns None when [sampling] tap is off (and logs legacy settings)
+
+    def start(self) -> int | None:
+        return start(self.cfg)
+
+    def stop(self) -> bool:
+        return stop(self.cfg)
+
+    def status(self) -> dict:
+        return status(self.cfg)

@@ -16,12 +16,15 @@ from pathlib import Path
 
 import click
 
-from flowlake import config as _config
-from flowlake.gobuild import SHIPPER, go_binary  # noqa: F401 - go_binary used by tests
+from flowlake.base import config as _config
+from flowlake.base.component import Component
+from flowlake.base.gobuild import SHIPPER, go_binary  # noqa: F401 - go_binary used by tests
+from flowlake.base.process import wait_until
 from flowlake.collectors import sampling
-from flowlake.services import kafka
+from flowlake.collectors import kafka
 
 from . import health
+from .schema_files import write_schema  # noqa: F401  (re-exported: ship.write_schema)
 
 SHIPPER_DIR = SHIPPER.source
 BINARY = SHIPPER.binary
@@ -40,18 +43,6 @@ def quarantine_dir(cfg) -> Path:
     return cfg.path("lake", "quarantine", "nfcapd")
 
 
-def write_schema(cfg, record, filename: str) -> tuple[Path, str]:
-    """Write a record's Avro schema where the binary reads it: (path, fingerprint hex)."""
-    from flowlake.schemas import avro
-
-    path = cfg.path("state", filename)
-    text = record.avro_json()
-    if not path.exists() or path.read_text() != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
-    return path, avro.fingerprint(record).hex()
 
 
 def schema_args(cfg) -> list[str]:
@@ -253,3 +244,26 @@ def ship(files: tuple[Path, ...], pending: bool, force: bool, build_only: bool) 
                    f"{summary['skipped']} skipped, {summary['failed']} failed")
     if run.rc != 0:
         raise click.ClickException(run.error)
+
+
+class Shipper(Component):
+    """The Go shipper: each nfcapd file into Kafka in one transaction with its ledger record."""
+    name = "shipper"
+    stop_timeout = 60.0
+    pausable = True
+
+    def start(self) -> int:
+        proc = self.managed()
+        if proc.running():
+            return proc.pid()
+        build_binary()
+        pid = proc.start(serve_argv(self.cfg))
+        state = self.cfg.path("state", "shipper.json")
+        wait_until(state.exists, 60, "the shipper to report its state", interval=0.5, proc=proc)
+        return pid
+
+    def status(self) -> dict:
+        try:
+            return json.loads(self.cfg.path("state", "shipper.json").read_text())
+        except (OSError, ValueError):
+            return {}

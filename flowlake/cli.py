@@ -9,36 +9,39 @@ import sys
 
 import click
 
+from flowlake.base import quick_exit
+
 # name -> (module:attribute, one-line help). Each attribute is a click command or group.
 COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("flowlake.stack:up", "Start the local stack (Kafka, nfcapd, shipper, ingest, Superset)."),
     "down": ("flowlake.stack:down", "Stop every component of the local stack."),
     "status": ("flowlake.stack:status", "Components, pids, ports and per-stage counts."),
     "ship": ("flowlake.collectors.ship:ship", "Ship nfcapd files to Kafka (backfill or --pending)."),
-    "import": ("flowlake.collectors.archive:import_cmd", "Import an nfcapd archive (files or YYYY/MM/DD trees) beside the live stack."),
+    "import": ("flowlake.importer:import_cmd", "Import an nfcapd archive (files or YYYY/MM/DD trees) beside the live stack."),
     "ingest": ("flowlake.pipelines.ingest:ingest", "Stream flows.v1/active.v1 from Kafka into the lake."),
     "generate": ("flowlake.collectors.generate:generate", "Export modelled border traffic as NetFlow/IPFIX."),
     "compact": ("flowlake.pipelines.hour_close:compact_cmd", "Close the lake's hours: compaction and rollups."),
     "jobs": ("flowlake.jobs.runner:jobs", "Run the daily Spark report jobs."),
     "cluster": ("flowlake.cluster:cluster", "Start, stop and show a Spark standalone cluster (master + workers)."),
-    "powerlaw": ("flowlake.powerlaw.cli:powerlaw", "Fit a power law to a column of numbers (CSN 2009)."),
+    "powerlaw": ("flowlake.jobs.powerlaw.cli:powerlaw", "Fit a power law to a column of numbers (CSN 2009)."),
     "active": ("flowlake.collectors.active.cli:active", "Parse and import active-test results."),
     "probe": ("flowlake.collectors.active.probe:probe", "Run PingER-style probes on a schedule."),
-    "lab": ("flowlake.collectors.lab.cli:lab", "Network-namespace labs with real packets: `lab run SPEC.toml` studies, bulk-impact."),
+    "lab": ("flowlake.lab_cli:lab", "Network-namespace labs with real packets: `lab run SPEC.toml` studies, bulk-impact."),
     "superset": ("flowlake.superset_cli:superset", "Superset credentials and dashboard provisioning."),
     "demo": ("flowlake.demo:demo", "The main job end to end: stack, a day of traffic, reports, Superset."),
-    "query": ("flowlake.query.cli:query", "Search the lake with nfdump filter syntax."),
-    "host": ("flowlake.query.cli:host", "Profile one host: peers, ports, volumes, first/last seen."),
-    "query-index": ("flowlake.query.cli:index_cmd", "Index closed hours in DuckDB files for fast queries."),
-    "query-server": ("flowlake.query.cli:server_cmd", "Answer `flowlake query` from a warm process (`flowlake up` starts it)."),
+    "query": ("flowlake.jobs.query.cli:query", "Search the lake with nfdump filter syntax."),
+    "host": ("flowlake.jobs.query.cli:host", "Profile one host: peers, ports, volumes, first/last seen."),
+    "query-index": ("flowlake.jobs.query.cli:index_cmd", "Index closed hours in DuckDB files for fast queries."),
+    "query-server": ("flowlake.jobs.query.cli:server_cmd", "Answer `flowlake query` from a warm process (`flowlake up` starts it)."),
     "schema": ("flowlake.schema_cli:schema", "Print generated views (Avro, Spark, Markdown) of a record."),
-    "retention": ("flowlake.retention.cli:retention", "Expire old data per tier ([retention]); --dry-run shows what goes."),
+    "retention": ("flowlake.retention_cli:retention", "Expire old data per tier ([retention]); --dry-run shows what goes."),
     "alerts": ("flowlake.pipelines.alerts.cli:alerts", "Alerts of the live detectors: list, show, ack, snooze."),
+    "metrics": ("flowlake.metrics:metrics", "Prometheus metrics of the stack (one scrape, or --serve /metrics)."),
     "config": ("flowlake.schema_cli:config_cmd", "Print the effective configuration."),
     "notify": ("flowlake.pipelines.alerts.notify_cli:notify", "Alert notifications (webhook, e-mail): `notify test` checks [notify]."),
-    "reports": ("flowlake.report_export:reports", "Export a report table's day (CSV, JSON, Parquet), optionally anonymised."),
+    "reports": ("flowlake.jobs.report_export:reports", "Export a report table's day (CSV, JSON, Parquet), optionally anonymised."),
     "snmp": ("flowlake.collectors.snmp.cli:snmp", "SNMP poller: interface names and counters per exporter."),
-    "anonymise": ("flowlake.anonymise:anonymise", "Write a day of flows with addresses anonymised (Crypto-PAn, as nfanon)."),
+    "anonymise": ("flowlake.jobs.anonymise:anonymise", "Write a day of flows with addresses anonymised (Crypto-PAn, as nfanon)."),
 }
 
 
@@ -88,31 +91,20 @@ def main(verbose: int) -> None:
     Configuration: flowlake.toml, overridden by FLOWLAKE_* environment variables
     (`flowlake config` shows the result).
     """
-    from . import logs
+    from flowlake.base import logs
 
     logs.setup(verbose)
 
 
-_quick_exit = False
-
-
-def quick_exit() -> None:
-    """Called by a command whose answer is complete: run() then ends the process with
-    os._exit once stdout and stderr are flushed, skipping the interpreter's teardown
-    (freeing click's, lark's and DuckDB's objects one by one: ~15-20 ms of CPU, a tenth of
-    a quick `flowlake query`). Only from the console script; tests invoking main() are
-    unaffected."""
-    global _quick_exit
-    _quick_exit = True
 
 
 def run() -> None:
-    from .config import ConfigError
+    from flowlake.base.config import ConfigError
 
     try:
         main(standalone_mode=True)
     except SystemExit as exc:
-        if _quick_exit and not exc.code:
+        if quick_exit.requested() and not exc.code:
             try:
                 sys.stdout.flush()
                 sys.stderr.flush()

@@ -1,12 +1,12 @@
 """`flowlake cluster up|down|status`: a Spark standalone cluster on this machine
-(flowlake/services/spark_cluster.py), for the ingest and the jobs to run on."""
+(flowlake/base/spark_cluster.py), for the ingest and the jobs to run on."""
 from __future__ import annotations
 
 import json
 
 import click
 
-from . import config as _config
+from flowlake.base import config as _config
 
 
 @click.group()
@@ -39,7 +39,7 @@ def up_cmd(workers: int | None) -> None:
     Idempotent: starts only what is not running. Ports: [cluster] port and webui_port
     (0 picks free ones; the choice is kept in $FLOWLAKE_HOME/cluster/cluster.json).
     """
-    from .services import spark_cluster
+    from flowlake.base import spark_cluster
 
     cfg = _config.get()
     try:
@@ -55,7 +55,7 @@ def up_cmd(workers: int | None) -> None:
 @cluster.command("down")
 def down_cmd() -> None:
     """Stop the workers, then the master (running applications lose their executors)."""
-    from .services import spark_cluster
+    from flowlake.base import spark_cluster
 
     stopped = spark_cluster.down(_config.get())
     click.echo(f"stopped: {', '.join(stopped) or 'nothing was running'}", err=True)
@@ -66,7 +66,7 @@ def down_cmd() -> None:
 def status_cmd(as_json: bool) -> None:
     """Master and workers (state, pid, port), cores and memory in use, running
     applications, and the cluster's disk use (each bounded; see flowlake.toml)."""
-    from .services import spark_cluster
+    from flowlake.base import spark_cluster
 
     st = spark_cluster.status(_config.get())
     if as_json:
@@ -82,7 +82,7 @@ def status_cmd(as_json: bool) -> None:
 
 def print_status(st: dict, console) -> None:
     """The cluster's tables; also part of `flowlake status`."""
-    from .stack import process_table
+    from .tables import process_table
 
     console.print(process_table(f"Spark cluster {st['master'] or ''}", "process", st["processes"]))
     d = st["disk"]

@@ -14,7 +14,7 @@ import time
 
 import click
 
-from . import config as _config
+from flowlake.base import config as _config
 
 
 def _yesterday() -> str:

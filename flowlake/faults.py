@@ -21,24 +21,9 @@ import threading
 import time
 from pathlib import Path
 
+from flowlake.base.faultpoints import point  # noqa: F401  (re-exported: faults.point(name))
+
 COMPONENTS = ("nfcapd", "shipper", "kafka", "ingest")
-_hits: dict[str, int] = {}
-
-
-def point(name: str) -> None:
-    """A named fault-injection point, for the one moment a random kill rarely hits.
-    With FLOWLAKE_FAULT=name in the environment the process signals itself here, after
-    FLOWLAKE_FAULT_AFTER earlier hits (default 0) went by: SIGTERM (a stop: `finally`
-    blocks run), or SIGKILL with FLOWLAKE_FAULT=name:KILL (a crash). A no-op otherwise."""
-    want, _, how = os.environ.get("FLOWLAKE_FAULT", "").partition(":")
-    if want != name:
-        return
-    _hits[name] = _hits.get(name, 0) + 1
-    if _hits[name] > int(os.environ.get("FLOWLAKE_FAULT_AFTER", "0")):
-        import signal
-
-        os.kill(os.getpid(), signal.SIGKILL if how.upper() == "KILL" else signal.SIGTERM)
-        time.sleep(5)  # the signal is delivered before this returns
 
 
 def file_totals_nfdump(path: Path) -> tuple[int, int, int] | None:
@@ -61,7 +46,7 @@ def lake_per_file(lake: Path) -> dict[str, tuple[int, int, int]]:
     """(flows, packets, bytes) per nfcapd file in the lake, packets and bytes as the
     routers sent them (divided by sampling_rate: nfcapd writes v9 wire counts). Read while
     the stack's compactor may swap hours: a connection that reruns a read a swap broke."""
-    from .lake import duckdb_connect
+    from flowlake.pipelines.lake import duckdb_connect
 
     if not list((lake / "flows").rglob("*.parquet")):
         return {}
@@ -73,7 +58,7 @@ def lake_per_file(lake: Path) -> dict[str, tuple[int, int, int]]:
 
 
 def lake_duplicates(lake: Path) -> int:
-    from .lake import duckdb_connect
+    from flowlake.pipelines.lake import duckdb_connect
 
     if not list((lake / "flows").rglob("*.parquet")):
         return 0
@@ -128,19 +113,17 @@ def compare(cfg) -> dict:
 
 def run(flows: int, faults: int, seed: int, send_seconds: float, settle_timeout: float, log=print) -> dict:
     home = Path(tempfile.mkdtemp(prefix="flowlake-faults-"))
-    from .services.ports import private_env
+    from flowlake.base.ports import private_env
 
     os.environ.update(private_env(home))
-    from . import config, stack
+    from flowlake.base import config
+    from flowlake import components, stack
     from .collectors.traffic import api as traffic
-    from .services import kafka
-    from .collectors import nfcapd
 
     config.reset()
     cfg = config.get()
     rng = random.Random(seed)
-    managed = {"nfcapd": nfcapd.managed(cfg), "kafka": kafka.managed(cfg),
-               "shipper": stack.shipper_managed(cfg), "ingest": stack.ingest_managed(cfg)}
+    managed = {name: components.get(cfg, name).managed() for name in COMPONENTS}
     log(f"faults: home {home}; {flows:,} flows over ~{send_seconds:.0f}s, {faults} faults")
     stack.up_stack(cfg, with_superset=False)
     done = threading.Event()

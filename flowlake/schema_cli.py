@@ -51,7 +51,7 @@ def schema(view: str, name: str | None) -> None:
 def config_cmd() -> None:
     """Print the effective configuration as JSON (file + FLOWLAKE_* overrides); passwords and
     secrets show only whether they are set."""
-    from . import config
+    from flowlake.base import config
 
     cfg = config.get()
     data = {k: _masked(v) if isinstance(v, dict) else v for k, v in cfg.as_dict().items()}

@@ -1,210 +1,75 @@
 """`flowlake up`, `down`, `status`: the local stack under $FLOWLAKE_HOME.
 
-Order matters: Kafka first (topics), then the ingest (a consumer), then the shipper
-(a producer), then nfcapd (so files are shipped as soon as they appear), then Superset.
-`up` is idempotent: it starts only what is not running, so it also restarts a
-component that died.
+The components and their order are registered once (flowlake/components.py): Kafka first
+(topics), then the ingest (a consumer), then the shipper (a producer), then nfcapd (so
+files are shipped as soon as they appear), ..., Superset last. `up` is idempotent: it
+starts only what is not running, so it also restarts a component that died.
 """
 from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 
 import click
 
-from . import config as _config
-from .services.process import Managed, port_open, wait_until
+from flowlake.base import config as _config
+from flowlake import components
+from flowlake.base.process import port_open
+from flowlake.tables import process_table
 
 log = logging.getLogger("flowlake.stack")
-ORDER = ["kafka", "ingest", "shipper", "sampling-tap", "nfcapd", "snmp", "retention", "compactor", "alerts",
-         "query-server", "superset"]
 
 
-def _python_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "flowlake.cli", *args]
-
-
-def ingest_managed(cfg) -> Managed:
-    return Managed("ingest", cfg.path("run"), cfg.path("log"))
-
-
-def shipper_managed(cfg) -> Managed:
-    return Managed("shipper", cfg.path("run"), cfg.path("log"))
-
-
-def start_ingest(cfg) -> int:
-    proc = ingest_managed(cfg)
-    if proc.running():
-        return proc.pid()
-    pid = proc.start(_python_argv("ingest"))
-    # Healthy once the streaming queries have written their first checkpoint metadata.
-    meta = cfg.path("state", "checkpoints", "flows", "metadata")
-    wait_until(meta.exists, 180, "the ingest's streaming query to start", interval=1, proc=proc)
-    return pid
-
-
-def compactor_managed(cfg) -> Managed:
-    return Managed("compactor", cfg.path("run"), cfg.path("log"))
-
-
-def start_compactor(cfg) -> int | None:
-    """Hour close (`flowlake compact --watch`): compaction and rollups as hours close."""
-    if not cfg.compaction.enabled:
-        return None
-    proc = compactor_managed(cfg)
-    if proc.running():
-        return proc.pid()
-    return proc.start(_python_argv("compact", "--watch"))
-
-
-def start_shipper(cfg) -> int:
-    from .collectors import ship
-
-    proc = shipper_managed(cfg)
-    if proc.running():
-        return proc.pid()
-    ship.build_binary()
-    pid = proc.start(ship.serve_argv(cfg))
-    state = cfg.path("state", "shipper.json")
-    wait_until(state.exists, 60, "the shipper to report its state", interval=0.5, proc=proc)
-    return pid
-
-
-def retention_managed(cfg) -> Managed:
-    return Managed("retention", cfg.path("run"), cfg.path("log"))
-
-
-def start_retention(cfg) -> int:
-    """The retention service: scheduled passes and the disk guard (flowlake/retention)."""
-    from .retention import daemon
-
-    proc = retention_managed(cfg)
-    if proc.running():
-        return proc.pid()
-    daemon.heartbeat_file(cfg).unlink(missing_ok=True)
-    pid = proc.start(_python_argv("retention", "--serve"))
-    wait_until(daemon.heartbeat_file(cfg).exists, 60, "the retention service to start", interval=0.5, proc=proc)
-    return pid
-
-
-def _superset():
-    try:
-        from . import superset_cli
-    except ImportError:
-        return None
-    return superset_cli if hasattr(superset_cli, "start") else None
+def order(cfg=None) -> list[str]:
+    """The components' names in start order (flowlake/components.py)."""
+    return components.names()
 
 
 def up_stack(cfg=None, with_superset: bool = True) -> dict:
-    from .collectors import nfcapd
-    from .services import kafka
+    """Start every enabled component that does not run, in the registry's order."""
+    from flowlake.pipelines.retention import disk
 
     cfg = cfg or _config.get()
-    started = {}
-    from .collectors import sampling
-    from .retention import disk
-
-    steps = [("kafka", kafka.start), ("ingest", start_ingest), ("shipper", start_shipper),
-             ("sampling-tap", sampling.start), ("nfcapd", nfcapd.start), ("retention", start_retention)]
-    from .collectors.snmp import service as snmp_service, settings as snmp_settings
-
-    if snmp_settings.enabled(cfg):  # an exporter has SNMP ([exporters."ADDR"] snmp, [snmp] poll_seen)
-        steps.insert(5, ("snmp", snmp_service.start))
-    if cfg.compaction.enabled:
-        steps.append(("compactor", start_compactor))
-    if cfg.alerts.enabled:
-        from .pipelines.alerts import service as alerts_service
-
-        steps.append(("alerts", alerts_service.start))
-    if cfg.query.server:
-        from .query import server as query_server
-
-        steps.append(("query-server", query_server.start))
+    steps = [c for c in components.all_components(cfg) if c.enabled()]
+    if not with_superset:
+        steps = [c for c in steps if c.name != "superset"]
     paused = (disk.paused(cfg) or {}).get("components", [])
     if paused:  # the disk guard stopped them; its service starts them when space returns
         click.echo(f"  {', '.join(paused)} paused by the disk guard (disk below retention.disk_floor_pct)", err=True)
-        steps = [step for step in steps if step[0] not in paused]
-    sup = _superset()
-    if with_superset and sup is not None and sup.provisioned(cfg):
-        steps.append(("superset", sup.start))
+        steps = [c for c in steps if c.name not in paused]
     if cfg.spark.master == "cluster":  # the ingest runs on this home's Spark cluster: start it first
-        from .services import spark_cluster
+        from flowlake.base import spark_cluster
 
         info = spark_cluster.up(cfg)
         click.echo(f"  cluster   {info['master']} (master pid {info['master_pid']}, "
                    f"{len(info['worker_pids'])} workers)", err=True)
-    for name, start in steps:
-        was = component_state(cfg, name)["state"] == "running"
+    started = {}
+    for comp in steps:
+        was = comp.state()["state"] == "running"
         t0 = time.monotonic()
-        pid = start(cfg)
-        started[name] = {"pid": pid, "already_running": was, "seconds": round(time.monotonic() - t0, 1)}
-        click.echo(f"  {name:9s} {'running' if was else 'started'} (pid {pid})", err=True)
+        pid = comp.start()
+        started[comp.name] = {"pid": pid, "already_running": was, "seconds": round(time.monotonic() - t0, 1)}
+        click.echo(f"  {comp.name:9s} {'running' if was else 'started'} (pid {pid})", err=True)
     return started
 
 
 def down_stack(cfg=None) -> None:
-    from .collectors import nfcapd
-    from .services import kafka
-
+    """Stop every component in the reverse order: nfcapd flushes its current file, the
+    shipper finishes, the ingest drains; the retention service first (it must not restart
+    what is being stopped)."""
     cfg = cfg or _config.get()
-    # Reverse order: nfcapd flushes its current file, the shipper finishes, the ingest drains.
-    retention_managed(cfg).stop(timeout=30)  # first: it must not restart what we stop
-    sup = _superset()
-    if sup is not None:
-        sup.stop(cfg)
-    compactor_managed(cfg).stop(timeout=60)
-    from .query import server as query_server
+    comps = components.all_components(cfg)
+    for comp in [c for c in comps if c.name == "retention"] + [c for c in reversed(comps) if c.name != "retention"]:
+        if comp.name == "kafka" and cfg.spark.master == "cluster":
+            from flowlake.base import spark_cluster
 
-    query_server.stop(cfg)
-    from .collectors.snmp import service as snmp_service
-
-    snmp_service.stop(cfg)
-    from .pipelines.alerts import service as alerts_service
-
-    alerts_service.stop(cfg)
-    nfcapd.stop(cfg)
-    from .collectors import sampling
-
-    sampling.stop(cfg)
-    time.sleep(0.5)
-    shipper_managed(cfg).stop(timeout=60)
-    ingest_managed(cfg).stop(timeout=90)
-    if cfg.spark.master == "cluster":
-        from .services import spark_cluster
-
-        spark_cluster.down(cfg)
-    kafka.stop(cfg)
+            spark_cluster.down(cfg)
+        comp.stop()
 
 
 def component_state(cfg, name: str) -> dict:
-    from .collectors import nfcapd
-    from .query import server as query_server
-    from .services import kafka
-
-    managed = {
-        "kafka": kafka.managed(cfg), "nfcapd": nfcapd.managed(cfg),
-        "shipper": shipper_managed(cfg), "ingest": ingest_managed(cfg),
-        "superset": Managed("superset", cfg.path("run"), cfg.path("log")),
-        "sampling-tap": Managed("sampling-tap", cfg.path("run"), cfg.path("log")),
-        "retention": retention_managed(cfg),
-        "compactor": compactor_managed(cfg),
-        "snmp": Managed("snmp", cfg.path("run"), cfg.path("log")),
-        "alerts": Managed("alerts", cfg.path("run"), cfg.path("log")),
-        "query-server": query_server.managed(cfg),
-    }[name]
-    pid = managed.pid()
-    port = {"kafka": cfg.kafka.port, "nfcapd": cfg.collector.port, "superset": cfg.superset.port}.get(name)
-    if pid is None:
-        state = "stopped" if not managed.pidfile.exists() else "dead"
-    elif name == "kafka" and not port_open(cfg.kafka.host, cfg.kafka.port):
-        state = "starting"
-    else:
-        state = "running"
-    if state != "running" and name in retention_paused(cfg):
-        state = "paused"
-    return {"pid": pid, "state": state, "port": port, "log": str(managed.logfile)}
+    return components.get(cfg, name).state(retention_paused(cfg))
 
 
 def counts(cfg) -> dict:
@@ -241,7 +106,7 @@ def counts(cfg) -> dict:
 
 def import_counts(cfg) -> dict:
     """`flowlake import`: files and flows imported over the ledger's life, the last run's state."""
-    from .collectors import archive
+    from flowlake import importer as archive
 
     return archive.status(cfg)
 
@@ -281,13 +146,13 @@ def kafka_offsets(cfg) -> dict:
 
 
 def retention_paused(cfg) -> list[str]:
-    from .retention import disk
+    from flowlake.pipelines.retention import disk
 
     return (disk.paused(cfg) or {}).get("components", [])
 
 
 def retention_status(cfg) -> dict:
-    from .retention import report
+    from flowlake.pipelines.retention import report
 
     return report.status_summary(cfg)
 
@@ -296,7 +161,8 @@ def status_dict(cfg=None) -> dict:
     from .collectors import health
 
     cfg = cfg or _config.get()
-    comps = {name: component_state(cfg, name) for name in ORDER}
+    paused = retention_paused(cfg)
+    comps = {c.name: c.state(paused) for c in components.all_components(cfg)}
     from .collectors import sampling
 
     return {"home": str(cfg.home_dir), "components": comps, "counts": counts(cfg), "sampling": sampling.status(cfg),
@@ -341,7 +207,7 @@ def _lab_status(cfg) -> dict:
 
 def _rdns_status(cfg) -> dict:
     """Reverse DNS of the remote_domains report: cache size and bound, the last report's counts."""
-    from . import rdns
+    from flowlake.jobs import rdns
 
     try:
         return rdns.status(cfg)
@@ -382,7 +248,7 @@ def alerts_status(cfg) -> dict:
 
 
 def _query_status(cfg) -> dict:
-    from .query.engines import status as query_status
+    from flowlake.jobs.query.status import status as query_status
 
     try:
         return query_status(cfg)
@@ -402,22 +268,11 @@ def _print_exporters(console, exporters: dict) -> None:
 
 def cluster_state(cfg) -> dict:
     """The Spark standalone cluster of this home, if one was started ({} otherwise)."""
-    from .services import spark_cluster
+    from flowlake.base import spark_cluster
 
     return spark_cluster.status(cfg)
 
 
-def process_table(title: str, kind: str, procs: dict):
-    """A rich table of processes: name, state (coloured), pid, port."""
-    from rich.table import Table
-
-    t = Table(title=title)
-    for col in (kind, "state", "pid", "port"):
-        t.add_column(col)
-    for name, c in procs.items():
-        colour = {"running": "green", "dead": "red", "paused": "bold red"}.get(c["state"], "yellow")
-        t.add_row(name, f"[{colour}]{c['state']}[/]", str(c["pid"] or "-"), str(c["port"] or "-"))
-    return t
 
 
 @click.command()
@@ -575,7 +430,7 @@ def status(as_json: bool) -> None:
         enrich.print_status(console, st["enrich"])
     if c["spool"].get("warning"):
         console.print(f"[bold red]WARNING: {c['spool']['warning']}[/]")
-    from .retention import report
+    from flowlake.pipelines.retention import report
 
     report.render_status(console, st["retention"])
     if "error" in st["notify"]:

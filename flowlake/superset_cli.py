@@ -27,7 +27,9 @@ from pathlib import Path
 
 import click
 
-from flowlake.config import REPO_ROOT
+from flowlake.base.component import Component
+from flowlake.base.config import REPO_ROOT
+from flowlake.base.process import Managed
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +97,7 @@ def superset_env(cfg) -> dict:
 
 
 def _managed(cfg):
-    from flowlake.services.process import Managed
+    from flowlake.base.process import Managed
 
     return Managed("superset", cfg.path("run"), cfg.path("log"))
 
@@ -164,7 +166,7 @@ def provisioned(cfg) -> bool:
 
 def start(cfg, timeout: float = START_TIMEOUT) -> dict:
     """Start Superset (gunicorn) in the background; return when /health answers."""
-    from flowlake.services.process import wait_until
+    from flowlake.base.process import wait_until
 
     proc = _managed(cfg)
     if proc.running() and healthy(cfg):
@@ -321,7 +323,7 @@ def superset() -> None:
 
 
 def _cfg():
-    from flowlake import config
+    from flowlake.base import config
 
     return config.get()
 
@@ -429,3 +431,23 @@ def start_cmd(foreground: bool) -> None:
 def stop_cmd() -> None:
     """Stop the Superset started by `flowlake superset start` / `flowlake up`."""
     click.echo("stopped" if stop(_cfg()) else "Superset was not running")
+
+
+class Superset(Component):
+    """Apache Superset (gunicorn, its own virtualenv), once provisioned (`flowlake superset provision`)."""
+    name = "superset"
+
+    def managed(self) -> Managed:
+        return _managed(self.cfg)
+
+    def port(self) -> int:
+        return self.cfg.superset.port
+
+    def enabled(self) -> bool:
+        return provisioned(self.cfg)
+
+    def start(self):
+        return start(self.cfg)
+
+    def stop(self) -> bool:
+        return stop(self.cfg)

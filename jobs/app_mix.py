@@ -1,6 +1,6 @@
 """Application mix: flows, packets and bytes per application label (port map: bbftp,
 GridFTP, iperf3, AFS, SNMP, streaming, ...) for each hour and the whole day, per
-direction, with shares. See jobs/port_map.py for how a flow gets its label."""
+direction, with shares. See pipelines/port_map.py for how a flow gets its label."""
 from __future__ import annotations
 
 from pyspark.sql import DataFrame
@@ -8,7 +8,8 @@ from pyspark.sql import functions as F
 
 from flowlake.schemas.reports import APP_MIX
 
-from . import common, port_map
+from flowlake.jobs import common
+from flowlake.pipelines import port_map
 
 NAME = "app_mix"
 TABLES = (APP_MIX,)

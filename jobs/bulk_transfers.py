@@ -9,21 +9,12 @@ The link is the flow's output interface; its speed comes from [active] interface
 from __future__ import annotations
 
 from flowlake.schemas.active_reports import BULK_TRANSFERS
+from flowlake.pipelines.interface_speeds import parse_speeds  # noqa: F401  (shared with the stream's volume detector)
 
 NAME = "bulk_transfers"
 TABLES = (BULK_TRANSFERS,)
 
 
-def parse_speeds(entries) -> list[tuple[str, str, float]]:
-    out = []
-    for e in entries:
-        try:
-            key, bps = str(e).split("=")
-            exporter, ifindex = key.split("/")
-            out.append((exporter.strip(), ifindex.strip(), float(bps)))
-        except ValueError:
-            raise ValueError(f"[active] interface_speeds entry {e!r}: expected 'exporter/ifindex=bps'") from None
-    return out
 
 
 def classify(flows, min_bytes: int, min_duration_s: float, min_rate_bps: float, ports,

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from flowlake.schemas.rollups import CAPACITY_FORECAST
+from flowlake.pipelines.interface_speeds import speed_of  # noqa: F401  (shared with the stream's volume detector)
 
 NAME = "capacity_forecast"
 TABLES = (CAPACITY_FORECAST,)
@@ -57,18 +58,12 @@ def forecast(day_numbers: np.ndarray, p95: np.ndarray, speed_bps: float, thresho
     return {**out, "status": status}
 
 
-def speed_of(speeds, default_bps: float, exporter: str, if_index: int) -> float:
-    """[active] interface_speeds, first match wins ('*' wildcards), as the dashboards."""
-    for exp_, idx, bps in speeds:
-        if exp_ in ("*", exporter) and idx in ("*", str(if_index)):
-            return bps
-    return default_bps
 
 
 def run(ctx) -> None:
     import pandas as pd
 
-    from . import duck
+    from flowlake.pipelines import duck
     from .bulk_transfers import parse_speeds
 
     cfg = ctx.cfg

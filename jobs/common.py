@@ -6,31 +6,18 @@ round trip per row would cost more than the whole report.
 """
 from __future__ import annotations
 
-import ipaddress
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from flowlake.pipelines.locality import parse_prefixes  # noqa: F401  (the one definition; re-exported)
+from flowlake.schemas.protocols import PROTO_NAMES  # noqa: F401  (re-exported for the jobs)
 
 DIRECTIONS = ("inbound", "outbound", "internal", "transit")
 DAY_HOUR = -1  # stands for "whole day" inside the jobs (joins/partitions on null are awkward)
 
-PROTO_NAMES = {
-    1: "ICMP", 2: "IGMP", 4: "IPIP", 6: "TCP", 8: "EGP", 17: "UDP", 27: "RDP", 41: "IPv6",
-    43: "IPv6-Route", 44: "IPv6-Frag", 46: "RSVP", 47: "GRE", 50: "ESP", 51: "AH",
-    58: "ICMPv6", 59: "IPv6-NoNxt", 60: "IPv6-Opts", 88: "EIGRP", 89: "OSPF", 94: "IPIP",
-    103: "PIM", 112: "VRRP", 115: "L2TP", 132: "SCTP", 136: "UDPLite", 137: "MPLS-in-IP",
-}
 
 
 # ---- direction ------------------------------------------------------------------------
-def parse_prefixes(prefixes) -> list:
-    nets = []
-    for text in prefixes:
-        try:
-            nets.append(ipaddress.ip_network(str(text).strip(), strict=False))
-        except ValueError as exc:
-            raise ValueError(f"config [site] local_prefixes: {text!r} is not a prefix: {exc}") from None
-    return nets
 
 
 def add_local_flag(df: DataFrame, addr_col: str, out: str, prefixes) -> DataFrame:

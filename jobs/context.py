@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
-import shutil
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from flowlake.base.lake_files import replace_partition  # noqa: F401  (jobs write through ctx.write)
 
 log = logging.getLogger(__name__)
 
@@ -115,24 +114,3 @@ def write_partition(df, base: Path, date: dt.date, coalesce: int = 1) -> int:
     return replace_partition(base, date, produce)
 
 
-def replace_partition(base: Path, date: dt.date, produce) -> int:
-    """produce(staging folder) writes the files and returns the row count; the folder
-    then replaces base/date=<date>/ by rename (readers see the old or the new, whole)."""
-    base.mkdir(parents=True, exist_ok=True)
-    # Staging and retired folders sit beside the table, out of reach of table/** globs.
-    side = base.with_name(f".{base.name}.staging")
-    side.mkdir(parents=True, exist_ok=True)
-    staging = side / f"new-{date.isoformat()}-{uuid.uuid4().hex[:8]}"
-    try:
-        rows = produce(staging)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    final = base / f"date={date.isoformat()}"
-    old = side / f"old-{date.isoformat()}-{uuid.uuid4().hex[:8]}"
-    if final.exists():
-        os.rename(final, old)
-    os.rename(staging, final)
-    shutil.rmtree(old, ignore_errors=True)
-    log.info("wrote %s rows to %s", rows, final)
-    return rows

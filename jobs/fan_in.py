@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 
 from flowlake.schemas.security import FAN_IN
 
-from .security_rules import MAD_TO_SIGMA, MEANAD_TO_SIGMA, FanInRule, robust_scale  # noqa: F401 (one definition)
+from flowlake.pipelines.security_rules import MAD_TO_SIGMA, MEANAD_TO_SIGMA, FanInRule, robust_scale  # noqa: F401 (one definition)
 
 NAME = "fan_in"
 TABLES = (FAN_IN,)

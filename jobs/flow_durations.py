@@ -7,7 +7,8 @@ from pyspark.sql import functions as F
 
 from flowlake.schemas.border import DURATION_CLASSES, FLOW_DURATIONS
 
-from . import common, port_map
+from flowlake.jobs import common
+from flowlake.pipelines import port_map
 
 NAME = "flow_durations"
 TABLES = (FLOW_DURATIONS,)

@@ -21,7 +21,8 @@ from pyspark.sql import functions as F
 
 from flowlake.schemas.reports import FLOW_SIZE_DIST
 
-from . import common, duck
+from flowlake.jobs import common
+from flowlake.pipelines import duck
 
 NAME = "flow_size_dist"
 TABLES = (FLOW_SIZE_DIST,)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import itertools
 
-from . import common, duck
+from flowlake.jobs import common
+from flowlake.pipelines import duck
 
 GROUP = ("hour", "direction", "flow_class")
 ROLLED = {"hour": str(common.DAY_HOUR), "direction": "'all'", "flow_class": "'all'"}

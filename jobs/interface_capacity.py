@@ -114,7 +114,7 @@ def coverage_sql(buckets: str, flows: str | None) -> str:
 
 
 def run(ctx) -> None:
-    from . import duck
+    from flowlake.pipelines import duck
 
     con = duck.connect(ctx.cfg)
     # a poll just after midnight covers the day's last minutes: read the next day's files too

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 
+from flowlake.collectors.lab.metrics import split  # noqa: F401  (the lab's runner splits by the same rule)
 from flowlake.schemas.active_reports import PATH_BEST, PATH_MODELS, PATH_SPLIT
 
 NAME = "path_models"
@@ -76,13 +77,6 @@ def best_ranges(models: list[tuple[str, float, float]]) -> list[tuple[float, flo
     return out
 
 
-def split(a_a, l_a, a_b, l_b, size) -> tuple[float, float, float]:
-    """Bytes on A, bytes on B, delivery ms, for one message of `size` bytes."""
-    x = (a_b * size + l_b - l_a) / (a_a + a_b) if (a_a + a_b) > 0 else size
-    x = min(max(x, 0.0), size)
-    t_a = a_a * x + l_a if x > 0 else 0.0
-    t_b = a_b * (size - x) + l_b if size - x > 0 else 0.0
-    return x, size - x, max(t_a, t_b)
 
 
 def run(ctx) -> None:

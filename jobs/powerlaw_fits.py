@@ -70,9 +70,9 @@ def value_counts(classified: DataFrame) -> DataFrame:
 # ---- fitting one window (runs inside a Spark task) ---------------------------------------------
 def fit_group(task: dict, settings: dict) -> dict:
     """One output row (without date) from one window's value histogram."""
-    from flowlake.powerlaw import Sample, fit
-    from flowlake.powerlaw.bootstrap import bootstrap_p
-    from flowlake.powerlaw.compare import compare_all
+    from flowlake.jobs.powerlaw import Sample, fit
+    from flowlake.jobs.powerlaw.bootstrap import bootstrap_p
+    from flowlake.jobs.powerlaw.compare import compare_all
 
     values = np.asarray(task["values"], dtype=np.float64)
     counts = np.asarray(task["counts"], dtype=np.int64)
@@ -146,7 +146,7 @@ def fit_tasks(spark, tasks: list[dict], settings: dict) -> list[dict]:
         return []
     # biggest windows first so a long fit does not start last
     order = sorted(tasks, key=lambda t: -len(t["values"]))
-    from flowlake.powerlaw.bootstrap import python_workers_ready
+    from flowlake.jobs.powerlaw.bootstrap import python_workers_ready
 
     sc = python_workers_ready(spark)
     # the histograms go to the workers once, as a broadcast: inside the tasks they made
@@ -164,7 +164,7 @@ def run(ctx) -> None:
     flows = common.shared_flows(ctx)
     apps: list[str] = []
     if settings["top_apps"] > 0:
-        from . import port_map
+        from flowlake.pipelines import port_map
 
         flows = common.with_app(flows, port_map.from_config(ctx.cfg))
         apps = top_apps(flows, settings["top_apps"])

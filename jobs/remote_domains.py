@@ -1,5 +1,5 @@
 """Remote domains: traffic by the reverse-DNS name of the remote end, reduced to its
-registered domain and top-level domain (table remote_domains; names from flowlake/rdns.py)."""
+registered domain and top-level domain (table remote_domains; names from jobs/rdns.py)."""
 from __future__ import annotations
 
 import logging
@@ -7,7 +7,7 @@ import logging
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from flowlake import rdns
+from flowlake.jobs import rdns
 from flowlake.schemas.border import NO_DOMAIN, REMOTE_DOMAINS, UNKNOWN_NAME
 
 from . import common

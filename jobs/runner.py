@@ -234,10 +234,10 @@ def run_cmd(date: dt.date, names: tuple[str, ...], master: str | None, warm: boo
     from rich.console import Console
     from rich.table import Table
 
-    from flowlake import config
-    from flowlake import spark as spark_factory
+    from flowlake.base import config
+    from flowlake.base import spark as spark_factory
 
-    from flowlake.retention import disk
+    from flowlake.pipelines.retention import disk
 
     console = Console(stderr=True)
     cfg = config.get()
@@ -270,8 +270,8 @@ def run_cmd(date: dt.date, names: tuple[str, ...], master: str | None, warm: boo
     for o in bad:
         console.print(f"[red]{o.job}: {o.status}: {o.error}[/red]")
     if warm and len(bad) < len(outcomes):
-        from flowlake import superset_cli
+        from flowlake.base import hooks
 
-        superset_cli.refill_cache(cfg, console)
+        hooks.after_reports(cfg, console)  # Superset's cache (the hub's; see base/hooks.py)
     if bad:
         raise SystemExit(1)

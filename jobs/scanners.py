@@ -10,7 +10,7 @@ from pyspark.sql import functions as F
 
 from flowlake.schemas.security import SCANNERS
 
-from .security_rules import ScanRule
+from flowlake.pipelines.security_rules import ScanRule
 
 NAME = "scanners"
 TABLES = (SCANNERS,)

@@ -20,7 +20,8 @@ from pyspark.sql import functions as F
 
 from flowlake.schemas.reports import TOP_TALKERS
 
-from . import common, duck
+from flowlake.jobs import common
+from flowlake.pipelines import duck
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from flowlake.gobuild import TOPTALKERS
+from flowlake.base.gobuild import TOPTALKERS
 
-from . import common, duck
+from flowlake.jobs import common
+from flowlake.pipelines import duck
 
 
 def lists(files: list[str], prefixes, top_n: int, out: Path) -> None:

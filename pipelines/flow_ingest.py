@@ -134,7 +134,7 @@ def land_messages(messages, staged: str, stem: str, row_group_rows: int, lab_run
     `messages`: (value, offset, meta) in offset order, meta() giving the quarantine columns
     (topic, partition, offset, timestamp, key) of a bad one. Returns the task's result rows
     (RESULT_DDL): one per file, one for the task, one per bad message."""
-    from flowlake.pipelines import lab_tag
+    from flowlake.collectors.lab import tag as lab_tag
     from flowlake.pipelines.enrich import apply as enrich
     from flowlake.pipelines.flow_messages import BAD, BATCH, FlowDecoder
 
@@ -274,9 +274,9 @@ def make_handler(cfg, stream, checkpoint: Path, row_group_rows: int = 262144, fe
     batch's offset range from the broker themselves (the default); "spark" = Spark's Kafka
     source reads the messages and hands them to the tasks (the design before: bench/ingest.py compares)."""
     from .enrich.sources import Sources
-    from .ingest import writer_for
+    from .lake_writer import writer_for
 
-    from .lab_tag import registry_path
+    from flowlake.collectors.lab.tag import registry_path
 
     lake_writer, quarantine_writer = writer_for(cfg, stream)
     lab_runs = registry_path(cfg)

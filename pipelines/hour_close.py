@@ -20,7 +20,9 @@ from pathlib import Path
 
 import click
 
-from flowlake import config as _config
+from flowlake.base import config as _config
+from flowlake.base.component import Component
+from flowlake.base.process import python_argv
 
 from . import compact
 
@@ -193,3 +195,27 @@ def compact_cmd(day: str | None, watch: bool, force: bool, no_rollups: bool) -> 
         if not watch:
             return
         time.sleep(cfg.compaction.interval_seconds)
+
+
+class Compactor(Component):
+    """Hour close (`flowlake compact --watch`): compaction and rollups as hours close."""
+    name = "compactor"
+    stop_timeout = 60.0
+    pausable = True
+
+    def enabled(self) -> bool:
+        return bool(self.cfg.compaction.enabled)
+
+    def start(self) -> int | None:
+        if not self.enabled():
+            return None
+        proc = self.managed()
+        if proc.running():
+            return proc.pid()
+        return proc.start(python_argv("compact", "--watch"))
+
+    def status(self) -> dict:
+        try:
+            return status(self.cfg)
+        except Exception as exc:  # status must never crash on a damaged state file
+            return {"error": str(exc)}

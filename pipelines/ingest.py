@@ -18,7 +18,8 @@ from pathlib import Path
 
 import click
 
-from flowlake import config as _config
+from flowlake.base import config as _config
+from .lake_writer import writer_for  # noqa: F401  (re-exported: ingest.writer_for)
 
 log = logging.getLogger("flowlake.ingest")
 
@@ -45,17 +46,6 @@ def streams(cfg) -> list[Stream]:
     return out
 
 
-def writer_for(cfg, stream: Stream):
-    from .lake_writer import BatchWriter
-
-    lake = Path(cfg.lake)
-    return (
-        BatchWriter(lake / stream.table, cfg.path("state", "ingest", stream.table),
-                    lake / ".staging" / stream.table),
-        BatchWriter(lake / "quarantine" / "ingest" / stream.table,
-                    cfg.path("state", "ingest", f"{stream.table}-quarantine"),
-                    lake / ".staging" / f"quarantine-{stream.table}"),
-    )
 
 
 def checkpoint_dir(cfg, stream: Stream) -> Path:
@@ -139,7 +129,7 @@ def start_queries(spark, cfg, once: bool = False, **options):
 
 def session(cfg, master: str | None = None):
     """The ingest's Spark session (its JVM options: [spark] ingest_java_options)."""
-    from flowlake import spark as spark_factory
+    from flowlake.base import spark as spark_factory
 
     return spark_factory.session("flowlake-ingest", master=master, cfg=cfg,
                                  java_options=cfg.spark.ingest_java_options)
@@ -195,9 +185,10 @@ def ingest(once: bool, master: str | None) -> None:
     with at most [cluster] ingest_cores cores; the lake and state/checkpoints must then
     be on storage every worker sees at the same path (one machine, or a shared mount).
     """
-    from flowlake import spark as spark_factory
+    from flowlake.base import spark as spark_factory
 
     cfg = _config.get()
     spark_factory.submit_if_cluster("flowlake-ingest", master, cfg, batch=once, cores_max=cfg.cluster.ingest_cores,
                                     java_options=cfg.spark.ingest_java_options)
     run(cfg, once=once, master=master)
+

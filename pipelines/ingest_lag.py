@@ -61,7 +61,7 @@ def rates(batches: list[dict], now: float | None = None) -> dict:
 
 def status(cfg) -> dict:
     """{table: {topic, offsets_behind, flows_behind, per-partition, rates}}; never raises."""
-    from flowlake.services.process import port_open
+    from flowlake.base.process import port_open
 
     from .ingest import streams
 
@@ -92,7 +92,7 @@ def _end_offsets(cfg, topic: str) -> dict[int, tuple[int, int]] | None:
     """{partition: (low watermark, read_committed end)}; None when the topic is missing."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from flowlake.services import kafka
+    from flowlake.collectors import kafka
 
     c = Consumer({**cfg.kafka_client_conf(), "group.id": "flowlake-status-lag", "enable.auto.commit": False,
                   "isolation.level": "read_committed"})

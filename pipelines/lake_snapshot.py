@@ -22,10 +22,10 @@ before that moment (retention and the disk guard delete them then, grace or not)
 
 Cost: one link per file (about 10 us); nothing is copied. Snapshots are removed when the
 reader closes them; those of dead processes by the compactor's pass (`sweep`) and by
-retention. Used by the jobs (JobContext, jobs/duck.py) and both engines of `flowlake query`.
+retention. Used by the jobs (JobContext, pipelines/duck.py) and both engines of `flowlake query`.
 Readers outside flowlake that glob the lake themselves (Superset's views, an analyst's own
 DuckDB) are not pinned: a swap during such a query fails it with a missing file, and a
-rerun is exact (flowlake/lake.py: `duckdb_connect` for analysts, and Superset's lake
+rerun is exact (pipelines/lake.py: `duckdb_connect` for analysts, and Superset's lake
 connection, superset/superset_config.py, rerun it).
 """
 from __future__ import annotations

@@ -90,3 +90,15 @@ def _atomic_write(path: Path, text: str) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def writer_for(cfg, stream):
+    """The stream's lake writer and its quarantine writer (staging beside the lake)."""
+    lake = Path(cfg.lake)
+    return (
+        BatchWriter(lake / stream.table, cfg.path("state", "ingest", stream.table),
+                    lake / ".staging" / stream.table),
+        BatchWriter(lake / "quarantine" / "ingest" / stream.table,
+                    cfg.path("state", "ingest", f"{stream.table}-quarantine"),
+                    lake / ".staging" / f"quarantine-{stream.table}"),
+    )

@@ -26,7 +26,7 @@ PORTED = (6, 17, 132)
 
 
 def _proto_name_sql(col: str) -> str:
-    from flowlake.jobs.common import PROTO_NAMES
+    from flowlake.schemas.protocols import PROTO_NAMES
 
     whens = " ".join(f"WHEN {k} THEN '{v.lower()}'" for k, v in PROTO_NAMES.items())
     return f"coalesce(CASE {col} {whens} END, CAST({col} AS VARCHAR))"
@@ -36,7 +36,7 @@ def _app_table(con, cfg) -> None:
     """Temp table flowlake_ports(k, svc): the port map, keyed proto * 65536 + port."""
     import pyarrow as pa
 
-    from flowlake.jobs import port_map
+    from flowlake.pipelines import port_map
 
     mapping = port_map.from_config(cfg)
     table = pa.table({"k": pa.array([p * 65536 + port for (p, port) in mapping], pa.int64()),
@@ -49,7 +49,7 @@ def _app_table(con, cfg) -> None:
 def build(con, cfg, source: str) -> dict[str, str]:
     """Temp tables rollup_1m/_5m/_1h from the relation `source` (flow columns, plus `hour`
     and `date` of the lake partition). Returns {resolution: temp table name}."""
-    from flowlake.jobs import duck
+    from flowlake.pipelines import duck
 
     cols = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
     _app_table(con, cfg)

@@ -28,7 +28,7 @@ ACTIVE_RESULT = Record(
 
 ACTIVE = Record(
     name="active",
-    namespace="flowlake.lake",
+    namespace="flowlake.pipelines.lake",
     doc="Active test results: `lake/active/date=YYYY-MM-DD/*.parquet`, partitioned by the UTC date of `start`.",
     fields=_FIELDS + (Field("date", "string", "UTC date of start, YYYY-MM-DD (partition)"),),
     partition_by=("date",),

@@ -13,7 +13,7 @@ SEVERITIES = ("info", "warning", "critical")
 
 ALERTS = Record(
     name="alerts",
-    namespace="flowlake.lake",
+    namespace="flowlake.pipelines.lake",
     doc=("Alerts of the live detectors: `lake/alerts/date=YYYY-MM-DD/alerts.parquet`, one row per alert "
          "(its latest state), partitioned by the UTC date it started. Times are the flows' own time."),
     fields=(

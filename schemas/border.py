@@ -21,7 +21,7 @@ REMOTE_DOMAINS = Record(
          "its top-level domain (`level` = 'tld': edu). The remote end is the side outside "
          "`[site] local_prefixes`: the source of inbound flows, the destination of outbound ones "
          "(internal and transit flows have no single remote end and are left out). Names come from "
-         "flowlake/rdns.py ([rdns]: cached, rate-limited, bounded per report); addresses without a "
+         "jobs/rdns.py ([rdns]: cached, rate-limited, bounded per report); addresses without a "
          f"name (no PTR, timed out, beyond the budget) are `{UNKNOWN_NAME}`."),
     fields=(
         Field("direction", "string", "all / inbound (remote = source) / outbound (remote = destination)"),

@@ -35,7 +35,7 @@ class Field:
     unit: str = ""
     nullable: bool = False
     default: object = None
-    # Holds host addresses, which `--anonymise` replaces (flowlake/anonymise.py): "one" = an
+    # Holds host addresses, which `--anonymise` replaces (jobs/anonymise.py): "one" = an
     # address (or a host name, left as it is), "list" = comma-separated addresses; "" = none.
     address: str = ""
 

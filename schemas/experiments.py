@@ -57,7 +57,7 @@ EXPERIMENT_RESULT = Record(
 
 EXPERIMENTS = Record(
     name="experiments",
-    namespace="flowlake.lake",
+    namespace="flowlake.pipelines.lake",
     doc="Lab results: `lake/experiments/date=YYYY-MM-DD/*.parquet`, one row per run and metric.",
     fields=_FIELDS + (Field("date", "string", "UTC date of start, YYYY-MM-DD (partition)"),),
     partition_by=("date",),

@@ -45,7 +45,7 @@ FLOW_REVISIONS = (FLOW_REV1, FLOW)
 # on days written before them) and the partition columns derived from time_start (UTC).
 FLOWS_TABLE = Record(
     name="flows",
-    namespace="flowlake.lake",
+    namespace="flowlake.pipelines.lake",
     doc="The flow lake: `lake/flows/date=YYYY-MM-DD/hour=HH/*.parquet` (zstd).",
     fields=FLOW.fields + ENRICHMENT_FIELDS + (
         Field("run_id", "string", "lab run the flow belongs to (`flowlake lab run`); '' for other flows", nullable=True),

@@ -52,7 +52,7 @@ EXPORTER_HEALTH_RECORD = Record(
 
 EXPORTER_HEALTH = Record(
     name="exporter_health",
-    namespace="flowlake.lake",
+    namespace="flowlake.pipelines.lake",
     doc=("Exporter health history: `lake/exporter_health/date=YYYY-MM-DD/*.parquet`, one row per exporter "
          "(address, observation domain) and nfcapd interval, partitioned by the UTC date of interval_start."),
     fields=_FIELDS + (Field("date", "string", "UTC date of interval_start, YYYY-MM-DD (partition)"),),

@@ -70,7 +70,7 @@ APP_MIX = Record(
     name="app_mix",
     namespace="flowlake.reports",
     doc=("Traffic per application for each hour (and the whole day) and direction. The label comes "
-         "from the port map (jobs/port_map.csv plus reports.port_map): the destination port is "
+         "from the port map (pipelines/port_map.csv plus reports.port_map): the destination port is "
          "looked up first, then the source port; portless protocols are labelled by protocol name "
          "(icmp, gre, esp, ...); unmatched TCP/UDP/SCTP traffic is bucketed as "
          "`other-<proto>-wellknown` (lower port < 1024), `-registered` (< 49152) or `-dynamic`."),

@@ -39,7 +39,7 @@ def _counter_fields():
 
 INTERFACE_COUNTERS = Record(
     name="interface_counters",
-    namespace="flowlake.lake",
+    namespace="flowlake.pipelines.lake",
     doc=("SNMP interface counters: `lake/interface_counters/date=YYYY-MM-DD/`, one row per exporter, "
          "interface and poll (collectors/snmp/), partitioned by the UTC date of `time`. Deltas cover "
          "(previous poll, time]; kept [retention] interface_counters_days."),

@@ -55,8 +55,8 @@ if ! command -v go >/dev/null; then
   echo "Go (>= $(sed -n 's/^go //p' collectors/shipper/go.mod)) is needed to build the shipper: install it from go.dev or your distribution" >&2
   exit 1
 fi
-.venv/bin/python -m flowlake.gobuild
-.venv/bin/python -m flowlake.query.standalone   # the filter parser with its LALR tables built in (fast start)
+.venv/bin/python -m flowlake.base.gobuild
+.venv/bin/python -m flowlake.jobs.query.standalone   # the filter parser with its LALR tables built in (fast start)
 
 # --- Superset (own virtualenv: its pins clash with Spark's) --------------------------------
 if [ -x scripts/setup-superset.sh ]; then

@@ -204,7 +204,7 @@ class Dataset:
 
 def table_location(record) -> str | None:
     """Where a registry record lives in the lake, or None if it is not a lake table."""
-    if record.namespace == "flowlake.lake":  # lake/<name>: flows, active, exporter_health
+    if record.namespace == "flowlake.pipelines.lake":  # lake/<name>: flows, active, exporter_health
         return record.name
     if record.namespace == "flowlake.rollups":  # lake/rollups/<1m|5m|1h|1d>/ (schemas/rollups.py)
         return "rollups/" + record.name.split("_", 1)[1]

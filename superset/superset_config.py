@@ -281,12 +281,12 @@ _speed_up_duckdb_engine()
 # A dataset view globs lake/<table>/**/*.parquet: DuckDB lists the files when the query
 # starts and opens them while it runs, so a compactor swap in between fails the read with
 # "Cannot open file ...: No such file or directory" (never a wrong count). The rerun, and
-# why it is exact, is flowlake/lake.py's (shared with analysts' `flowlake.lake.duckdb_connect`).
+# why it is exact, is pipelines/lake.py's (shared with analysts' `flowlake.lake.duckdb_connect`).
 # DuckDB 2 streams results (the error may come with the first fetch, not at execute), so a
 # statement's rows are fetched here, inside the retry, and served from that buffer;
 # Superset fetches every row anyway (its LIMIT is in the SQL).
 try:
-    _lake = _load_module("flowlake_lake", Path(__file__).resolve().parent.parent / "flowlake" / "lake.py")
+    _lake = _load_module("flowlake_lake", Path(__file__).resolve().parent.parent / "pipelines" / "lake.py")
     SWAP_RETRIES, SWAP_RETRIED = _lake.SWAP_RETRIES, _lake.SWAP_RETRIED
 except ImportError:  # only outside Superset, without DuckDB (unit tests of this file)
     _lake = None

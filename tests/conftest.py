@@ -13,7 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-from flowlake.services.ports import free_port, private_env  # noqa: E402,F401
+from flowlake.base.ports import free_port, private_env  # noqa: E402,F401
 
 
 @pytest.fixture(scope="session")
@@ -23,7 +23,7 @@ def flowlake_home(tmp_path_factory) -> Path:
     env = private_env(home)
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    from flowlake import config
+    from flowlake.base import config
 
     config.reset()
     yield home
@@ -37,7 +37,7 @@ def flowlake_home(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def cfg(flowlake_home):
-    from flowlake import config
+    from flowlake.base import config
 
     return config.get()
 
@@ -45,7 +45,7 @@ def cfg(flowlake_home):
 @pytest.fixture(scope="session")
 def kafka(cfg):
     """A real single-node KRaft broker with the project's topics."""
-    from flowlake.services import kafka as kafka_service
+    from flowlake.collectors import kafka as kafka_service
 
     kafka_service.start(cfg)
     yield cfg.kafka_bootstrap
@@ -55,7 +55,7 @@ def kafka(cfg):
 @pytest.fixture(scope="session")
 def spark(cfg):
     """The one Spark session of the run (start-up costs 15-20 s on 2 cores)."""
-    from flowlake import spark as spark_factory
+    from flowlake.base import spark as spark_factory
 
     session = spark_factory.session("flowlake-tests", master="local[2]", cfg=cfg,
                                     extra={"spark.sql.shuffle.partitions": "2"})

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from flowlake.services.ports import private_env
+from flowlake.base.ports import private_env
 
 
 def lab_home(tmp_path_factory, name: str, spec_text: str) -> tuple[dict[str, str], Path]:

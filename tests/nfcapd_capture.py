@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from flowlake.services.ports import free_port
+from flowlake.base.ports import free_port
 
 
 def closed_files(spool: Path) -> list[Path]:
@@ -50,7 +50,7 @@ def capture(spool: Path, feed: Callable[[int], None], extra: tuple | list = (), 
 def capture_tapped(spool: Path, tap_dir: Path, feed: Callable[[int], None], extra: tuple | list = ()) -> tuple[Path, str]:
     """capture() with flowlake's sampling tap reading the same port (as `flowlake up` runs
     it), so the shipper can resolve every flow's sampling rate from tap_dir."""
-    from flowlake.gobuild import SHIPPER
+    from flowlake.base.gobuild import SHIPPER
 
     binary = str(SHIPPER.build())
 
@@ -84,7 +84,7 @@ def dump_resolved(path: Path, tap_dir: Path | None = None, settings: Path | None
     """The shipper's flows of one nfcapd file with sampling resolved as it ships them."""
     import json
 
-    from flowlake.gobuild import SHIPPER
+    from flowlake.base.gobuild import SHIPPER
 
     argv = [str(SHIPPER.build()), "dump"]
     if tap_dir is not None:

@@ -170,7 +170,7 @@ def write_reports(lake: Path, rows: int = 600, seed: int = 11) -> list[str]:
             continue
         if rec.namespace == "flowlake.rollups":  # computed from the flows: write_rollups()
             continue
-        base = lake / (name if rec.namespace == "flowlake.lake" else f"reports/{name}")
+        base = lake / (name if rec.namespace == "flowlake.pipelines.lake" else f"reports/{name}")
         fields = [f for f in rec.fields if f.name != "date"]
         schema = pa.schema([(f.name, ARROW[f.type]) for f in fields])
         for day in DAYS:

@@ -243,7 +243,7 @@ def test_best_path_ranges_and_split():
 
 # ---- whole runs on a small lake ------------------------------------------------------------
 def test_active_summary_and_path_models_runs_write_their_tables(spark, cfg, tmp_path):
-    from flowlake.collectors.active.lab import _LabConfig
+    from flowlake.impact_lab import _LabConfig
     from flowlake.collectors.active.parsers import parse_file
     from flowlake.jobs.context import JobContext
     from pathlib import Path

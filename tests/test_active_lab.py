@@ -11,7 +11,7 @@ import time
 import pytest
 
 import nfcapd_capture
-from flowlake.collectors.active import lab
+from flowlake import impact_lab as lab
 
 pytestmark = pytest.mark.integration
 

@@ -68,7 +68,7 @@ def listed(*extra: str) -> dict[str, dict]:
 
 @pytest.fixture
 def engine_cfg(flowlake_home, monkeypatch):
-    from flowlake import config
+    from flowlake.base import config
 
     monkeypatch.setenv("FLOWLAKE_ALERTS_RESOLVE_AFTER_SECONDS", "30")
     monkeypatch.setenv("FLOWLAKE_ALERTS_UPDATE_NOTIFY_SECONDS", "3600")
@@ -149,7 +149,7 @@ def test_lifecycle_end_to_end(engine_cfg):
 
 def test_detectors_on_hand_made_intervals(engine_cfg, tmp_path):
     """Each detector on a few intervals whose answer is known by construction."""
-    from flowlake.jobs.security_rules import FanInRule, ScanRule
+    from flowlake.pipelines.security_rules import FanInRule, ScanRule
     from flowlake.pipelines.alerts.base import Interval
     from flowlake.pipelines.alerts.blocklist import BlocklistDetector
     from flowlake.pipelines.alerts.fan_in import FanInDetector
@@ -244,9 +244,9 @@ def test_alerts_table_is_bounded_by_retention(engine_cfg, monkeypatch):
     """lake/alerts is a retention tier: days older than [retention] alerts_days expire."""
     import datetime as dt
 
-    from flowlake import config
+    from flowlake.base import config
     from flowlake.pipelines.alerts.store import AlertStore
-    from flowlake.retention.tiers import lake_tiers
+    from flowlake.pipelines.retention.tiers import lake_tiers
 
     store = AlertStore.from_config(engine_cfg)
     today = dt.date(2026, 11, 25)
@@ -274,7 +274,7 @@ def test_busy_interval_paths():
 
     import pyarrow.compute as pc
 
-    from flowlake.jobs.security_rules import FanInRule, ScanRule
+    from flowlake.pipelines.security_rules import FanInRule, ScanRule
     from flowlake.pipelines.alerts.base import Interval
     from flowlake.pipelines.alerts.fan_in import FanInDetector, distinct_sources
     from flowlake.pipelines.alerts.scans import ScanDetector

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from flowlake.services.ports import free_port
+from flowlake.base.ports import free_port
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent
@@ -42,7 +42,8 @@ def _wait(check, timeout: float, what: str):
 
 
 def test_detectors_find_the_model_truth_through_kafka(kafka, flowlake_home, monkeypatch, figure):
-    from flowlake import config, stack
+    from flowlake.base import config
+    from flowlake import components
     from flowlake.collectors import nfcapd
     from flowlake.collectors.traffic import alert_truth, api, model
     from flowlake.pipelines.alerts import service
@@ -63,7 +64,7 @@ def test_detectors_find_the_model_truth_through_kafka(kafka, flowlake_home, monk
     shutil.rmtree(cfg.path("state", "alerts"), ignore_errors=True)
     started = []
     try:
-        for name, start in (("nfcapd", nfcapd.start), ("shipper", stack.start_shipper), ("alerts", service.start)):
+        for name, start in (("nfcapd", nfcapd.start), ("shipper", lambda c: components.get(c, "shipper").start()), ("alerts", service.start)):
             start(cfg)
             started.append(name)
         status = lambda: json.loads(service.status_file(cfg).read_text())  # noqa: E731
@@ -87,7 +88,7 @@ def test_detectors_find_the_model_truth_through_kafka(kafka, flowlake_home, monk
         status_json = json.loads(res.stdout)
     finally:
         for name in reversed(started):
-            {"nfcapd": nfcapd.stop, "shipper": lambda c: stack.shipper_managed(c).stop(timeout=30),
+            {"nfcapd": nfcapd.stop, "shipper": lambda c: components.get(c, "shipper").managed().stop(timeout=30),
              "alerts": service.stop}[name](cfg)
         config.reset()
         receiver.terminate()

@@ -24,7 +24,7 @@ import pcapgen  # noqa: E402
 from conftest import run  # noqa: E402
 from test_shipper import collect, nfdump_pipe  # noqa: E402  (real nfcapd files, nfdump -o pipe)
 
-from flowlake.anonymise import CryptoPAn, KeyError_, parse_key  # noqa: E402
+from flowlake.jobs.anonymise import CryptoPAn, KeyError_, parse_key  # noqa: E402
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from flowlake import config
+from flowlake.base import config
 from flowlake.collectors.traffic import lake_rows, model, truth
 from flowlake.jobs import behaviour_classes
 from flowlake.jobs.context import JobContext

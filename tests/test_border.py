@@ -17,9 +17,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from flowlake import rdns
+from flowlake.jobs import rdns
 from flowlake.collectors.traffic import api, lake_rows, model
-from flowlake.services import dnsmasq
+from services import dnsmasq
 from conftest import run
 from test_jobs import private_cfg
 

@@ -46,9 +46,9 @@ def home_env(home: Path) -> dict[str, str]:
 def homes(kafka, tmp_path_factory):
     """(local cfg, cluster cfg, cluster env, nfcapd flow count); the cluster starts in the
     background while the flows are captured and shipped, and stops at the end."""
-    from flowlake import config
-    from flowlake.services import kafka as kafka_service
-    from flowlake.services import spark_cluster
+    from flowlake.base import config
+    from flowlake.collectors import kafka as kafka_service
+    from flowlake.base import spark_cluster
 
     local_env = home_env(tmp_path_factory.mktemp("cluster-local-home"))
     cluster_env = home_env(tmp_path_factory.mktemp("cluster-home"))
@@ -81,7 +81,7 @@ def homes(kafka, tmp_path_factory):
 
 
 def Managed_running(cfg, name: str) -> bool:
-    from flowlake.services.process import Managed
+    from flowlake.base.process import Managed
 
     return Managed(name, cfg.path("run"), cfg.path("log")).running()
 
@@ -109,7 +109,7 @@ def report_rows(lake: Path, table: str) -> list[tuple]:
 def test_ingest_and_job_on_cluster_equal_local_mode(homes, spark):
     from flowlake.jobs import runner
     from flowlake.pipelines import ingest
-    from flowlake.services import spark_cluster
+    from flowlake.base import spark_cluster
 
     local_cfg, cluster_cfg, env, flows = homes
     st = json.loads(flowlake("cluster", "status", "--json", env=env).stdout)
@@ -153,8 +153,8 @@ def test_ingest_and_job_on_cluster_equal_local_mode(homes, spark):
 
 # ---- without a cluster: how an application is submitted, the bounds, bad settings ----------------
 def test_submit_carries_the_session_settings(tmp_path):
-    from flowlake import config
-    from flowlake import spark as spark_factory
+    from flowlake.base import config
+    from flowlake.base import spark as spark_factory
 
     cfg = config.load(env={**os.environ, "FLOWLAKE_HOME": str(tmp_path), "FLOWLAKE_CLUSTER_PORT": "7177",
                            "FLOWLAKE_CLUSTER_EXECUTOR_MEMORY": "3g"})
@@ -182,8 +182,8 @@ def test_submit_carries_the_session_settings(tmp_path):
 
 
 def test_event_logs_keep_the_newest(tmp_path):
-    from flowlake import config
-    from flowlake.services import spark_cluster
+    from flowlake.base import config
+    from flowlake.base import spark_cluster
 
     cfg = config.load(env={**os.environ, "FLOWLAKE_HOME": str(tmp_path), "FLOWLAKE_CLUSTER_EVENT_LOGS": "3"})
     events = tmp_path / "cluster" / "events"
@@ -201,8 +201,8 @@ def test_event_logs_keep_the_newest(tmp_path):
 def test_cluster_up_names_a_busy_port(tmp_path):
     import socket
 
-    from flowlake import config
-    from flowlake.services import spark_cluster
+    from flowlake.base import config
+    from flowlake.base import spark_cluster
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_bad_datagrams_are_rejected_counted_and_harmless(tmp_path):
-    from flowlake import config
+    from flowlake.base import config
     from flowlake.collectors import nfcapd
 
     port = free_port(socket.SOCK_DGRAM)

@@ -26,7 +26,7 @@ T0 = int(dt.datetime(2026, 11, 20, tzinfo=dt.timezone.utc).timestamp() * 1000)
 
 @pytest.fixture
 def home(tmp_path, monkeypatch):
-    from flowlake import config
+    from flowlake.base import config
 
     monkeypatch.setenv("FLOWLAKE_HOME", str(tmp_path))
     config.reset()
@@ -147,7 +147,7 @@ def test_closed_hours_wait_to_settle(home):
 
 
 def test_settings_are_checked(home, monkeypatch):
-    from flowlake import config
+    from flowlake.base import config
 
     monkeypatch.setenv("FLOWLAKE_COMPACTION_ZSTD_LEVEL", "40")
     config.reset()
@@ -176,8 +176,8 @@ def _swap_all(cfg, w) -> int:
 
 def _duck_count(cfg, eng=None) -> int:
     """Rows as `flowlake query`'s DuckDB engine counts them (one flow per row, every proto)."""
-    from flowlake.query import parse
-    from flowlake.query.duck import DuckEngine
+    from flowlake.jobs.query import parse
+    from flowlake.jobs.query.duck import DuckEngine
 
     own = eng is None
     eng = eng or DuckEngine(cfg, use_index=False)
@@ -193,11 +193,11 @@ def test_reads_planned_before_a_swap_stay_exact(home, spark):
     read runs. Unpinned (plain Spark over the folder) it fails on the vanished files; the
     project's readers (JobContext for Spark, the query's DuckDB engine) pin their files
     and count exactly, and so do the query's Spark engine and the jobs' DuckDB file list."""
-    from flowlake.jobs import duck as jobs_duck
+    from flowlake.pipelines import duck as jobs_duck
     from flowlake.jobs.context import JobContext
-    from flowlake.query import parse
-    from flowlake.query.duck import DuckEngine
-    from flowlake.query.spark_engine import SparkEngine
+    from flowlake.jobs.query import parse
+    from flowlake.jobs.query.duck import DuckEngine
+    from flowlake.jobs.query.spark_engine import SparkEngine
 
     cfg = home
     w, expected, unfinished = _lake_with_hours(cfg)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from flowlake import config
+from flowlake.base import config
 
 
 def test_defaults_and_env_overrides(tmp_path):

@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import pcapgen  # noqa: E402
-from flowlake.services.ports import free_port, private_env  # noqa: E402
+from flowlake.base.ports import free_port, private_env  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 FLOWLAKE = [sys.executable, "-m", "flowlake.cli"]

@@ -18,7 +18,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import mmdb_files  # noqa: E402
 
-from flowlake import config as _config  # noqa: E402
+from flowlake.base import config as _config  # noqa: E402
 from flowlake.pipelines.enrich import apply, classify, interfaces, mmdb, networks, sources  # noqa: E402
 from flowlake.schemas import FLOW, FLOWS_TABLE, messages  # noqa: E402
 from flowlake.schemas.enrich import ENRICHMENT_NAMES  # noqa: E402

@@ -56,8 +56,8 @@ networks = "{nets}"
 
 @pytest.fixture(scope="module")
 def ecfg(kafka, tmp_path_factory):
-    from flowlake import config
-    from flowlake.services import kafka as kafka_service
+    from flowlake.base import config
+    from flowlake.collectors import kafka as kafka_service
 
     d = tmp_path_factory.mktemp("enrich-files")
     mmdb_files.write(d / "asn.mmdb", "GeoLite2-ASN", ASN_NETS)

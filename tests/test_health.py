@@ -84,8 +84,8 @@ class Router:
 @pytest.fixture(scope="module")
 def hcfg(kafka, tmp_path_factory):
     """The session's broker; a home, collector port and topics of this module's own."""
-    from flowlake import config
-    from flowlake.services import kafka as kafka_service
+    from flowlake.base import config
+    from flowlake.collectors import kafka as kafka_service
 
     env = {**os.environ, "FLOWLAKE_HOME": str(tmp_path_factory.mktemp("health-home")),
            "FLOWLAKE_COLLECTOR_PORT": str(free_port(socket.SOCK_DGRAM)), "FLOWLAKE_COLLECTOR_ROTATE_SECONDS": "2",

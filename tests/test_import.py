@@ -1,4 +1,4 @@
-"""`flowlake import` (collectors/archive.py, collectors/shipper/import.go) beside the live stack.
+"""`flowlake import` (flowlake/importer.py, collectors/shipper/import.go) beside the live stack.
 
 With the stack down, a first import starts Kafka and the ingest itself. Then the stack
 runs (`flowlake up`: live shipper, nfcapd) and ingests live NetFlow from softflowd while
@@ -28,7 +28,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import nfcapd_capture  # noqa: E402
 import pcapgen  # noqa: E402
-from flowlake.services.ports import private_env  # noqa: E402
+from flowlake.base.ports import private_env  # noqa: E402
 from test_e2e import FLOWLAKE, closed_files, nfdump_totals, send_softflowd  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -223,7 +223,7 @@ def test_archive_import_beside_live_stack_killed_and_rerun(stack, archive, tmp_p
 def test_external_kafka_down_says_what_to_start(tmp_path):
     """With kafka.bootstrap pointing at a broker that is down, nothing is started and
     the error names the broker and the setting."""
-    from flowlake.services.ports import free_port, private_env
+    from flowlake.base.ports import free_port, private_env
 
     port = free_port()
     env = {**os.environ, **private_env(tmp_path / "home"), "FLOWLAKE_KAFKA_BOOTSTRAP": f"127.0.0.1:{port}"}

@@ -19,8 +19,8 @@ def icfg(kafka, tmp_path_factory):
     and the session lake, and must not see this module's garbage messages."""
     import os
 
-    from flowlake import config
-    from flowlake.services import kafka as kafka_service
+    from flowlake.base import config
+    from flowlake.collectors import kafka as kafka_service
 
     c = config.load(env={**os.environ, "FLOWLAKE_HOME": str(tmp_path_factory.mktemp("ingest-home")),
                          "FLOWLAKE_KAFKA_FLOWS_TOPIC": "flows.test-ingest",

@@ -29,8 +29,8 @@ COLS = ["time_start", "exporter", "src_addr", "dst_addr", "src_port", "dst_port"
 
 @pytest.fixture(scope="module")
 def fcfg(kafka, tmp_path_factory):
-    from flowlake import config
-    from flowlake.services import kafka as kafka_service
+    from flowlake.base import config
+    from flowlake.collectors import kafka as kafka_service
 
     c = config.load(env={**os.environ, "FLOWLAKE_HOME": str(tmp_path_factory.mktemp("formats-home")),
                          "FLOWLAKE_KAFKA_FLOWS_TOPIC": "flows.test-formats",
@@ -70,7 +70,7 @@ def test_topic_with_both_formats_lands_every_flow_once(fcfg, nffile, spark):
 
     from flowlake.pipelines import ingest
     from flowlake.schemas import FLOW, Field, Record, messages
-    from flowlake.services import kafka as kafka_service
+    from flowlake.collectors import kafka as kafka_service
 
     cfg = fcfg
     spool = cfg.path("nfcapd")

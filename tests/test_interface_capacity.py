@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from flowlake import config
+from flowlake.base import config
 from flowlake.collectors.snmp import coverage, deltas, store
 from flowlake.jobs.context import JobContext
 from flowlake.jobs.interface_capacity import run

@@ -51,7 +51,7 @@ def frame(spark, rows, direction=True):
 
 
 def private_cfg(tmp_path: Path, **env):
-    from flowlake import config
+    from flowlake.base import config
 
     return config.load(env={**os.environ, "FLOWLAKE_HOME": str(tmp_path), **env})
 
@@ -73,7 +73,7 @@ def test_spark_driver_logs_warnings_without_start_up_noise(spark):
     """The driver logs with flowlake/log4j2.properties: warnings and errors, less two
     start-up notes printed at every run (no native Hadoop library; the spark.local.dir
     notice), while SparkConf's other warnings still show."""
-    from flowlake.spark import LOG4J
+    from flowlake.base.spark import LOG4J
 
     jvm = spark.sparkContext._jvm
     log4j = jvm.org.apache.logging.log4j
@@ -157,7 +157,7 @@ def test_direction_labels(spark):
 
 # ---- port map and app labels -------------------------------------------------------------
 def test_port_map_defaults_and_errors(tmp_path):
-    from flowlake.jobs import port_map
+    from flowlake.pipelines import port_map
 
     m = port_map.load()
     assert m[(6, 5021)] == "bbftp" and m[(6, 2811)] == "gridftp" and m[(17, 5201)] == "iperf3"
@@ -181,7 +181,8 @@ def test_port_map_defaults_and_errors(tmp_path):
 
 
 def test_app_labels(spark):
-    from flowlake.jobs import common, port_map
+    from flowlake.jobs import common
+    from flowlake.pipelines import port_map
 
     rows = [{"dst_port": 5021}, {"src_port": 2811, "dst_port": 51000}, {"proto": 17, "dst_port": 7004},
             {"proto": 17, "src_port": 33000, "dst_port": 161}, {"proto": 1, "src_port": 0, "dst_port": 2048},
@@ -310,7 +311,7 @@ def test_top_talkers_local_engine_bad_input(tmp_path):
 
 
 def test_top_talkers_engine_choice(spark, tmp_path):
-    from flowlake.jobs import duck
+    from flowlake.pipelines import duck
 
     def ctx(**env):
         return type("Ctx", (), {"cfg": private_cfg(tmp_path, **env), "spark": spark})()
@@ -322,7 +323,8 @@ def test_top_talkers_engine_choice(spark, tmp_path):
 
 # ---- protocol and app mix ------------------------------------------------------------------
 def test_protocol_and_app_mix(spark):
-    from flowlake.jobs import app_mix, port_map, protocol_mix
+    from flowlake.jobs import app_mix, protocol_mix
+    from flowlake.pipelines import port_map
 
     rows = [{"proto": 6, "bytes": 700}, {"proto": 17, "dst_port": 53, "bytes": 200}, {"proto": 1, "dst_port": 0, "bytes": 100},
             {"proto": 17, "dst_port": 53, "bytes": 50, "src_addr": "8.8.8.8", "dst_addr": "10.0.0.1"}]

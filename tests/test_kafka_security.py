@@ -7,12 +7,12 @@ import uuid
 
 import pytest
 
-from flowlake.services.ports import free_port
+from flowlake.base.ports import free_port
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from flowlake import config
-from flowlake.services import kafka as kafka_service
+from flowlake.base import config
+from flowlake.collectors import kafka as kafka_service
 
 pytestmark = pytest.mark.integration
 

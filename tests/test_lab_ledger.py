@@ -27,7 +27,7 @@ def _committed(cfg, topic: str, key_prefix: str) -> list[bytes]:
     """Keys of `topic`'s records that start with key_prefix, read_committed."""
     from confluent_kafka import Consumer, TopicPartition
 
-    from flowlake.services import kafka
+    from flowlake.collectors import kafka
 
     cons = Consumer({**cfg.kafka_client_conf(), "group.id": f"t-{uuid.uuid4().hex[:6]}",
                      "isolation.level": "read_committed", "enable.auto.commit": False})

@@ -98,7 +98,7 @@ def test_a_killed_lab_is_cleaned_up_by_the_rerun_which_resumes(lab_env):
     cmdlines = " ".join(Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ") for p in pids if _alive(p))
     assert "softflowd" in cmdlines and "endpoint server" in cmdlines, cmdlines
     window = rec["open_window"]  # the killed run's flow window, left open in the registry
-    from flowlake.pipelines.lab_tag import load
+    from flowlake.collectors.lab.tag import load
 
     registry = home / "state" / "lab_runs.jsonl"
     assert load(registry)[window["run_id"]][2] > time.time() * 1000 + 3600_000

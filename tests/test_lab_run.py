@@ -16,7 +16,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from flowlake.services.ports import private_env
+from flowlake.base.ports import private_env
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent
@@ -250,7 +250,7 @@ def test_probes_feed_the_path_models_job(smoke, spark, cfg):
     them, and the slope's bandwidth cannot beat the tbf rate."""
     import datetime as dt
 
-    from flowlake.collectors.active.lab import _LabConfig
+    from flowlake.impact_lab import _LabConfig
     from flowlake.jobs import path_models
     from flowlake.jobs.context import JobContext
 

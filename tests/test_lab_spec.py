@@ -93,7 +93,7 @@ def test_experiment_rows_round_trip_avro():
 def test_run_id_tagging(tmp_path):
     import pyarrow as pa
 
-    from flowlake.pipelines import lab_tag
+    from flowlake.collectors.lab import tag as lab_tag
 
     reg = tmp_path / "runs.jsonl"
     reg.write_text('{"run_id": "r1", "exporter": "127.88.0.5", "start": 1000000, "end": 1086400000}\n'
@@ -114,7 +114,7 @@ def test_a_flow_stamped_early_goes_to_the_run_it_overlaps_most():
     whose window holds most of the flow gets it; a one-packet flow stays where it lies."""
     import pyarrow as pa
 
-    from flowlake.pipelines import lab_tag
+    from flowlake.collectors.lab import tag as lab_tag
 
     runs = {"r2": ("127.88.0.5", 1_000_000, 1_004_232), "r3": ("127.88.0.5", 1_004_999, 1_009_473)}
     ms = lambda v: pa.array(v, pa.timestamp("ms", tz="UTC"))  # noqa: E731

@@ -1,4 +1,4 @@
-"""`flowlake.lake.duckdb_connect`: an analyst's DuckDB over lake globs, counting exactly
+"""`flowlake.pipelines.lake.duckdb_connect`: an analyst's DuckDB over lake globs, counting exactly
 when the compactor swaps an hour between DuckDB's listing of the files and its opening them.
 
 Deterministic, as tests/test_superset_swap.py does it for Superset: a DuckDB function that
@@ -14,8 +14,8 @@ import os
 import duckdb
 import pytest
 
-from flowlake import lake as flowlake_lake
-from flowlake.lake import duckdb_connect
+from flowlake.pipelines import lake as flowlake_lake
+from flowlake.pipelines.lake import duckdb_connect
 
 ROWS = 20_000
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -102,7 +102,7 @@ def test_a_missing_file_outside_the_lake_is_not_rerun(home, tmp_path_factory):
 
 
 def test_default_home_is_the_configured_one(home, monkeypatch):
-    from flowlake import config
+    from flowlake.base import config
 
     monkeypatch.setenv("FLOWLAKE_HOME", os.fspath(home))
     config.reset()
@@ -122,4 +122,4 @@ def test_every_notebook_reads_through_duckdb_connect():
         cells = json.loads(path.read_text())["cells"]
         code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
         assert "duckdb_connect()" in code and "duckdb.connect(" not in code, path.name
-        assert "flowlake.lake.duckdb_connect()" in "".join(cells[0]["source"]), path.name  # documented up front
+        assert "flowlake.pipelines.lake.duckdb_connect()" in "".join(cells[0]["source"]), path.name  # documented up front

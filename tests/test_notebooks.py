@@ -77,7 +77,7 @@ def test_notebook_runs(path, tmp_path_factory, monkeypatch):
     import nbformat
     from nbclient import NotebookClient
 
-    from flowlake import config
+    from flowlake.base import config
     from superset_lake import write_rollups
 
     home = tmp_path_factory.getbasetemp() / "notebook-lake"

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from flowlake.services.ports import free_port
-from flowlake.services.process import port_open, wait_until
+from flowlake.base.ports import free_port
+from flowlake.base.process import port_open, wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 RECEIVER = Path(__file__).parent / "webhook_receiver.py"
@@ -34,7 +34,7 @@ def alert(n: int, event: str = "opened", severity: str = "critical", minutes: in
 
 
 def private_cfg(home: Path, **notify):
-    from flowlake import config
+    from flowlake.base import config
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWLAKE_NOTIFY_")}
     env["FLOWLAKE_HOME"] = str(home)
@@ -97,7 +97,7 @@ def test_alert_contract_and_backoff():
 
 
 def test_config_errors_name_the_key(tmp_path):
-    from flowlake.config import ConfigError
+    from flowlake.base.config import ConfigError
     from flowlake.pipelines.alerts.notify import build_notifier
 
     assert build_notifier(private_cfg(tmp_path)[0]) is None  # nothing configured
@@ -225,7 +225,7 @@ def test_webhook_receiver_down_then_back_nothing_blocks(tmp_path):
 def smtp(tmp_path_factory):
     """A real SMTP server on a free port: STARTTLS required (a certificate made for this test
     by a private CA), AUTH required after it."""
-    from flowlake.services.smtp import SmtpServer, tls_files
+    from services.smtp import SmtpServer, tls_files
 
     ca, chain = tls_files(tmp_path_factory.mktemp("smtp-tls"))
     port = free_port()

@@ -1,4 +1,4 @@
-"""Operators' CSV files (flowlake/operator_files.py) through both of its callers: the
+"""Operators' CSV files (flowlake/base/operator_files.py) through both of its callers: the
 enrichment's networks file and the port map read the same way (a spreadsheet's BOM,
 comments and blank lines before the header) and name the file and line of a problem."""
 from __future__ import annotations
@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from flowlake.jobs import port_map
-from flowlake.operator_files import OperatorFileError
+from flowlake.pipelines import port_map
+from flowlake.base.operator_files import OperatorFileError
 from flowlake.pipelines.enrich import networks
 
 

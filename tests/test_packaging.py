@@ -33,7 +33,7 @@ def test_compose_is_valid_and_has_the_topology():
     assert (REPO / "collectors" / "Dockerfile").exists()
     assert "spark://spark-master:7077" in services["ingest"]["command"]
     # the cluster runs Spark's own Master/Worker through the spark-class the pyspark wheel has
-    from flowlake.services.spark_cluster import MASTER_CLASS, WORKER_CLASS, spark_home
+    from flowlake.base.spark_cluster import MASTER_CLASS, WORKER_CLASS, spark_home
 
     assert (spark_home() / "bin" / services["spark-master"]["command"][0]).exists()
     assert services["spark-master"]["command"][1] == MASTER_CLASS
@@ -110,7 +110,7 @@ def test_a_shipped_go_binary_runs_without_go(tmp_path, monkeypatch):
     (even when its sources look newer); with no binary either, the error says what to do."""
     import click
 
-    from flowlake import gobuild
+    from flowlake.base import gobuild
 
     def no_go():
         raise click.ClickException("Go is not installed (need /usr/local/go/bin/go or `go` on PATH): run `make setup`")

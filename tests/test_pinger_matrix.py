@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from flowlake import config
+from flowlake.base import config
 from flowlake.jobs import pinger_matrix, pinger_regions
 from flowlake.jobs.context import JobContext
 from flowlake.schemas.active import ACTIVE

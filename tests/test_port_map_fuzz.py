@@ -6,7 +6,7 @@ from pathlib import Path
 
 from hypothesis import given, settings, strategies as st
 
-from flowlake.jobs import port_map
+from flowlake.pipelines import port_map
 
 DEFAULT = (Path(port_map.__file__).parent / "port_map.csv").read_text()
 cell = st.one_of(st.integers(-5, 70000).map(str), st.sampled_from(["tcp", "udp", "any", "sctp", "6", "17", "x"]),

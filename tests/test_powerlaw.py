@@ -13,11 +13,11 @@ import pytest
 from click.testing import CliRunner
 from scipy import optimize, special
 
-from flowlake.powerlaw import Sample, SampleError, fit
-from flowlake.powerlaw.bootstrap import bootstrap_p, draw_power_law
-from flowlake.powerlaw.cli import powerlaw as powerlaw_cmd
-from flowlake.powerlaw.compare import compare_all
-from flowlake.powerlaw.fit import _Scan
+from flowlake.jobs.powerlaw import Sample, SampleError, fit
+from flowlake.jobs.powerlaw.bootstrap import bootstrap_p, draw_power_law
+from flowlake.jobs.powerlaw.cli import powerlaw as powerlaw_cmd
+from flowlake.jobs.powerlaw.compare import compare_all
+from flowlake.jobs.powerlaw.fit import _Scan
 
 powerlaw_pkg = pytest.importorskip("powerlaw")
 REF = os.path.join(os.path.dirname(powerlaw_pkg.__file__), "reference_data")
@@ -97,7 +97,7 @@ def test_unbounded_alternative_likelihood_gives_no_verdict():
     """An alternative whose likelihood is unbounded (+inf log-likelihood: a lognormal
     collapsed onto one value of a tiny tail) makes the ratio test undefined: nan (null
     in the report), not R=0/p=1, and no numpy warnings on the way."""
-    from flowlake.powerlaw.compare import _ratio
+    from flowlake.jobs.powerlaw.compare import _ratio
 
     w = np.array([3.0, 1.0, 2.0])
     with warnings.catch_warnings():
@@ -110,7 +110,7 @@ def test_unbounded_alternative_likelihood_gives_no_verdict():
 
 # ---- fast special functions against the slow references ------------------------------------
 def test_hurwitz_zeta_equals_scipy():
-    from flowlake.powerlaw.zeta import hurwitz_zeta
+    from flowlake.jobs.powerlaw.zeta import hurwitz_zeta
 
     rng = np.random.default_rng(11)
     a = rng.uniform(1.0001, 60, 50_000)
@@ -126,7 +126,7 @@ def test_cutoff_normalisation_equals_lerchphi():
     15 digits mpmath itself is off by ~1e-9 for lam near 0), on both of our branches."""
     import mpmath
 
-    from flowlake.powerlaw.zeta import log_cutoff_sum
+    from flowlake.jobs.powerlaw.zeta import log_cutoff_sum
 
     rng = np.random.default_rng(5)
     with mpmath.workdps(30):

@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from hypothesis import given, settings, HealthCheck
 from hypothesis import strategies as st
 
-from flowlake.query import FilterError, parse
+from flowlake.jobs.query import FilterError, parse
 
 import nfcapd_capture  # tests/ is on sys.path (pytest prepends the test file's directory)
 
@@ -222,8 +222,8 @@ ENGINE_NAMES = ["spark", "local"]
 @pytest.fixture(scope="module")
 def engines(cfg, lake):
     """Both query engines over the same lake partition."""
-    from flowlake.query.duck import DuckEngine
-    from flowlake.query.spark_engine import SparkEngine
+    from flowlake.jobs.query.duck import DuckEngine
+    from flowlake.jobs.query.spark_engine import SparkEngine
 
     out = {"spark": SparkEngine(cfg), "local": DuckEngine(cfg)}
     yield out
@@ -273,7 +273,7 @@ def test_truncated_filter_points_at_the_end():
 
 
 def test_precedence_and_case():
-    from flowlake.query import ast
+    from flowlake.jobs.query import ast
 
     t = parse("PORT 53 AND proto tcp or proto udp")
     assert isinstance(t, ast.Or) and isinstance(t.items[0], ast.And)
@@ -353,15 +353,15 @@ def filter_matrix(engine: str, flows, cfg) -> list[dict]:
     """Every flow of the lake with one boolean per FILTERS entry (f0, f1, ...), evaluated in
     one pass by the engine's compiler: Spark columns, or DuckDB SQL over the lake's files."""
     if engine == "spark":
-        from flowlake.query import to_column
+        from flowlake.jobs.query import to_column
 
         cols = [to_column(parse(f)).alias(f"f{i}") for i, f in enumerate(FILTERS)]
         return [r.asDict() for r in flows.select("source_file", "file_seq", *KEYS, *cols).collect()]
     import duckdb
 
-    from flowlake.jobs.duck import sql_list
-    from flowlake.query import sql
-    from flowlake.query.duck import DuckEngine
+    from flowlake.pipelines.duck import sql_list
+    from flowlake.jobs.query import sql
+    from flowlake.jobs.query.duck import DuckEngine
 
     files = DuckEngine(cfg)._files()
     cols = ", ".join(f"{sql.to_sql(parse(f))} AS f{i}" for i, f in enumerate(FILTERS))
@@ -404,7 +404,7 @@ def test_filter_compilers_equal_row_for_row(flows, lake, cfg):
 @pytest.mark.integration
 def test_as_filters_on_hand_made_rows(spark):
     """nfdump 1.7.1 refuses `as` filters without a geo DB, so AS semantics are checked here."""
-    from flowlake.query import to_column
+    from flowlake.jobs.query import to_column
 
     df = spark.createDataFrame([(1, 3320, 15169), (2, 0, 3320), (3, 64512, 64513)], "id int, src_as long, dst_as long")
 
@@ -412,7 +412,7 @@ def test_as_filters_on_hand_made_rows(spark):
         return sorted(r.id for r in df.where(to_column(parse(flt))).collect())
 
     def duck_ids(flt):
-        from flowlake.query.sql import to_sql
+        from flowlake.jobs.query.sql import to_sql
 
         rows = duck_eval([(1, 3320, 15169), (2, 0, 3320), (3, 64512, 64513)], "id int, src_as bigint, dst_as bigint",
                          ["id", to_sql(parse(flt))])
@@ -430,7 +430,7 @@ def test_as_filters_on_hand_made_rows(spark):
 def test_flags_semantics_on_non_tcp(spark):
     """nfdump 1.7.1, measured by bench/query.py on flows with random flags on every protocol:
     `flags S` never matches non-TCP; `not flags AS` = not TCP, or TCP with neither A nor S."""
-    from flowlake.query import to_column
+    from flowlake.jobs.query import to_column
 
     df = spark.createDataFrame([(1, 6, 0x12), (2, 6, 0x02), (3, 6, 0x01), (4, 17, 0x12), (5, 17, 0)],
                                "id int, proto int, tcp_flags int")
@@ -439,7 +439,7 @@ def test_flags_semantics_on_non_tcp(spark):
         return sorted(r.id for r in df.where(to_column(parse(flt))).collect())
 
     def duck_ids(flt):
-        from flowlake.query.sql import to_sql
+        from flowlake.jobs.query.sql import to_sql
 
         rows = duck_eval([(1, 6, 0x12), (2, 6, 0x02), (3, 6, 0x01), (4, 17, 0x12), (5, 17, 0)],
                          "id int, proto int, tcp_flags int", ["id", to_sql(parse(flt))])
@@ -458,7 +458,7 @@ def test_ipv4_nets_by_text_prefix(spark):
 
     from pyspark.sql import functions as F
 
-    from flowlake.query.compiler import ipv4_in_net
+    from flowlake.jobs.query.compiler import ipv4_in_net
 
     addrs = ["10.1.2.3", "10.1.255.255", "10.10.2.3", "110.1.2.3", "192.0.2.127", "192.0.2.128", "2001:db8::1",
              "0.0.0.0", "255.255.255.255", "10.15.3.4", "10.16.0.1", "192.0.2.20", "192.0.2.32", "192.0.2.2"]
@@ -469,7 +469,7 @@ def test_ipv4_nets_by_text_prefix(spark):
     df = spark.createDataFrame([(a,) for a in addrs], "a string")
     row = df.select(*[F.collect_list(F.when(ipv4_in_net(F.col("a"), ipaddress.ip_network(n)), F.col("a"))).alias(f"n{i}")
                       for i, n in enumerate(nets)]).first()
-    from flowlake.query import sql
+    from flowlake.jobs.query import sql
 
     duck = duck_eval([(a,) for a in addrs], "a varchar",
                      ["a"] + [sql.ipv4_in_net("a", ipaddress.ip_network(n)) for n in nets])
@@ -486,13 +486,13 @@ def test_ipv6_expansion_matches_python(spark):
 
     from pyspark.sql import functions as F
 
-    from flowlake.query.compiler import ipv6_hex
+    from flowlake.jobs.query.compiler import ipv6_hex
 
     addrs = ["::", "::1", "2001:db8::", "fe80::1:2", "2001:db8:0:1:0:0:0:10", "1:2:3:4:5:6:7:8", "abcd::ef:0"]
     got = dict(spark.createDataFrame([(a,) for a in addrs], "a string")
                .select("a", ipv6_hex(F.col("a")).alias("h")).collect())
     assert got == {a: f"{int(ipaddress.ip_address(a)):032x}" for a in addrs}
-    from flowlake.query import sql
+    from flowlake.jobs.query import sql
 
     duck = dict(duck_eval([(a,) for a in addrs + ["10.0.0.1"]], "a varchar", ["a", sql.ipv6_hex("a")]))
     assert duck == {**got, "10.0.0.1": None}
@@ -528,7 +528,7 @@ STATS = [("srcip/bytes", "any"), ("dstip/flows", "any"), ("ip/packets", "proto t
 @pytest.mark.parametrize("engine", ENGINE_NAMES)
 @pytest.mark.parametrize("spec,flt", STATS)
 def test_stats_match_nfdump(engines, nf_file, engine, spec, flt):
-    from flowlake.query.stats import parse_stat
+    from flowlake.jobs.query.stats import parse_stat
 
     want = nfdump_stats(nf_file, spec, flt)
     key, order = parse_stat(spec)
@@ -582,9 +582,9 @@ def test_engines_equal_row_for_row(engines):
         assert duck.host(address, 5) == spark.host(address, 5), address
     assert duck.host("192.0.2.99", 5)["flows"] == 0 == spark.host("192.0.2.99", 5)["flows"]
     # a time window: the same flows on both engines, and only those inside it
-    from flowlake import config
-    from flowlake.query.duck import DuckEngine
-    from flowlake.query.spark_engine import SparkEngine
+    from flowlake.base import config
+    from flowlake.jobs.query.duck import DuckEngine
+    from flowlake.jobs.query.spark_engine import SparkEngine
 
     lo, hi = dt.datetime(2026, 11, 25, 10, 0, 30, tzinfo=dt.timezone.utc), dt.datetime(2026, 11, 25, 10, 1, tzinfo=dt.timezone.utc)
     d, s = DuckEngine(config.get(), lo, hi), SparkEngine(config.get(), lo, hi)
@@ -606,7 +606,7 @@ def _cli(*args):
 @pytest.fixture(params=ENGINE_NAMES)
 def engine_env(request, monkeypatch, cfg):
     """Run the CLI on each engine, chosen by the config's environment override."""
-    from flowlake import config
+    from flowlake.base import config
 
     monkeypatch.setenv("FLOWLAKE_QUERY_ENGINE", request.param)
     config.reset()
@@ -675,8 +675,8 @@ def test_cli_host_profile(lake, nf_file, engine_env):
 
 
 def test_engine_choice_in_one_place(tmp_path):
-    from flowlake import config
-    from flowlake.query.engines import choose, show_progress
+    from flowlake.base import config
+    from flowlake.jobs.query.engines import choose, show_progress
 
     def cfg(**env):
         return config.load(env={"FLOWLAKE_HOME": str(tmp_path / "home"), **env})
@@ -706,7 +706,7 @@ def test_engine_choice_in_one_place(tmp_path):
 
 
 def test_duckdb_threads_every_core_unless_oversubscribed():
-    from flowlake.query.engines import duck_threads
+    from flowlake.jobs.query.engines import duck_threads
 
     assert duck_threads(3, cores=2, load=9.0) == 3  # [query] threads set: as set
     assert duck_threads(0, cores=2, load=0.2) == 2  # idle machine: every core
@@ -717,7 +717,7 @@ def test_duckdb_threads_every_core_unless_oversubscribed():
 
 
 def test_local_engine_names_an_unreadable_file(tmp_path, monkeypatch):
-    from flowlake import config
+    from flowlake.base import config
 
     part = tmp_path / "lake" / "flows" / "date=2026-11-20" / "hour=01"
     part.mkdir(parents=True)
@@ -792,8 +792,8 @@ def test_query_index_answers_as_the_lake(lake, cfg, nf_file):
     import os
     import shutil
 
-    from flowlake.query import index
-    from flowlake.query.duck import DuckEngine
+    from flowlake.jobs.query import index
+    from flowlake.jobs.query.duck import DuckEngine
 
     after = dt.datetime(2026, 11, 26, 12, tzinfo=dt.timezone.utc)  # the test day's hour is closed by then
     res = index.build(cfg, now=after)

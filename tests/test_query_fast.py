@@ -51,7 +51,7 @@ def _env(home: Path, **extra) -> dict:
 
 
 def _cfg(home: Path, **extra):
-    from flowlake import config
+    from flowlake.base import config
 
     return config.load(env={**_env(home), "FLOWLAKE_QUERY_INDEX_DAYS": "100000", **extra})
 
@@ -103,7 +103,7 @@ def test_fast_path_leaves_help_and_errors_to_click(home, args):
 
 
 def test_fast_path_reads_options_as_click_does():
-    from flowlake.query.fast import parse_args
+    from flowlake.jobs.query.fast import parse_args
 
     got = parse_args(["-sdstip/bytes", "--stats", "srcip", "-n", "3", "-n7", "proto tcp", "--progress",
                       "--limit=0", "--format", "csv", "-A", "srcip"])
@@ -117,8 +117,8 @@ def test_fast_path_reads_options_as_click_does():
 
 
 def test_index_only_for_hours_not_compacted_and_a_dropped_file_reads_parquet(home):
-    from flowlake.query import index, parse
-    from flowlake.query.duck import DuckEngine
+    from flowlake.jobs.query import index, parse
+    from flowlake.jobs.query.duck import DuckEngine
 
     cfg = _cfg(home)
     res = index.build(cfg, now=dt.datetime(2026, 11, 22, tzinfo=dt.timezone.utc))
@@ -179,9 +179,9 @@ def test_prebuilt_parser_parses_as_lark(tmp_path):
     gives lark's trees and errors for every filter."""
     from lark import Lark
 
-    from flowlake.query import parser, standalone
+    from flowlake.jobs.query import parser, standalone
 
-    assert parser._STANDALONE is not None, "flowlake/query/_filter_lalr.py missing or stale: run `make setup`"
+    assert parser._STANDALONE is not None, "jobs/query/_filter_lalr.py missing or stale: run `make setup`"
     assert standalone.build() is False  # built from the current grammar
     (tmp_path / "fresh_lalr.py").write_text(standalone.source())
     spec = importlib.util.spec_from_file_location("fresh_lalr", tmp_path / "fresh_lalr.py")
@@ -200,8 +200,8 @@ def test_config_read_through_its_parse_cache(tmp_path, monkeypatch):
     in `flowlake status`."""
     import tomllib
 
-    from flowlake import config, parsed_cache
-    from flowlake.query.engines import status
+    from flowlake.base import config, parsed_cache
+    from flowlake.jobs.query.status import status
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
@@ -252,8 +252,8 @@ def test_config_read_through_its_parse_cache(tmp_path, monkeypatch):
 def test_files_in_folders_below_an_hour_are_read(tmp_path, cfg):
     """DuckEngine reads every Parquet file the snapshot pins below an hour, as Spark does,
     also those in a (non-hidden) folder under it."""
-    from flowlake.query import parse
-    from flowlake.query.duck import DuckEngine
+    from flowlake.jobs.query import parse
+    from flowlake.jobs.query.duck import DuckEngine
 
     bench = _bench()
     home = tmp_path / "nested"

@@ -1,4 +1,4 @@
-"""The warm query server (issue 22, flowlake/query/server.py): a `flowlake query` handed to
+"""The warm query server (issue 22, jobs/query/server.py): a `flowlake query` handed to
 it prints exactly what the command prints answering itself (stdout, stderr, exit status),
 the command itself loads none of the engine, help and errors stay click's, `| head` ends
 as it does without the server, and a dead server's stale socket costs nothing but time.
@@ -108,12 +108,12 @@ def test_a_closed_pipe_ends_as_without_the_server(home, server):
 
 
 def test_status_shows_the_server_and_a_stale_socket_falls_back(home, tmp_path):
-    from flowlake import config
-    from flowlake.query import engines
+    from flowlake.base import config
+    from flowlake.jobs.query import status as query_status
 
     proc = _start(home)
     cfg = config.load(env=_env(home))
-    st = engines.status(cfg)["server"]
+    st = query_status.status(cfg)["server"]
     assert st["enabled"] and st["socket"] == str(home / "run" / "query.sock")
     args = ["query", "proto tcp and dst port 443", "-s", "srcip/bytes"]
     want = _run(home, args, served=False).stdout
@@ -133,7 +133,7 @@ def test_status_shows_the_server_and_a_stale_socket_falls_back(home, tmp_path):
     proc.send_signal(signal.SIGTERM)
     proc.wait(30)
     assert not (home / "run" / "query.sock").exists()
-    assert not engines.status(cfg)["server"]["running"]
+    assert not query_status.status(cfg)["server"]["running"]
 
 
 def test_a_server_turned_off_in_the_config_leaves_commands_to_answer(home, tmp_path):
@@ -155,8 +155,8 @@ def test_a_server_turned_off_in_the_config_leaves_commands_to_answer(home, tmp_p
 
 def test_a_home_too_deep_for_a_socket_leaves_the_stack_running(tmp_path):
     """`flowlake up` must not fail on a long FLOWLAKE_HOME: no server, commands answer themselves."""
-    from flowlake import config
-    from flowlake.query import server as query_server
+    from flowlake.base import config
+    from flowlake.jobs.query import server as query_server
 
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     cfg = config.load(env={**_env(deep)})

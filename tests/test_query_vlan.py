@@ -36,7 +36,7 @@ def vlan_nf(tmp_path_factory, nfdump_bin_module) -> Path:
 def vlan_home(spark, vlan_nf, tmp_path_factory):
     """A private FLOWLAKE_HOME: the file's flows on START's day (with VLANs) and again a day
     later in Parquet files without the VLAN columns (an older revision of the lake)."""
-    from flowlake import config
+    from flowlake.base import config
     from flowlake.schemas import FLOWS_TABLE
 
     home = tmp_path_factory.mktemp("query-vlan-home")
@@ -61,8 +61,8 @@ def _key(r) -> tuple:
 @pytest.mark.integration
 @pytest.mark.parametrize("engine", ["local", "spark"])
 def test_vlan_filters_match_nfdump(vlan_home, vlan_nf, engine):
-    from flowlake.query import parse
-    from flowlake.query.engines import open_engine
+    from flowlake.jobs.query import parse
+    from flowlake.jobs.query.engines import open_engine
 
     _, cfg, total = vlan_home
     selective = 0

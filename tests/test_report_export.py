@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from conftest import run  # noqa: E402
 from test_anonymise import DAY, FLOWLAKE, KEY, lake_from  # noqa: E402  (a lake day written by DuckDB)
 
-from flowlake.anonymise import CryptoPAn  # noqa: E402
+from flowlake.jobs.anonymise import CryptoPAn  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +44,7 @@ def flows() -> list[dict]:
 @pytest.fixture(scope="module")
 def home(spark, tmp_path_factory):
     """A home of its own whose lake holds the day and the jobs' report tables for it."""
-    from flowlake import config
+    from flowlake.base import config
     from flowlake.jobs import runner
 
     home = tmp_path_factory.mktemp("export-home")

@@ -46,7 +46,7 @@ def put(path: Path, size: int = 1000) -> Path:
 
 
 def test_keys_env_overrides_and_the_removed_shipper_key(tmp_path):
-    from flowlake import config
+    from flowlake.base import config
 
     cfg = config.load(env={})
     assert sorted(cfg.retention.as_dict()) == sorted(KEYS)
@@ -63,7 +63,8 @@ def test_keys_env_overrides_and_the_removed_shipper_key(tmp_path):
 
 
 def test_expired_dates_use_the_flows_own_day():
-    from flowlake import config, retention
+    from flowlake.base import config
+    from flowlake.pipelines import retention
 
     cfg = config.load(env={"FLOWLAKE_RETENTION_FLOWS_DAYS": "3"})
     today = dt.date(2026, 11, 25)
@@ -75,8 +76,8 @@ def test_expired_dates_use_the_flows_own_day():
 
 
 def test_import_warns_before_it_starts_about_days_older_than_flows_days(tmp_path):
-    from flowlake import config
-    from flowlake.collectors import archive
+    from flowlake.base import config
+    from flowlake import importer as archive
 
     cfg = config.load(env={"FLOWLAKE_RETENTION_FLOWS_DAYS": "3"})
     old = (TODAY - dt.timedelta(days=10)).strftime("%Y%m%d")
@@ -192,8 +193,8 @@ def test_spool_reads_the_lake_position_as_the_ingest_reads_its_checkpoint(tmp_pa
     """The newest batch with a done-marker whose offsets the checkpoint holds: a batch
     Spark has logged but the ingest not landed does not count, nor one the checkpoint
     no longer has (or a bad entry); the offsets come from pipelines/batch_offsets.py."""
-    from flowlake import config
-    from flowlake.retention.spool import lake_committed_offsets
+    from flowlake.base import config
+    from flowlake.pipelines.retention.spool import lake_committed_offsets
     from test_batch_offsets import offsets_entry
 
     cfg = config.load(env={**os.environ, "FLOWLAKE_HOME": str(tmp_path)})

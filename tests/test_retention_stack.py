@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import smallfs  # noqa: E402
 from test_e2e import FLOWLAKE, _up, closed_files, lake, nfdump_totals, status  # noqa: E402
 
-from flowlake.services.ports import private_env  # noqa: E402
-from flowlake.services.process import wait_until  # noqa: E402
+from flowlake.base.ports import private_env  # noqa: E402
+from flowlake.base.process import wait_until  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 TODAY = dt.datetime.now(dt.timezone.utc).date()
@@ -94,7 +94,7 @@ def generate(stack, days_ago: int, flows: int, seed_: int) -> None:
 
 
 def ledger(stack) -> dict:
-    from flowlake import config
+    from flowlake.base import config
     from flowlake.collectors import ship
 
     return ship.read_ledger(config.load(env=stack["env"]))

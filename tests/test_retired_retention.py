@@ -21,7 +21,7 @@ from test_retention import cli, day, put  # noqa: E402
 def _count(files) -> int:
     import duckdb
 
-    from flowlake.jobs.duck import sql_list
+    from flowlake.pipelines.duck import sql_list
 
     return duckdb.sql(f"SELECT count(*) FROM read_parquet({sql_list(list(files))})").fetchone()[0]
 
@@ -93,9 +93,9 @@ def test_a_reader_pinning_across_the_swap_keeps_its_retired_folder(home, monkeyp
     the reader links the files: from the retired folder. Retention with no grace at all
     runs meanwhile: it leaves the folder while the pin is in progress, so the reader counts
     exactly; the next pass deletes it."""
-    from flowlake import config
+    from flowlake.base import config
     from flowlake.pipelines import lake_snapshot
-    from flowlake.retention import readers, run
+    from flowlake.pipelines.retention import readers, run
 
     monkeypatch.setenv("FLOWLAKE_COMPACTION_RETIRED_GRACE_MINUTES", "0")
     monkeypatch.setenv("FLOWLAKE_KAFKA_PORT", "1")

@@ -25,7 +25,7 @@ RAW_DAYS = 2  # the last ones, also as raw flows
 def year(tmp_path_factory):
     import os
 
-    from flowlake import config
+    from flowlake.base import config
 
     home = tmp_path_factory.mktemp("rollups-home")
     old = os.environ.get("FLOWLAKE_HOME")
@@ -154,7 +154,7 @@ def test_daily_p95_matches_an_independent_computation(year):
 def test_capacity_forecast_of_the_year(year, monkeypatch):
     """The capacity_forecast job over the year's rollup_1d: its trend equals numpy's
     least-squares line, and the crossing day equals the line's own, inside its interval."""
-    from flowlake import config
+    from flowlake.base import config
     from flowlake.jobs import capacity_forecast
     from flowlake.jobs.context import JobContext
 

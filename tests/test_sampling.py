@@ -107,7 +107,7 @@ def test_every_sampling_form_lands_scaled_exactly_per_sampler(protocol, tmp_path
 
 
 def _cfg(tmp_path, text: str):
-    from flowlake import config
+    from flowlake.base import config
 
     f = tmp_path / "flowlake.toml"
     f.write_text(text)
@@ -141,7 +141,7 @@ def test_per_exporter_settings_and_the_legacy_collector_sampling(tmp_path):
     ("[sampling]\nunannounced = -1\n", "unannounced = -1"),
 ])
 def test_bad_exporter_settings_name_the_key(tmp_path, text, needle):
-    from flowlake import config
+    from flowlake.base import config
     from flowlake.collectors import sampling
 
     with pytest.raises(config.ConfigError) as exc:

@@ -202,7 +202,7 @@ def consume(cfg, topic: str, isolation: str = "read_committed", timeout: float =
     """Every message of the topic up to its current end (high watermark)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    from flowlake.services import kafka
+    from flowlake.collectors import kafka
 
     c = Consumer({**cfg.kafka_client_conf(), "group.id": f"t-{uuid.uuid4()}", "auto.offset.reset": "earliest",
                   "enable.auto.commit": False, "isolation.level": isolation})
@@ -255,7 +255,7 @@ def test_read_committed_end_waits_for_a_commit_s_markers(kafka, cfg):
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from flowlake.services import kafka as kafka_service
+    from flowlake.collectors import kafka as kafka_service
 
     topic = f"t-end-{uuid.uuid4().hex[:8]}"
     admin = AdminClient(cfg.kafka_client_conf())

@@ -23,9 +23,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from flowlake.collectors.active.lab import Lab, _sh
-from flowlake.services.ports import free_port
-from flowlake.services.snmpd import Snmpd, V3User
+from flowlake.impact_lab import Lab, _sh
+from flowlake.base.ports import free_port
+from services.snmpd import Snmpd, V3User
 
 pytestmark = pytest.mark.integration
 
@@ -305,9 +305,10 @@ def test_poller_service_is_supervised_like_the_others(tmp_path, monkeypatch):
     """What `flowlake up` / `down` do with the poller when an exporter has SNMP: a managed
     service with a pid file and log, idempotent start, a line in status, a clean stop.
     (An agent on loopback in this namespace: it serves this host's interfaces.)"""
-    from flowlake import config, stack
+    from flowlake.base import config
+    from flowlake import stack
     from flowlake.collectors.snmp import service
-    from flowlake.services.ports import private_env
+    from flowlake.base.ports import private_env
 
     agent = Snmpd(tmp_path / "agent", address="127.0.0.2").start()
     cfg = None
@@ -341,7 +342,7 @@ def test_poller_service_is_supervised_like_the_others(tmp_path, monkeypatch):
 def test_ipv6_agent_and_exporter(tmp_path):
     """An exporter known by an IPv6 address, its agent on ::1 (UDP over IPv6): names arrive
     under the exporter's address, and its refresh request file uses '_' for ':'."""
-    from flowlake import config
+    from flowlake.base import config
     from flowlake.collectors.snmp import service, store
 
     agent = Snmpd(tmp_path / "agent6", address="::1").start()

@@ -7,7 +7,7 @@ import json
 import pytest
 from hypothesis import given, strategies as st
 
-from flowlake import config
+from flowlake.base import config
 from flowlake.collectors.snmp import deltas, settings, store
 
 
@@ -161,7 +161,7 @@ def test_counters_continue_from_the_lake_after_a_restart(tmp_path):
 def test_counters_are_bounded_by_their_retention_key(tmp_path):
     import datetime as dt
 
-    from flowlake.retention import tiers
+    from flowlake.pipelines.retention import tiers
 
     cfg = cfg_from(tmp_path, "[retention]\ninterface_counters_days = 10\n")
     today = dt.date(2026, 11, 25)

@@ -136,7 +136,7 @@ def test_lake_views_file_follows_the_lake(cfg, tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from flowlake import config
+    from flowlake.base import config
 
     mod = _bundle_mod()
     env = {**os.environ, "FLOWLAKE_HOME": str(tmp_path)}

@@ -31,7 +31,7 @@ def test_uptime_wrap_reboot_and_impossible_times(tmp_path, nfdump_bin):
     import subprocess
 
     from flowlake.collectors.traffic import api, model
-    from flowlake.gobuild import SHIPPER
+    from flowlake.base.gobuild import SHIPPER
 
     t0 = int(START.timestamp() * 1000)
     half = t0 + DURATION_S * 500

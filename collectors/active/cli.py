@@ -87,7 +87,7 @@ def import_cmd(files, fmt, topic):
     """
     from rich.progress import Progress
 
-    from flowlake import config
+    from flowlake.base import config
 
     from .publish import publish
 

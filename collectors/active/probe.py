@@ -103,7 +103,7 @@ def probe(targets, interval, once, ping_interval, iperf_targets, streams, window
       flowlake probe --target 127.0.0.1 --once --print
       flowlake probe --iperf3 192.0.2.9 --streams 1,4 --windows 256K,4M --once
     """
-    from flowlake import config
+    from flowlake.base import config
 
     from .publish import publish
 

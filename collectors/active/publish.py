@@ -42,7 +42,7 @@ def decode(data: bytes) -> dict:
 
 def publish(records: list[dict], cfg=None, topic: str | None = None, timeout: float = 30.0) -> int:
     """Produce every record (acks=all, idempotent); raise if any was not delivered."""
-    from flowlake import config
+    from flowlake.base import config
 
     cfg = cfg or config.get()
     payloads = [encode(r) for r in records]  # encode everything before sending anything

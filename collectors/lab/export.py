@@ -4,7 +4,7 @@ are whole header seconds plus uptime offsets, up to ~1 s before the packets, whi
 run's first flows in the previous run's window) to a relay (relay.py) that carries it out of the namespace
 to the stack's nfcapd from a loopback address unique to this lab. After each run its
 flows are expired (softflowctl expire-all) and the run is registered: exporter address
-+ time window -> run_id, which the ingest uses to tag the run's flows (pipelines/lab_tag.py).
++ time window -> run_id, which the ingest uses to tag the run's flows (collectors/lab/tag.py).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from flowlake.pipelines.lab_tag import registry_path
+from flowlake.collectors.lab.tag import registry_path
 
 from .netns import in_ns, sh
 

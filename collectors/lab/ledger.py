@@ -20,7 +20,7 @@ class Ledger:
     def __init__(self, cfg, study: str):
         from confluent_kafka import Producer
 
-        from flowlake.services import kafka
+        from flowlake.collectors import kafka
 
         self.cfg, self.study, self.topic = cfg, study, cfg.kafka.lab_ledger_topic
         kafka.ensure_topics(cfg)  # a stack started before the ledger existed gets it now

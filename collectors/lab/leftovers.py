@@ -20,13 +20,13 @@ import json
 import os
 import re
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import click
 
 from .netns import sh
+from .procs import _stat, alive, process_start  # noqa: F401  (re-exported)
 
 UNRECORDED = re.compile(r"^fl-lab-(\d+)-")
 
@@ -35,25 +35,8 @@ def owners_dir(cfg) -> Path:
     return cfg.path("state", "lab", "owners")
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, start time in clock ticks since boot) of a process, None if none."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (OSError, ValueError):
-        return None
-    fields = text[text.rindex(")") + 2:].split()  # after "pid (comm) ": state is field 3
-    return fields[0], int(fields[19])               # starttime is field 22
 
 
-def process_start(pid: int) -> int | None:
-    st = _stat(pid)
-    return st[1] if st else None
-
-
-def alive(pid: int, started: int | None = None) -> bool:
-    """The process `pid` runs (not a zombie) and, if `started` is given, is the same one."""
-    st = _stat(pid)
-    return st is not None and st[0] != "Z" and (started is None or st[1] == started)
 
 
 def namespaces() -> list[str]:
@@ -193,7 +176,7 @@ def clean_cmd(unrecorded, as_json):
       flowlake lab clean
       flowlake lab clean --unrecorded --json
     """
-    from flowlake import config
+    from flowlake.base import config
 
     if os.geteuid() != 0:
         raise click.ClickException("removing namespaces needs root")

@@ -93,3 +93,12 @@ def fit_line(points: list[tuple[float, float]]) -> tuple[float, float] | None:
     sxy = sum(x * y for x, y in points)
     a = (n * sxy - sx * sy) / (n * sxx - sx * sx)
     return a, (sy - a * sx) / n
+
+
+def split(a_a, l_a, a_b, l_b, size) -> tuple[float, float, float]:
+    """Bytes on A, bytes on B, delivery ms, for one message of `size` bytes."""
+    x = (a_b * size + l_b - l_a) / (a_a + a_b) if (a_a + a_b) > 0 else size
+    x = min(max(x, 0.0), size)
+    t_a = a_a * x + l_a if x > 0 else 0.0
+    t_b = a_b * (size - x) + l_b if size - x > 0 else 0.0
+    return x, size - x, max(t_a, t_b)

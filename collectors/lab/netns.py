@@ -71,7 +71,7 @@ class Namespaces:
         """Rewrite the owner record (atomically: a kill mid-write leaves the previous one)."""
         if self.record is None:
             return
-        from .leftovers import process_start
+        from .procs import process_start
 
         self.record.parent.mkdir(parents=True, exist_ok=True)
         doc = {"pid": os.getpid(), "started": process_start(os.getpid()), "prefix": self.prefix,

@@ -47,7 +47,7 @@ def report_cmd(study, lake):
     from rich.console import Console
     from rich.table import Table
 
-    from flowlake import config
+    from flowlake.base import config
 
     root = Path(lake) if lake else Path(config.get().lake)
     files = list((root / "experiments").rglob("*.parquet"))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import click
 
-from flowlake import faults
+from flowlake.base import faultpoints as faults
 
 from . import leftovers, results
 from .netns import Namespaces, signals_raise
@@ -319,7 +319,7 @@ def run_cmd(spec_file, state_dir, no_publish, no_export, fresh, as_json):
       flowlake lab run examples/lab/smoke.toml
       flowlake lab run examples/lab/paced.toml --no-publish --no-export
     """
-    from flowlake import config
+    from flowlake.base import config
 
     from .spec import SpecError, load
 

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from flowlake import faults
+from flowlake.base import faultpoints as faults
 
 from . import metrics
 from .endpoint import unsupported
@@ -157,7 +157,7 @@ class Runner:
     def _split(self, run: Run, folder: Path) -> dict:
         """tcp: the message split over both paths in proportion to the paths' models (fitted
         from this study's probe runs); mptcp: one MPTCP connection, subflows on both paths."""
-        from flowlake.jobs.path_models import split
+        from .metrics import split
 
         p = run.params
         size = int(p["message_size"])

@@ -21,7 +21,7 @@ def status(cfg) -> dict:
         return {**left, "line": "lab: no study finished in this home" + warn} if gone or left["leftover_labs"] else {}
     last.update(left)
     when = dt.datetime.fromtimestamp(last["at"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
-    from flowlake.pipelines.lab_tag import registry_path
+    from flowlake.collectors.lab.tag import registry_path
 
     reg = registry_path(cfg)
     last["registry_bytes"] = reg.stat().st_size if reg.exists() else 0

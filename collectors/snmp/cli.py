@@ -44,7 +44,7 @@ def poll_cmd(exporters: tuple[str, ...], as_json: bool) -> None:
 
     Run twice to see counter deltas (the first poll of an exporter has none). Exit status 1
     when an agent failed (the error is also kept for `flowlake status`)."""
-    from flowlake import config as _config
+    from flowlake.base import config as _config
 
     from .service import poll_once
 

@@ -13,8 +13,9 @@ import logging
 import signal
 import time
 
-from flowlake import config as _config
-from flowlake.services.process import Managed
+from flowlake.base import config as _config
+from flowlake.base.component import Component
+from flowlake.base.process import Managed
 
 from . import deltas, query, settings, store
 
@@ -194,7 +195,7 @@ def start(cfg=None, timeout: float = 30.0) -> int | None:
     """Start the poller service (`flowlake up` does when an exporter has SNMP)."""
     import sys
 
-    from flowlake.services.process import wait_until
+    from flowlake.base.process import wait_until
 
     cfg = cfg or _config.get()
     if not settings.enabled(cfg):
@@ -269,3 +270,26 @@ def print_status(console, st: dict) -> None:
     cov = st.get("coverage") or {}
     for w in cov.get("warnings", []):
         console.print(f"[bold red]WARNING: {w}[/]")
+
+
+class SnmpPoller(Component):
+    """Interface names and counters of every exporter with SNMP ([exporters."ADDR"] snmp)."""
+    name = "snmp"
+
+    def managed(self) -> Managed:
+        return managed(self.cfg)
+
+    def enabled(self) -> bool:
+        return settings.enabled(self.cfg)
+
+    def start(self) -> int | None:
+        return start(self.cfg)
+
+    def stop(self) -> bool:
+        return stop(self.cfg)
+
+    def status(self) -> dict:
+        try:
+            return status(self.cfg)
+        except Exception as exc:  # status must never crash on a damaged poller state
+            return {"error": str(exc), "exporters": {}, "errors": 0}

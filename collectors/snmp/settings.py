@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from flowlake import config as _config
+from flowlake.base import config as _config
 
 # [snmp] keys an exporter's table may override as snmp_<key>
 AGENT_KEYS = ("version", "community", "port", "user", "auth_protocol", "auth_password",

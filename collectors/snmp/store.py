@@ -184,7 +184,7 @@ def compact_old_days(cfg, today: dt.date | None = None) -> list[str]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from flowlake.jobs.context import replace_partition
+    from flowlake.base.lake_files import replace_partition
 
     root = counters_dir(cfg)
     today = today or dt.datetime.now(dt.timezone.utc).date()

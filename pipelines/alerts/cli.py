@@ -8,7 +8,7 @@ import time
 
 import click
 
-from flowlake import config as _config
+from flowlake.base import config as _config
 
 
 def _store(cfg):

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flowlake.jobs.security_rules import FanInRule, robust_scale
+from flowlake.pipelines.security_rules import FanInRule, robust_scale
 
 from .base import Detector, Finding, Interval, severity, si
 

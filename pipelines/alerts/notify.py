@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from .delivery import Permanent, Transient, idempotency_key, iso  # noqa: F401  (re-exported for the channels' callers)
+
 log = logging.getLogger("flowlake.notify")
 
 FIELDS = ("id", "detector", "subject", "state", "severity", "started", "updated", "ended", "summary", "event")
@@ -39,12 +41,6 @@ STATE_FILE = "notify.json"
 TOTALS = ("sent", "failed", "retries", "dropped", "filtered")  # cumulative counters, persisted
 
 
-class Transient(Exception):
-    """Delivery failed but may work later (connection refused, timeout, HTTP 5xx, SMTP 4xx)."""
-
-
-class Permanent(Exception):
-    """Delivery will not work by retrying (rejected signature, unknown recipient, bad certificate)."""
 
 
 class Channel(Protocol):
@@ -56,16 +52,6 @@ class Channel(Protocol):
         """Deliver one alert or raise Transient / Permanent."""
 
 
-def iso(value) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, dt.datetime):
-        if value.tzinfo is None:  # the lake's timestamps are naive UTC
-            value = value.replace(tzinfo=dt.timezone.utc)
-        return value.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    return str(value)
 
 
 def normalise(alert: dict) -> dict:
@@ -83,9 +69,6 @@ def normalise(alert: dict) -> dict:
     return out
 
 
-def idempotency_key(alert: dict) -> str:
-    """The same for every retry of one notification, different for the next event of the alert."""
-    return f"{alert['id']}:{alert['event']}:{iso(alert['updated'])}"
 
 
 def passes(severity: str, min_severity: str) -> bool:
@@ -300,7 +283,7 @@ def write_state(path: Path, data: dict) -> None:
 # ---- configuration ------------------------------------------------------------------------
 def secret(section: dict, key: str, base_dir: Path) -> str:
     """`key` itself (flowlake.toml or FLOWLAKE_NOTIFY_<KEY>), else the file named by `key`_file."""
-    from flowlake.config import ConfigError
+    from flowlake.base.config import ConfigError
 
     if section.get(key):
         return section[key]
@@ -317,7 +300,7 @@ def secret(section: dict, key: str, base_dir: Path) -> str:
 
 def build_channels(cfg) -> list[Channel]:
     """The channels `[notify]` configures (none: an empty list); ConfigError names a bad key."""
-    from flowlake.config import ConfigError
+    from flowlake.base.config import ConfigError
 
     n = cfg.notify.as_dict()
     for key in ("webhook_min_severity", "smtp_min_severity"):

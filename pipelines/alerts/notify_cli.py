@@ -55,7 +55,7 @@ def test_cmd(attempts: int, timeout: float, as_json: bool):
     """
     from dataclasses import replace
 
-    from flowlake import config
+    from flowlake.base import config
 
     from .notify import Notifier, build_channels, iso, retry_from, write_state
 

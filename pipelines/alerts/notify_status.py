@@ -7,7 +7,7 @@ from .notify_cli import TEST_STATE_FILE
 
 
 def status(cfg) -> dict:
-    from flowlake.config import ConfigError
+    from flowlake.base.config import ConfigError
 
     from .notify import build_channels
 

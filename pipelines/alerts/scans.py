@@ -14,7 +14,7 @@ from collections import deque
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flowlake.jobs.security_rules import ScanRule
+from flowlake.pipelines.security_rules import ScanRule
 
 from .base import Detector, Finding, Interval, severity
 

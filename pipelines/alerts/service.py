@@ -8,7 +8,8 @@ import os
 import signal
 import time
 
-from flowlake.services.process import Managed, wait_until
+from flowlake.base.component import Component
+from flowlake.base.process import Managed, wait_until
 
 log = logging.getLogger(__name__)
 
@@ -153,3 +154,26 @@ def print_status(console, st: dict) -> None:
 
 def _s(v) -> str:
     return "-" if v is None else f"{v:.1f} s"
+
+
+class Alerts(Component):
+    """The live detectors on the flows stream ([alerts] enabled)."""
+    name = "alerts"
+
+    def managed(self) -> Managed:
+        return managed(self.cfg)
+
+    def enabled(self) -> bool:
+        return bool(self.cfg.alerts.enabled)
+
+    def start(self) -> int | None:
+        return start(self.cfg)
+
+    def stop(self) -> bool:
+        return stop(self.cfg)
+
+    def status(self) -> dict:
+        try:
+            return status(self.cfg)
+        except Exception as exc:  # status must never crash on a bad alerts table
+            return {"enabled": True, "error": str(exc)}

@@ -15,7 +15,7 @@ import socket
 import ssl
 from email.message import EmailMessage
 
-from .notify import Permanent, Transient, idempotency_key
+from .delivery import Permanent, Transient, idempotency_key
 
 _ORDER = ("summary", "detector", "subject", "severity", "state", "event", "started", "updated", "ended", "id")
 

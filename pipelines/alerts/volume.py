@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from flowlake.jobs.bulk_transfers import parse_speeds
-from flowlake.jobs.capacity_forecast import speed_of
+from flowlake.pipelines.interface_speeds import parse_speeds, speed_of
 
 from .base import Detector, Finding, Interval, severity, si
 

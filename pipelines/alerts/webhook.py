@@ -21,7 +21,7 @@ import json
 import time
 from urllib.parse import urlsplit
 
-from .notify import Permanent, Transient, idempotency_key
+from .delivery import Permanent, Transient, idempotency_key
 
 RETRY_STATUS = {408, 425, 429}
 SIGNATURE_HEADER = "X-Flowlake-Signature"
@@ -53,7 +53,7 @@ class Webhook:
     def __init__(self, url: str, secret: bytes, timeout: float = 10.0, min_severity: str = ""):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            from flowlake.config import ConfigError
+            from flowlake.base.config import ConfigError
 
             raise ConfigError(f"[notify] webhook_url = {url!r}: not an http:// or https:// URL")
         self.url, self.secret, self.timeout, self.min_severity = url, secret, timeout, min_severity

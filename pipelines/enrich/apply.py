@@ -49,7 +49,7 @@ def lake_schema() -> pa.Schema:
     dictionary as it is instead of hashing every row's value (bench/ingest.py)."""
     from flowlake.schemas import messages
 
-    plain = messages.arrow_schema(Record("FlowsFile", "flowlake.lake", "lake file", FLOW.fields + ENRICHMENT_FIELDS))
+    plain = messages.arrow_schema(Record("FlowsFile", "flowlake.pipelines.lake", "lake file", FLOW.fields + ENRICHMENT_FIELDS))
     return pa.schema([f.with_type(DICT) if f.name in ENRICHMENT_NAMES and pa.types.is_string(f.type) else f
                       for f in plain])
 

@@ -26,7 +26,7 @@ import os
 import time
 from pathlib import Path
 
-from flowlake import config as _config
+from flowlake.base import config as _config
 from flowlake.collectors.snmp import store as snmp_store
 
 SNMP_VERSION = 1

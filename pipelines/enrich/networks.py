@@ -12,7 +12,7 @@ import ipaddress
 import socket
 from pathlib import Path
 
-from flowlake.operator_files import OperatorFileError, csv_rows
+from flowlake.base.operator_files import OperatorFileError, csv_rows
 
 COLUMNS = ("prefix", "name", "role", "site", "region", "tenant")
 ATTRS = COLUMNS[1:]

@@ -21,7 +21,7 @@ import os
 import time
 from pathlib import Path
 
-from flowlake import config as _config
+from flowlake.base import config as _config
 
 from . import classify, interfaces, mmdb, networks
 from .apply import Plan

@@ -1,0 +1,75 @@
+"""Which engine answers `flowlake query` and `flowlake host`: chosen here, once.
+
+`[query] engine` (FLOWLAKE_QUERY_ENGINE, or `--engine` for one command):
+- local: DuckDB inside the command (duck.py). Starts in ~0.1 s; the default.
+- spark: a Spark session on `[spark] master` (spark_engine.py), for a lake on a cluster.
+- auto:  local when the lake is on this machine's disk; Spark when it is not and Spark's
+         master is a cluster (the executors see the lake), or when --master names one.
+Both engines give the same rows (tests/test_query.py holds them equal, and to nfdump).
+"""
+from __future__ import annotations
+
+import sys
+
+ENGINES = ("auto", "local", "spark")
+PROGRESS = ("auto", "always", "never")
+
+
+def choose(cfg, override: str | None = None, master: str | None = None) -> str:
+    choice = str(override or cfg.query.engine).lower()
+    if choice not in ENGINES:
+        raise ValueError(f"query engine {choice!r}: must be one of {', '.join(ENGINES)} "
+                         "(config [query] engine, FLOWLAKE_QUERY_ENGINE or --engine)")
+    if choice != "auto":
+        return choice
+    if master:
+        return "spark"
+    cluster = not str(cfg.spark.master).startswith("local")
+    return "spark" if cluster and not cfg.lake.exists() else "local"
+
+
+def show_progress(cfg, flag: bool | None, stream=None) -> bool:
+    """--progress/--no-progress, else [query] progress: auto = only when stderr is a terminal
+    (piped or captured output never gets progress lines)."""
+    if flag is not None:
+        return flag
+    mode = str(cfg.query.progress).lower()
+    if mode not in PROGRESS:
+        raise ValueError(f"config [query] progress = {mode!r}: must be one of {', '.join(PROGRESS)}")
+    stream = stream or sys.stderr
+    return mode == "always" or (mode == "auto" and stream.isatty())
+
+
+def open_engine(cfg, start=None, end=None, engine: str | None = None, master: str | None = None,
+                progress: bool = False):
+    """The chosen engine over the flows of [start, end)."""
+    name = choose(cfg, engine, master)
+    if name == "spark":
+        from .spark_engine import SparkEngine
+
+        return SparkEngine(cfg, start, end, master=master, progress=progress)
+    from .duck import DuckEngine, Progress
+
+    return DuckEngine(cfg, start, end, threads=duck_threads(int(cfg.query.threads)),
+                      progress=Progress(sys.stderr) if progress else None)
+
+
+def duck_threads(configured: int, cores: int | None = None, load: float | None = None) -> int:
+    """[query] threads, or for 0 every core unless the machine is oversubscribed (1-minute
+    load average above twice the cores), then one. Every core, as nfdump and DuckDB itself
+    do: the load average mostly counts the analyst's own last commands (a run of queries on
+    an idle 2-core box holds it near 2), and one thread then left a core idle while nfdump
+    used 1.3 (bench/query.py: a day's answers took 1.9x longer). One thread on a box far
+    past its cores: the extra threads only wait for a core and their coordination costs CPU
+    (load 14 on 2 cores: a day's top-N took 10-15 % less CPU and wall time on 1 than on 2)."""
+    import os
+
+    if configured > 0:
+        return configured
+    cores = cores or os.cpu_count() or 1
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # not on this platform
+            load = 0.0
+    return cores if load <= 2 * cores else 1

@@ -1,0 +1,295 @@
+"""Parse nfdump filter text into the syntax tree of `ast.py` (lark, LALR(1); the pre-built
+stand-alone parser of standalone.py when present: no lark import at a query's start).
+
+Errors are `FilterError`s that show the filter with a caret under the offending
+token, as nfdump's "syntax error at 'x'" does, but pointing at it.
+"""
+from __future__ import annotations
+
+import ipaddress
+import re
+from functools import lru_cache
+from pathlib import Path
+
+from . import ast
+
+GRAMMAR = Path(__file__).with_name("grammar.lark").read_text()
+
+
+def _standalone():
+    """The pre-built parser module (standalone.py, built by `make setup`) when it was built
+    from this grammar, else None (lark then builds the parser, cached)."""
+    try:
+        from . import _filter_lalr as mod
+    except ImportError:
+        return None
+    return mod if getattr(mod, "GRAMMAR", None) == GRAMMAR else None
+
+
+_STANDALONE = _standalone()
+if _STANDALONE is not None:  # the same classes, from the module's copy of lark's runtime
+    Token, Transformer, v_args = _STANDALONE.Token, _STANDALONE.Transformer, _STANDALONE.v_args
+    LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError = (
+        _STANDALONE.LarkError, _STANDALONE.UnexpectedCharacters, _STANDALONE.UnexpectedEOF,
+        _STANDALONE.UnexpectedInput, _STANDALONE.UnexpectedToken, _STANDALONE.VisitError)
+else:
+    from lark import Token, Transformer, v_args
+    from lark.exceptions import (LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken,
+                                 VisitError)
+
+# nfdump's symbolic protocol names (a subset of its table; numbers always work).
+PROTOCOLS = {
+    "icmp": 1, "igmp": 2, "ggp": 3, "ipip": 4, "st": 5, "tcp": 6, "cbt": 7, "egp": 8, "igp": 9,
+    "pup": 12, "udp": 17, "idp": 22, "rdp": 27, "ipv6": 41, "rsvp": 46, "gre": 47, "esp": 50,
+    "ah": 51, "icmp6": 58, "eigrp": 88, "ospf": 89, "pim": 103, "vrrp": 112, "l2tp": 115,
+    "sctp": 132,
+}
+FLAG_BITS = {"F": 1, "S": 2, "R": 4, "P": 8, "A": 16, "U": 32, "E": 64, "C": 128, "X": 63}
+SCALE = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3}  # nfdump scales by 1000 (bytes 1k == bytes 1000)
+COMP = {"=": "==", "==": "==", "eq": "==", "<": "<", "lt": "<", ">": ">", "gt": ">",
+        "<=": "<=", "le": "<=", ">=": ">=", "ge": ">="}
+NUMBER = re.compile(r"^(\d+)\s*([kmg]?)$", re.I)
+MAX_VALUE = 2**63 - 1
+
+
+class FilterError(ValueError):
+    """An invalid filter; str() shows the filter with a caret under the bad token."""
+
+    def __init__(self, message: str, text: str, pos: int | None = None, length: int = 1):
+        self.message, self.text, self.pos, self.length = message, text, pos, max(1, length)
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        if self.pos is None:
+            return f"invalid filter: {self.message}"
+        start = self.text.rfind("\n", 0, self.pos) + 1
+        end = self.text.find("\n", self.pos)
+        line = self.text[start:] if end < 0 else self.text[start:end]
+        lineno = self.text.count("\n", 0, self.pos) + 1
+        col = self.pos - start
+        where = f"line {lineno}, column {col + 1}"
+        return (f"invalid filter ({where}): {self.message}\n  {line}\n  "
+                + " " * col + "^" * min(self.length, max(1, len(line) - col)))
+
+
+class _Bad(Exception):
+    def __init__(self, message: str, token: Token):
+        self.message, self.token = message, token
+
+
+@lru_cache(maxsize=1)
+def _lark():
+    if _STANDALONE is not None:
+        return _STANDALONE.Lark_StandAlone()
+    from lark import Lark
+
+    from .standalone import OPTIONS
+
+    return Lark(GRAMMAR, **OPTIONS, cache=_cache_file(GRAMMAR))
+
+
+def _cache_file(grammar: str) -> str | bool:
+    """Lark's analysed grammar, when the pre-built module is missing, kept in the user's
+    own cache folder: building the LALR tables costs more than DuckDB's whole scan of a
+    day. (Lark's default cache file lives in the shared /tmp, and it is a pickle.) False,
+    no cache, if the folder is unusable."""
+    import hashlib
+
+    from lark import __version__ as lark_version
+
+    from flowlake.base import parsed_cache
+
+    base = parsed_cache.folder()
+    if base is None:
+        return False
+    digest = hashlib.sha256((grammar + lark_version).encode()).hexdigest()[:16]
+    return str(base / f"filter-grammar-{digest}.lark")
+
+
+def _number(tok: Token, what: str, limit: int = MAX_VALUE) -> int:
+    m = NUMBER.match(str(tok))
+    if not m:
+        raise _Bad(f"expected {what}, got '{tok}'", tok)
+    value = int(m.group(1)) * SCALE[m.group(2).lower()]
+    if value > limit:
+        raise _Bad(f"{what} {value} is out of range (max {limit})", tok)
+    return value
+
+
+def _address(tok: Token) -> ipaddress._BaseNetwork:
+    try:
+        return ipaddress.ip_network(ipaddress.ip_address(str(tok)))
+    except ValueError:
+        raise _Bad(f"'{tok}' is not an IPv4 or IPv6 address", tok) from None
+
+
+def _network(tok: Token, mask: Token | None = None) -> ipaddress._BaseNetwork:
+    text = str(tok)
+    if mask is not None:
+        text = f"{text}/{mask}"
+    if "/" not in text:
+        raise _Bad(f"'{tok}' needs a prefix length (net 10.0.0.0/8) or a mask (net 10.0.0.0 255.0.0.0)", tok)
+    try:
+        # strict=False: nfdump applies the mask to the given address.
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError as exc:
+        raise _Bad(f"'{text}' is not a network: {exc}", mask or tok) from None
+
+
+def _split(args):
+    """Separate the optional leading direction/comparator tokens from the rest."""
+    return {t.type: t for t in args if isinstance(t, Token)}, [a for a in args if not isinstance(a, Token)]
+
+
+def _dir_fields(toks, src: str, dst: str) -> tuple:
+    d = toks.get("DIR")
+    if d is None:
+        return (src, dst)
+    return (src,) if d.lower() == "src" else (dst,)
+
+
+@v_args(inline=True)
+class _ToAst(Transformer):
+    def or_expr(self, *items):
+        return ast.Or(tuple(i for i in items if not isinstance(i, Token)))
+
+    def and_expr(self, *items):
+        return ast.And(tuple(i for i in items if not isinstance(i, Token)))
+
+    def not_(self, _tok, item):
+        return ast.Not(item)
+
+    def any_(self, _tok):
+        return ast.Any_()
+
+    def family(self, tok):
+        return ast.Family(6 if "6" in tok else 4)
+
+    def vlist(self, *values):
+        return list(values)
+
+    def ip(self, *args):
+        toks = {t.type: t for t in args}
+        net = _address(args[-1])
+        return ast.either(_dir_fields(toks, "src_addr", "dst_addr"), lambda f: ast.Addr(f, (net,)))
+
+    def ip_in(self, *args):
+        toks, (values,) = _split(args)
+        if not values:
+            raise _Bad("empty address list", toks["IN"])
+        nets = tuple(_network(v) if "/" in v else _address(v) for v in values)
+        return ast.either(_dir_fields(toks, "src_addr", "dst_addr"), lambda f: ast.Addr(f, nets))
+
+    def net(self, *args):
+        vals = [a for a in args if a.type == "VALUE"]
+        toks = {t.type: t for t in args if t.type != "VALUE"}
+        net = _network(*vals)
+        return ast.either(_dir_fields(toks, "src_addr", "dst_addr"), lambda f: ast.Addr(f, (net,)))
+
+    def _cmp(self, args, src, dst, what, limit):
+        toks = {t.type: t for t in args if t.type != "VALUE"}
+        value = _number(args[-1], what, limit)
+        op = COMP[toks["COMP"].lower()] if "COMP" in toks else "=="
+        return ast.either(_dir_fields(toks, src, dst), lambda f: ast.Cmp(f, op, value))
+
+    def _in(self, args, src, dst, what, limit):
+        toks, (values,) = _split(args)
+        if not values:
+            raise _Bad(f"empty {what} list", toks["IN"])
+        nums = tuple(sorted({_number(v, what, limit) for v in values}))
+        return ast.either(_dir_fields(toks, src, dst), lambda f: ast.In(f, nums))
+
+    def port(self, *args):
+        return self._cmp(args, "src_port", "dst_port", "a port number", 65535)
+
+    def port_in(self, *args):
+        return self._in(args, "src_port", "dst_port", "a port number", 65535)
+
+    def as_(self, *args):
+        return self._cmp(args, "src_as", "dst_as", "an AS number", 2**32 - 1)
+
+    def as_in(self, *args):
+        return self._in(args, "src_as", "dst_as", "an AS number", 2**32 - 1)
+
+    def proto(self, _kw, tok):
+        name = str(tok).lower()
+        if name.isdigit():
+            return ast.Cmp("proto", "==", _number(tok, "a protocol number", 255))
+        if name not in PROTOCOLS:
+            raise _Bad(f"unknown protocol '{tok}' (use a number or one of {', '.join(sorted(PROTOCOLS))})", tok)
+        return ast.Cmp("proto", "==", PROTOCOLS[name])
+
+    def flags(self, _kw, tok):
+        text = str(tok).upper()
+        if text.isdigit():
+            return ast.Flags(_number(tok, "a flags value", 255))
+        bad = [c for c in text if c not in FLAG_BITS]
+        if bad:
+            raise _Bad(f"unknown TCP flag '{bad[0]}' in '{tok}' (use letters of {''.join(FLAG_BITS)})", tok)
+        mask = 0
+        for c in text:
+            mask |= FLAG_BITS[c]
+        return ast.Flags(mask)
+
+    def iface(self, *args):
+        toks = {t.type: t for t in args}
+        value = _number(args[-1], "an interface number", 2**32 - 1)
+        d = toks.get("IFDIR")
+        fields = ("input_if", "output_if") if d is None else (("input_if",) if d.lower() == "in" else ("output_if",))
+        return ast.either(fields, lambda f: ast.Cmp(f, "==", value))
+
+    def vlan(self, *args):
+        # nfdump 1.7.1: equality only (`vlan > 5` is its syntax error), 0..65535; no side = either
+        toks = {t.type: t for t in args if t.type != "VALUE"}
+        value = _number(args[-1], "a VLAN number", 65535)
+        return ast.either(_dir_fields(toks, "src_vlan", "dst_vlan"), lambda f: ast.Cmp(f, "==", value))
+
+    def router(self, _kw, _ip, tok):
+        return ast.Addr("exporter", (_address(tok),))
+
+    def counter(self, *args):
+        name = args[0].lower()
+        comp = [t for t in args[1:] if t.type == "COMP"]
+        op = COMP[comp[0].lower()] if comp else "=="
+        return ast.Cmp(name, op, _number(args[-1], f"a number for {name}", MAX_VALUE))
+
+
+def parse(text: str):
+    """Filter text -> syntax tree. Raises FilterError naming and pointing at the bad token."""
+    if not isinstance(text, str):
+        raise FilterError("the filter must be text", str(text))
+    if not text.strip() or not re.sub(r"#[^\n]*", "", text).strip():
+        return ast.Any_()
+    try:
+        tree = _lark().parse(text)
+        return _ToAst().transform(tree)
+    except VisitError as exc:
+        inner = exc.orig_exc
+        if isinstance(inner, _Bad):
+            tok = inner.token
+            raise FilterError(inner.message, text, tok.start_pos, len(str(tok))) from None
+        raise FilterError(f"internal error on this filter: {inner!r}", text) from None
+    except UnexpectedEOF:
+        raise FilterError("the filter ends too early", text, len(text.rstrip())) from None
+    except UnexpectedToken as exc:
+        tok = exc.token
+        if tok.type == "$END":
+            raise FilterError("the filter ends too early", text, len(text.rstrip())) from None
+        expected = _describe(exc.expected)
+        raise FilterError(f"syntax error at '{tok}'" + (f": expected {expected}" if expected else ""),
+                          text, tok.start_pos, len(str(tok))) from None
+    except UnexpectedCharacters as exc:
+        raise FilterError(f"syntax error at '{text[exc.pos_in_stream]}'", text, exc.pos_in_stream) from None
+    except (UnexpectedInput, LarkError) as exc:  # anything else lark may raise
+        raise FilterError(f"syntax error: {exc.__class__.__name__}", text, getattr(exc, "pos_in_stream", None)) from None
+
+
+_NAMES = {"VALUE": "a value", "COMP": "a comparison", "LPAR": "'('", "RPAR": "')'", "LSQB": "'['",
+          "RSQB": "']'", "AND": "'and'", "OR": "'or'", "IN": "'in'", "$END": "the end of the filter"}
+
+
+def _describe(expected) -> str:
+    names = sorted({_NAMES.get(e, e.lower()) for e in expected if not e.startswith("__")})
+    if not names or len(names) > 6:
+        return "a filter primitive (ip, net, port, proto, flags, as, if, bytes, packets, ...)" if len(names) > 6 else ""
+    return " or ".join(names)

@@ -1,0 +1,28 @@
+"""`flowlake status`'s query lines: the engine, files per hour, the index, the server."""
+from __future__ import annotations
+
+
+def status(cfg) -> dict:
+    """For `flowlake status`: the engine queries would use, how many files they open (a
+    query's start-up grows with files per hour; compaction keeps it small) and the index."""
+    from flowlake.base import parsed_cache
+
+    from . import index, parser, server
+    from .engines import choose, duck_threads
+    from .lake import partitions
+
+    out = {"engine": choose(cfg), "threads": duck_threads(int(cfg.query.threads)), "hours": 0, "files": 0,
+           "max_files_per_hour": 0, **index.status(cfg),
+           # a command's start: the fast path (fast.py), the pre-built parser (standalone.py), the parse cache
+           "fast_start": bool(cfg.query.fast_start), "parser": "pre-built" if parser._STANDALONE else "lark",
+           **parsed_cache.status(), "server": server.status(cfg)}
+    try:
+        parts = partitions(cfg.lake)
+    except FileNotFoundError:
+        return out
+    for p in parts:
+        n = sum(1 for f in p.rglob("*.parquet") if not any(s.startswith((".", "_")) for s in f.relative_to(p).parts))
+        out["hours"] += 1
+        out["files"] += n
+        out["max_files_per_hour"] = max(out["max_files_per_hour"], n)
+    return out

@@ -1,0 +1,28 @@
+"""The streaming ingest as a stack component (`flowlake ingest` in the background)."""
+from __future__ import annotations
+
+from flowlake.base.component import Component
+from flowlake.base.process import python_argv, wait_until
+
+from . import ingest_lag
+from .ingest import counts
+
+
+class Ingest(Component):
+    """The streaming ingest (Spark Structured Streaming): Kafka -> lake, exactly once."""
+    name = "ingest"
+    stop_timeout = 90.0
+    pausable = True
+
+    def start(self) -> int:
+        proc = self.managed()
+        if proc.running():
+            return proc.pid()
+        pid = proc.start(python_argv("ingest"))
+        # Healthy once the streaming queries have written their first checkpoint metadata.
+        meta = self.cfg.path("state", "checkpoints", "flows", "metadata")
+        wait_until(meta.exists, 180, "the ingest's streaming query to start", interval=1, proc=proc)
+        return pid
+
+    def status(self) -> dict:
+        return {"tables": counts(self.cfg), "lag": ingest_lag.status(self.cfg)}
