@@ -16,6 +16,7 @@ Project code is imported in one place, `project_modules()`.
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import logging
@@ -267,6 +268,13 @@ descriptions and this page are generated from it. Types are the schema's logical
 """
 
 
+def _escaped(rec):
+    """The record with its texts escaped for a Markdown table (a '|' in a meaning would split
+    the cell, a '<tool>' would read as HTML), rendered by its own `markdown()`."""
+    fields = tuple(dataclasses.replace(f, doc=_md(f.doc), unit=_md(f.unit)) for f in rec.fields)
+    return dataclasses.replace(rec, doc=_md(rec.doc), fields=fields)
+
+
 def data_markdown(root: Path) -> str:
     _, schemas = project_modules(root)
     messages = importlib.import_module(schemas.__name__ + ".messages")
@@ -282,7 +290,7 @@ def data_markdown(root: Path) -> str:
         title, doc = NAMESPACES.get(ns, (ns, ""))
         out += [f"## {title}", "", f"Namespace `{ns}`. {doc}".rstrip(), ""]
         for rec in sorted(groups[ns], key=lambda r: r.name):
-            out.append(rec.markdown())
+            out.append(_escaped(rec).markdown())
     out += ["## Wire formats of the flows topic", "", messages.markdown()]
     return "\n".join(out) + "\n"
 
