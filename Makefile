@@ -3,7 +3,7 @@ SHELL := /bin/bash
 VENV  := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-unit soak bench clean help
+.PHONY: setup demo test test-unit soak bench clean help docs docs-serve docs-screenshots
 
 help:
 	@echo "make demo   set up, start the stack, fill the lake with a day of traffic, run the reports, open Superset"
@@ -11,6 +11,8 @@ help:
 	@echo "make soak   long fault-injection run (>= 1M flows, 20 faults)"
 	@echo "make bench  run the benchmarks in bench/ (print figures, no assertions)"
 	@echo "make setup  idempotent set-up only"
+	@echo "make docs   build the documentation site into site/ (mkdocs --strict); make docs-serve serves it"
+	@echo "make docs-screenshots  one PNG per Superset dashboard into docs/screenshots/ (browser tests)"
 
 setup:
 	@scripts/setup.sh
@@ -32,3 +34,20 @@ bench: setup
 
 clean:
 	@echo "stopping any stack under var/ and removing it"; $(VENV)/bin/flowlake down || true; rm -rf var
+
+# The documentation site (docs/, mkdocs.yml); the reference pages are generated at build time.
+# any Python with requirements.txt's mkdocs pins (make setup installs them): make docs DOCS_PY=...
+DOCS_PY ?= $(VENV)/bin/python
+MKDOCS  := $(DOCS_PY) -m mkdocs
+
+docs:
+	$(MKDOCS) build --strict --site-dir site
+
+docs-serve:
+	$(MKDOCS) serve
+
+# Screenshots for docs/dashboards.md: the browser tests save one PNG per dashboard (Superset on
+# a synthetic lake, headless Chromium). Not committed (docs/screenshots/ is git-ignored).
+docs-screenshots: setup
+	mkdir -p docs/screenshots
+	FLOWLAKE_DOCS_SCREENSHOTS=$(CURDIR)/docs/screenshots $(VENV)/bin/python -m pytest tests -k test_dashboard_renders_every_chart $(PYTEST_ARGS)

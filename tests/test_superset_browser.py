@@ -1,12 +1,15 @@
 """Every dashboard in a real browser: Debian chromium driven by Playwright.
 
 Logs in through the login page, opens each dashboard, waits for every chart, and
-asserts none shows an error and each renders data. Screenshots go to test-output/;
+asserts none shows an error and each renders data. Screenshots go to test-output/ (and,
+with FLOWLAKE_DOCS_SCREENSHOTS=DIR, to DIR/<slug>.png for the docs: make docs-screenshots);
 each dashboard's full render time is printed (not asserted: the 2-CPU CI box is shared),
 after `flowlake superset warm` filled Superset's data cache as the nightly jobs do.
 """
 from __future__ import annotations
 
+import os
+import shutil
 import statistics
 import sys
 import time
@@ -131,6 +134,10 @@ def test_dashboard_renders_every_chart(page, superset, slug, figure):
     elapsed = load()
     OUT.mkdir(exist_ok=True)
     page.screenshot(path=str(OUT / f"superset-{slug}.png"), full_page=True)
+    if os.environ.get("FLOWLAKE_DOCS_SCREENSHOTS"):  # docs/dashboards.md shows it (make docs-screenshots)
+        docs_dir = Path(os.environ["FLOWLAKE_DOCS_SCREENSHOTS"])
+        docs_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(OUT / f"superset-{slug}.png", docs_dir / f"{slug}.png")
     # page loads with the dashboard's scripts in the browser's cache, as for a returning operator
     again = [load() for _ in range(3)]
     figure(f"dashboard {slug}: {len(expected)} charts rendered in {elapsed:.2f} s (first visit of this browser); "
