@@ -216,6 +216,30 @@ def _up(stack):
     assert res.returncode == 0, res.stderr
 
 
+def test_metrics_endpoint_serves_the_status_figures(stack):
+    """`flowlake up` starts the metrics component; /metrics says what `flowlake status` says."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    wait_for_lake(stack)
+    st = status(stack)
+    assert st["components"]["metrics"]["state"] == "running"
+    url = f"http://127.0.0.1:{stack['env']['FLOWLAKE_METRICS_PORT']}/metrics"
+    with urllib.request.urlopen(url, timeout=60) as resp:
+        assert resp.status == 200
+        text = resp.read().decode()
+    fam = {f.name: f for f in text_string_to_metric_families(text)}
+    up = {s.labels["component"]: s.value for s in fam["flowlake_component_up"].samples}
+    assert {c: up[c] for c in ("kafka", "nfcapd", "shipper", "ingest", "metrics")} == dict.fromkeys(
+        ("kafka", "nfcapd", "shipper", "ingest", "metrics"), 1.0)
+    assert {c for c, v in up.items() if v} == {c for c, s in st["components"].items() if s["state"] == "running"}
+    stages = {s.labels["stage"]: s.value for s in fam["flowlake_stage_flows"].samples}
+    assert stages["lake"] == st["counts"]["lake"]["flows"]["rows"] > 0
+    assert stages["shipped"] == st["counts"]["shipper"]["flows_shipped"]
+    assert stages["nfcapd_received"] == st["counts"]["nfcapd"]["flows"]
+
+
 @pytest.mark.parametrize("victim, delay", [("shipper", 1.0), ("ingest", 4.0)])
 def test_sigkill_mid_work_loses_and_doubles_nothing(stack, tmp_path, victim, delay):
     before = wait_for_lake(stack)
