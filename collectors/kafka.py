@@ -5,6 +5,7 @@ import logging
 import os
 import subprocess
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 from flowlake.base import config as _config
@@ -270,18 +271,29 @@ def stop(cfg=None) -> bool:
     return managed(cfg).stop(timeout=60)
 
 
+@dataclass(frozen=True)
+class BrokerSettings:
+    """[kafka] as the local broker uses it."""
+    host: str
+    port: int
+    controller_port: int
+    bootstrap: str
+
+
 class KafkaBroker(Component):
     """The single-node KRaft broker (storage formatted and topics created on first start)."""
     name = "kafka"
+    settings_type = BrokerSettings
+    section = "kafka"
 
     def managed(self) -> Managed:
         return managed(self.cfg)
 
     def port(self) -> int:
-        return self.cfg.kafka.port
+        return self.settings.port
 
     def healthy_port(self) -> bool:
-        return port_open(self.cfg.kafka.host, self.cfg.kafka.port)
+        return port_open(self.settings.host, self.settings.port)
 
     def start(self) -> int:
         return start(self.cfg)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from flowlake.base import config as _config
@@ -134,15 +135,27 @@ def stop(cfg=None) -> bool:
     return managed(cfg).stop(timeout=20)
 
 
+@dataclass(frozen=True)
+class CollectorSettings:
+    """[collector] as nfcapd uses it."""
+    bind: str
+    port: int
+    rotate_seconds: int
+    socket_buffer: int
+    spool_warn_bytes: int
+
+
 class Nfcapd(Component):
     """nfdump's collector on the collector port, rotating files into the spool."""
     name = "nfcapd"
+    settings_type = CollectorSettings
+    section = "collector"
 
     def managed(self) -> Managed:
         return managed(self.cfg)
 
     def port(self) -> int:
-        return self.cfg.collector.port
+        return self.settings.port
 
     def start(self) -> int:
         return start(self.cfg)

@@ -13,6 +13,7 @@ import logging
 import signal
 import socket
 import threading
+from dataclasses import dataclass
 
 import click
 
@@ -116,22 +117,32 @@ def _port_free(host: str, port: int) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class MetricsSettings:
+    """[metrics]"""
+    enabled: bool
+    bind: str
+    port: int
+
+
 class Metrics(Component):
     """The stack's Prometheus endpoint ([metrics])."""
     name = "metrics"
     stop_timeout = 10.0
+    settings_type = MetricsSettings
+    section = "metrics"
 
     def port(self) -> int:
-        return int(self.cfg.metrics.port)
+        return self.settings.port
 
     def enabled(self) -> bool:
-        return bool(self.cfg.metrics.enabled)
+        return self.settings.enabled
 
     def start(self) -> int | None:
         proc = self.managed()
         if proc.running():
             return proc.pid()
-        host, port = self.cfg.metrics.bind, int(self.cfg.metrics.port)
+        host, port = self.settings.bind, self.settings.port
         if not _port_free(host, port):
             log.warning("metrics endpoint not started: %s:%d is in use (set FLOWLAKE_METRICS_PORT)", host, port)
             return None

@@ -23,6 +23,7 @@ import secrets as _secrets
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -433,15 +434,26 @@ def stop_cmd() -> None:
     click.echo("stopped" if stop(_cfg()) else "Superset was not running")
 
 
+@dataclass(frozen=True)
+class SupersetSettings:
+    """[superset]"""
+    host: str
+    port: int
+    admin_user: str
+    workers: int
+
+
 class Superset(Component):
     """Apache Superset (gunicorn, its own virtualenv), once provisioned (`flowlake superset provision`)."""
     name = "superset"
+    settings_type = SupersetSettings
+    section = "superset"
 
     def managed(self) -> Managed:
         return _managed(self.cfg)
 
     def port(self) -> int:
-        return self.cfg.superset.port
+        return self.settings.port
 
     def enabled(self) -> bool:
         return provisioned(self.cfg)

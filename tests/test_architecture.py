@@ -78,3 +78,25 @@ def test_status_and_metrics_list_the_registry_on_a_stopped_stack(tmp_path):
     assert up == {name: 0.0 for name in components.names()}
     stages = {s.labels["stage"]: s.value for s in families["flowlake_stage_flows"].samples}
     assert stages == {"nfcapd_received": 0, "shipped": 0, "kafka_offsets": 0, "lake": 0, "quarantined_messages": 0}
+
+
+def test_component_settings_are_typed_and_checked():
+    import dataclasses
+
+    import pytest
+
+    from flowlake.base.component import typed_settings
+    from flowlake.base.config import Section
+    from flowlake.collectors.nfcapd import CollectorSettings
+
+    good = Section("collector", {"bind": "127.0.0.1", "port": 2055, "rotate_seconds": 10,
+                                 "socket_buffer": 1 << 23, "spool_warn_bytes": 1 << 30, "extra": "ignored"})
+    s = typed_settings(CollectorSettings, good, "collector")
+    assert (s.port, s.bind) == (2055, "127.0.0.1")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.port = 1  # type: ignore[misc]
+    bad = Section("collector", {**good.as_dict(), "port": "2055"})
+    with pytest.raises(TypeError, match=r"config \[collector\] port = '2055': expected int"):
+        typed_settings(CollectorSettings, bad, "collector")
+    with pytest.raises(TypeError, match="expected int"):
+        typed_settings(CollectorSettings, Section("collector", {**good.as_dict(), "port": True}), "collector")

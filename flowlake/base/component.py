@@ -13,6 +13,7 @@ Why one contract: the stack used to start four services itself while others had 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import Any, ClassVar, Iterator, NamedTuple
 
@@ -32,14 +33,18 @@ def typed_settings(kind: type, section: Any, where: str):
     flowlake.base.config.Section): each field is read by its name and checked against its
     annotation, so a component's code sees typed settings, and a wrong value fails naming
     [section] key."""
+    import typing
+
+    hints = typing.get_type_hints(kind)
     values = {}
     for f in dataclasses.fields(kind):
         value = getattr(section, f.name)
-        want = {"int": int, "float": (int, float), "str": str, "bool": bool, "list": list}.get(
-            str(f.type).split("[")[0].replace("builtins.", ""))
-        if want is not None and not isinstance(value, want) or (want is int and isinstance(value, bool)):
-            raise TypeError(f"config [{where}] {f.name} = {value!r}: expected {f.type}")
-        values[f.name] = float(value) if f.type == "float" else value
+        want = hints[f.name]
+        origin = typing.get_origin(want) or want
+        ok = isinstance(value, (int, float)) if want is float else isinstance(value, origin)
+        if not ok or (want in (int, float) and isinstance(value, bool)):
+            raise TypeError(f"config [{where}] {f.name} = {value!r}: expected {getattr(want, '__name__', want)}")
+        values[f.name] = float(value) if want is float else value
     return kind(**values)
 
 
@@ -51,9 +56,19 @@ class Component:
     name: ClassVar[str] = ""
     stop_timeout: ClassVar[float] = 30.0
     pausable: ClassVar[bool] = False   # the disk guard may stop it when the disk fills (retention)
+    # Its typed settings: a frozen dataclass whose fields are keys of config [section].
+    settings_type: ClassVar[type | None] = None
+    section: ClassVar[str] = ""
 
     def __init__(self, cfg):
         self.cfg = cfg
+
+    @functools.cached_property
+    def settings(self):
+        """The component's settings, typed (settings_type) and checked once."""
+        if self.settings_type is None:
+            raise AttributeError(f"{type(self).__name__} declares no settings_type")
+        return typed_settings(self.settings_type, getattr(self.cfg, self.section), self.section)
 
     # ---- what `up` and `down` call ------------------------------------------------------
     def enabled(self) -> bool:
