@@ -10,39 +10,28 @@ import sys
 import click
 
 from flowlake.base import quick_exit
+from flowlake.collectors.commands import COMMANDS as COLLECTOR_COMMANDS
+from flowlake.jobs.commands import COMMANDS as JOB_COMMANDS
+from flowlake.pipelines.commands import COMMANDS as PIPELINE_COMMANDS
 
 # name -> (module:attribute, one-line help). Each attribute is a click command or group.
-COMMANDS: dict[str, tuple[str, str]] = {
+# Each stage owns its commands (collectors/commands.py, pipelines/commands.py,
+# jobs/commands.py); the hub's own are here: the stack, the labs, Superset, the demo.
+HUB_COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("flowlake.stack:up", "Start the local stack (Kafka, nfcapd, shipper, ingest, Superset)."),
     "down": ("flowlake.stack:down", "Stop every component of the local stack."),
     "status": ("flowlake.stack:status", "Components, pids, ports and per-stage counts."),
-    "ship": ("flowlake.collectors.ship:ship", "Ship nfcapd files to Kafka (backfill or --pending)."),
     "import": ("flowlake.importer:import_cmd", "Import an nfcapd archive (files or YYYY/MM/DD trees) beside the live stack."),
-    "ingest": ("flowlake.pipelines.ingest:ingest", "Stream flows.v1/active.v1 from Kafka into the lake."),
-    "generate": ("flowlake.collectors.generate:generate", "Export modelled border traffic as NetFlow/IPFIX."),
-    "compact": ("flowlake.pipelines.hour_close:compact_cmd", "Close the lake's hours: compaction and rollups."),
-    "jobs": ("flowlake.jobs.runner:jobs", "Run the daily Spark report jobs."),
     "cluster": ("flowlake.cluster:cluster", "Start, stop and show a Spark standalone cluster (master + workers)."),
-    "powerlaw": ("flowlake.jobs.powerlaw.cli:powerlaw", "Fit a power law to a column of numbers (CSN 2009)."),
-    "active": ("flowlake.collectors.active.cli:active", "Parse and import active-test results."),
-    "probe": ("flowlake.collectors.active.probe:probe", "Run PingER-style probes on a schedule."),
     "lab": ("flowlake.lab_cli:lab", "Network-namespace labs with real packets: `lab run SPEC.toml` studies, bulk-impact."),
     "superset": ("flowlake.superset_cli:superset", "Superset credentials and dashboard provisioning."),
     "demo": ("flowlake.demo:demo", "The main job end to end: stack, a day of traffic, reports, Superset."),
-    "query": ("flowlake.jobs.query.cli:query", "Search the lake with nfdump filter syntax."),
-    "host": ("flowlake.jobs.query.cli:host", "Profile one host: peers, ports, volumes, first/last seen."),
-    "query-index": ("flowlake.jobs.query.cli:index_cmd", "Index closed hours in DuckDB files for fast queries."),
-    "query-server": ("flowlake.jobs.query.cli:server_cmd", "Answer `flowlake query` from a warm process (`flowlake up` starts it)."),
     "schema": ("flowlake.schema_cli:schema", "Print generated views (Avro, Spark, Markdown) of a record."),
     "retention": ("flowlake.retention_cli:retention", "Expire old data per tier ([retention]); --dry-run shows what goes."),
-    "alerts": ("flowlake.pipelines.alerts.cli:alerts", "Alerts of the live detectors: list, show, ack, snooze."),
     "metrics": ("flowlake.metrics:metrics", "Prometheus metrics of the stack (one scrape, or --serve /metrics)."),
     "config": ("flowlake.schema_cli:config_cmd", "Print the effective configuration."),
-    "notify": ("flowlake.pipelines.alerts.notify_cli:notify", "Alert notifications (webhook, e-mail): `notify test` checks [notify]."),
-    "reports": ("flowlake.jobs.report_export:reports", "Export a report table's day (CSV, JSON, Parquet), optionally anonymised."),
-    "snmp": ("flowlake.collectors.snmp.cli:snmp", "SNMP poller: interface names and counters per exporter."),
-    "anonymise": ("flowlake.jobs.anonymise:anonymise", "Write a day of flows with addresses anonymised (Crypto-PAn, as nfanon)."),
 }
+COMMANDS: dict[str, tuple[str, str]] = {**COLLECTOR_COMMANDS, **PIPELINE_COMMANDS, **JOB_COMMANDS, **HUB_COMMANDS}
 
 
 class LazyGroup(click.Group):
