@@ -151,119 +151,30 @@ def retention_paused(cfg) -> list[str]:
     return (disk.paused(cfg) or {}).get("components", [])
 
 
-def retention_status(cfg) -> dict:
-    from flowlake.pipelines.retention import report
-
-    return report.status_summary(cfg)
-
 
 def status_dict(cfg=None) -> dict:
-    from .collectors import health
+    """Everything `flowlake status --json` shows: the components (the registry), the flows
+    counted at every stage, and each stage's own sections (collectors/status.py,
+    pipelines/status.py, jobs/status.py)."""
+    from flowlake.collectors import status as collectors_status
+    from flowlake.jobs import status as jobs_status
+    from flowlake.pipelines import status as pipelines_status
 
     cfg = cfg or _config.get()
     paused = retention_paused(cfg)
     comps = {c.name: c.state(paused) for c in components.all_components(cfg)}
-    from .collectors import sampling
-
-    return {"home": str(cfg.home_dir), "components": comps, "counts": counts(cfg), "sampling": sampling.status(cfg),
-            "retention": retention_status(cfg), "query": _query_status(cfg),
-            "exporters": health.status(cfg), "cluster": cluster_state(cfg), "notify": notify_status(cfg),
-            "snmp": snmp_status(cfg), "pinger": _pinger_status(cfg),
-            "lab": _lab_status(cfg), "rdns": _rdns_status(cfg), "enrich": enrich_status(cfg),
-            "alerts": alerts_status(cfg)}
+    return {"home": str(cfg.home_dir), "components": comps, "counts": counts(cfg), "cluster": cluster_state(cfg),
+            **collectors_status.sections(cfg), **pipelines_status.sections(cfg), **jobs_status.sections(cfg)}
 
 
-def notify_status(cfg) -> dict:
-    """Alert notifications per channel: sent, failed, retrying, dropped; the last `notify test`."""
-    from .pipelines.alerts import notify_status as ns
-
-    try:
-        return ns.status(cfg)
-    except Exception as exc:  # status must never crash on a damaged state file
-        return {"error": str(exc)}
 
 
-def snmp_status(cfg) -> dict:
-    """The SNMP poller per exporter and flow coverage warnings (collectors/snmp)."""
-    from .collectors.snmp import service as snmp_service
-
-    try:
-        return snmp_service.status(cfg)
-    except Exception as exc:  # status must never crash on a damaged poller state
-        return {"error": str(exc), "exporters": {}, "errors": 0}
 
 
-def _pinger_status(cfg) -> dict:
-    from .jobs import pinger_regions
-
-    return pinger_regions.status(cfg)
 
 
-def _lab_status(cfg) -> dict:
-    from .collectors.lab.status import status as lab_status
-
-    return lab_status(cfg)
 
 
-def _rdns_status(cfg) -> dict:
-    """Reverse DNS of the remote_domains report: cache size and bound, the last report's counts."""
-    from flowlake.jobs import rdns
-
-    try:
-        return rdns.status(cfg)
-    except (OSError, ValueError) as exc:  # status must never crash on a bad config or cache
-        return {"error": str(exc)}
-
-
-def _print_rdns(console, r: dict) -> None:
-    if "error" in r:
-        console.print(f"[red]reverse DNS: {r['error']}[/]")
-        return
-    line = (f"reverse DNS (remote_domains): cache {r['cache_entries']:,} of {r['cache_max_entries']:,} addresses "
-            f"({r['cache_bytes']:,} bytes, TTL {r['cache_ttl_hours']:g} h), server {r['server']}")
-    last = r.get("last_run")
-    if last:
-        line += (f"; last report {last['date']}: {last['resolved']:,} resolved, {last['unknown']:,} unknown, "
-                 f"{last['timed_out']:,} timed out, {last['not_tried']:,} not tried (budget) in {last['seconds']:.1f} s")
-    console.print(line)
-
-
-def enrich_status(cfg) -> dict:
-    from .pipelines.enrich import status as enrich
-
-    try:
-        return enrich.status(cfg)
-    except (OSError, ValueError) as exc:  # status must never crash on a bad config or state file
-        return {"error": str(exc)}
-
-
-def alerts_status(cfg) -> dict:
-    """The alerts service, open alerts by severity, its lag (pipelines/alerts/service.py)."""
-    from .pipelines.alerts import service as alerts_service
-
-    try:
-        return alerts_service.status(cfg)
-    except Exception as exc:  # status must never crash on a bad alerts table
-        return {"enabled": True, "error": str(exc)}
-
-
-def _query_status(cfg) -> dict:
-    from flowlake.jobs.query.status import status as query_status
-
-    try:
-        return query_status(cfg)
-    except (OSError, ValueError) as exc:  # status must never crash on a bad config or lake
-        return {"error": str(exc)}
-
-
-def _print_exporters(console, exporters: dict) -> None:
-    from .collectors import health
-
-    if exporters["exporters"]:
-        console.print(health.status_table(exporters))
-    if exporters["silent"]:
-        console.print(f"[bold red]WARNING: {exporters['silent']} exporter(s) silent for "
-                      f"{exporters['silent_after_seconds']:g} s or more (health.silent_after_seconds)[/]")
 
 
 def cluster_state(cfg) -> dict:
@@ -307,20 +218,6 @@ def down() -> None:
     down_stack()
     click.echo("stack is down", err=True)
 
-
-def ingest_table(lag: dict):
-    """The ingest's lag behind Kafka and its rate, per topic (pipelines/ingest_lag.py)."""
-    from rich.table import Table
-
-    t = Table(title="ingest: lag behind Kafka and rate")
-    for col in ("topic", "offsets behind", "flows behind (est.)", "flows/s last min", "flows/s busy", "flows/msg"):
-        t.add_column(col, justify="left" if col == "topic" else "right")
-    fmt = lambda v: "-" if v is None else f"{v:,.0f}"  # noqa: E731
-    for info in lag.values():
-        t.add_row(info["topic"], fmt(info.get("offsets_behind")), fmt(info.get("flows_behind_estimate")),
-                  fmt(info.get("rows_per_s_last_minute")), fmt(info.get("rows_per_s_while_busy")),
-                  fmt(info.get("flows_per_message")))
-    return t
 
 
 @click.command()
@@ -384,58 +281,16 @@ def status(as_json: bool) -> None:
     q = c["quarantined"]
     ct.add_row("quarantined", f"{q['kafka_messages']:,} msgs", f"{q['nfcapd_files']} nfcapd files")
     console.print(ct)
-    from .collectors import sampling
+    from flowlake.collectors import status as collectors_status
+    from flowlake.jobs import status as jobs_status
+    from flowlake.pipelines import status as pipelines_status
 
-    sampling.print_status(console, st["sampling"])
-    qs = st["query"]
-    if "error" not in qs:
-        console.print(f"flowlake query: engine {qs['engine']}" + (f" (DuckDB in the command, {qs['threads']} threads now)" if qs["engine"] == "local" else "")
-                      + f"; the lake holds {qs['hours']} hours in {qs['files']} files (at most {qs['max_files_per_hour']} an hour); "
-                      f"index {qs['index_hours']} hours, {qs['index_bytes']:,} bytes (last {qs['index_days']} days)")
-        console.print(f"flowlake query start: fast path {'on' if qs['fast_start'] else 'off ([query] fast_start)'}, "
-                      f"{qs['parser']} filter parser; cache {qs['cache_files']} files, {qs['cache_bytes']:,} bytes "
-                      f"in {qs['cache_dir']} (parsed config files, at most 8)")
-        sv = qs["server"]
-        console.print("flowlake query server: " + (
-            f"running, {sv['answered'] or 0:,} questions taken (help and errors go back to the command), "
-            f"{sv['busy'] or 0:,} left to the command "
-            f"(busy: at most {sv['max_clients']} at once), {sv['bad_requests'] or 0} bad requests; {sv['socket']}"
-            if sv["running"] else ("not running: commands start cold (`flowlake up` starts it)" if sv["enabled"]
-                                   else "off ([query] server = false)")))
-    _print_exporters(console, st["exporters"])
-    from .collectors.snmp import service as snmp_service
-
-    if "error" in st["snmp"]:
-        console.print(f"[bold red]SNMP poller status: {st['snmp']['error']}[/]")
-    else:
-        snmp_service.print_status(console, st["snmp"])
-    from .jobs import pinger_regions
-
-    console.print(pinger_regions.status_line(st["pinger"]))
-    _print_rdns(console, st["rdns"])
-    if "open_by_severity" in st["alerts"] or not st["alerts"].get("enabled"):
-        from .pipelines.alerts import service as alerts_service
-
-        alerts_service.print_status(console, st["alerts"])
+    collectors_status.render(console, st)
+    pipelines_status.render(console, st)
+    jobs_status.render(console, st)
     if st.get("cluster"):
         from .cluster import print_status
 
         print_status(st["cluster"], console)
-    console.print(ingest_table(c.get("ingest", {})))
-    if st["lab"]:
-        console.print(st["lab"]["line"])
-    if "error" not in st["enrich"]:
-        from .pipelines.enrich import status as enrich
-
-        enrich.print_status(console, st["enrich"])
     if c["spool"].get("warning"):
         console.print(f"[bold red]WARNING: {c['spool']['warning']}[/]")
-    from flowlake.pipelines.retention import report
-
-    report.render_status(console, st["retention"])
-    if "error" in st["notify"]:
-        console.print(f"[bold red]notifications: status unavailable: {st['notify']['error']}[/]")
-    else:
-        from .pipelines.alerts import notify_status as ns
-
-        ns.render(console, st["notify"])

@@ -1,0 +1,40 @@
+"""The collection stage's part of `flowlake status`: sampling, exporters' health, the SNMP
+poller, the lab. `sections()` feeds `status --json` and `/metrics`; `render()` prints."""
+from __future__ import annotations
+
+
+def _snmp(cfg) -> dict:
+    """The SNMP poller per exporter and flow coverage warnings (collectors/snmp)."""
+    from .snmp import service as snmp_service
+
+    try:
+        return snmp_service.status(cfg)
+    except Exception as exc:  # status must never crash on a damaged poller state
+        return {"error": str(exc), "exporters": {}, "errors": 0}
+
+
+def sections(cfg) -> dict:
+    from . import health, sampling
+    from .lab.status import status as lab_status
+
+    return {"sampling": sampling.status(cfg), "exporters": health.status(cfg), "snmp": _snmp(cfg),
+            "lab": lab_status(cfg)}
+
+
+def render(console, st: dict) -> None:
+    from . import health, sampling
+    from .snmp import service as snmp_service
+
+    sampling.print_status(console, st["sampling"])
+    exporters = st["exporters"]
+    if exporters["exporters"]:
+        console.print(health.status_table(exporters))
+    if exporters["silent"]:
+        console.print(f"[bold red]WARNING: {exporters['silent']} exporter(s) silent for "
+                      f"{exporters['silent_after_seconds']:g} s or more (health.silent_after_seconds)[/]")
+    if "error" in st["snmp"]:
+        console.print(f"[bold red]SNMP poller status: {st['snmp']['error']}[/]")
+    else:
+        snmp_service.print_status(console, st["snmp"])
+    if st["lab"]:
+        console.print(st["lab"]["line"])
