@@ -133,9 +133,11 @@ class Runner:
         if p["frame_size"]:
             cmd += ["-l", p["frame_size"]]
         drops = self.topo.queue_drops(p["path"]), self.topo.receiver_drops()
+        recoveries = self.topo.tcp_recoveries()
         res = subprocess.run(["ip", "netns", "exec", self.topo.client, *map(str, cmd)], capture_output=True,
                              text=True, timeout=self.spec.duration_s * 3 + 30)
         drops = self.topo.queue_drops(p["path"]) - drops[0], self.topo.receiver_drops() - drops[1]
+        recoveries = self.topo.tcp_recoveries() - recoveries
         self.topo.lab.stop(srv)
         (folder / "iperf3.json").write_text(res.stdout)
         try:
@@ -144,8 +146,11 @@ class Runner:
             raise RuntimeError(f"iperf3 printed no JSON: {res.stderr.strip()[-300:]}") from None
         # loss = the configured drop + the bottleneck queue's drops (a sender stalled by a busy
         # host catches up in a burst) + the receiver's (a stalled iperf3 server's full buffer)
+        # loss_events (TCP): the sender's fast recoveries, the congestion signals Mathis' p counts
+        # (`loss` counts retransmitted segments); not a published metric
+        extra = {"loss_events": float(recoveries)} if p["protocol"] == "tcp" else {}
         return {"metrics": {**metrics.iperf3(doc, self.mss, self.zero_loss_rule), "queue_drops": float(drops[0]),
-                            "receiver_drops": float(drops[1])}}
+                            "receiver_drops": float(drops[1]), **extra}}
 
     def _own_bulk(self, run: Run, folder: Path) -> dict:
         p = run.params
