@@ -14,7 +14,7 @@ Definitions, as PingER's documentation gives them:
   with MSS 1460 bytes, the average RTT and C = 1 ([pinger] mathis_constant). With no loss
   PingER has no loss to put in; [active] zero_loss_rule decides as in active_summary.
 - Quality bands (edges and names in [pinger]; a value below edge i is band i, at or above
-  the last edge the last name). What PingER's own pages define, and what they do not:
+  the last edge the last name). Where each default comes from:
   loss: PingER defines these bands, in the tutorial's packet-loss section
         (www.slac.stanford.edu/comp/net/wan-mon/tutorial.html#loss): excellent below 0.1 %,
         good below 1 %, acceptable below 2.5 %, poor below 5 %, very poor below 12 %, bad from
@@ -25,17 +25,26 @@ Definitions, as PingER's documentation gives them:
         loss history (www.slac.stanford.edu/comp/net/wan-mon/ral.html) calls loss above 12 %
         bad and below 1 % low; Wikipedia's Packet loss article, citing PingER, gives below 1 %
         as good and 1 to 2.5 % as acceptable for streaming audio and video.
-  RTT:  PingER documents no RTT quality bands (none in the tutorial's opening, the history
-        tables' help, the ICFA-SCIC reports or the SLAC Confluence pages the search reached).
-        What it documents is one RTT landmark: a minimum RTT over about 500 ms points to a
-        geostationary satellite hop (www-iepm.slac.stanford.edu/pinger/tools/table.html,
-        the minimum RTT entry). The defaults are flowlake's own doubling scale of active_summary
-        (64 / 128 / 256 / 512 ms); its last edge lies close to that satellite mark.
-  IPDV: PingER defines the metric (per sample the inter-quartile range of the RTTs, the
-        period's value the mean of those IQRs: table.html, the IQR entry; IQR of the
-        inter-packet delay differences: www.slac.stanford.edu/comp/net/wan-mon/daily-jitter.html)
-        but no bands for it. Defaults: 50 ms is the ITU-T Y.1541 IPDV objective of its
-        interactive QoS classes 0 and 1; 1 / 10 / 20 ms below it are flowlake's assumption.
+  RTT:  SLAC's region-to-region RTT bands (Cottrell et al., SLAC, "Passive and active
+        monitoring on a high-performance network", PAM 2001; the PingER talk flowlake's
+        lineage reports follow): White 0-64 ms, Green 64-128 ms, Yellow 128-256 ms (these
+        three "OK"), Pink 256-512 ms, Red > 512 ms ("NOT OK"). These are the defaults, with
+        those names: edges 64 / 128 / 256 / 512 ms. (An earlier version of this module said
+        PingER defines no RTT bands: it does, in that talk.) As for every band here a value
+        at an edge is in the band above it (64 ms is Green, 512 ms is Red): the talk's ranges
+        do not say on which side an exact edge falls.
+  IPDV: the talk's jitter is IQR(ipdv), ipdv(i) = RTT(i) - RTT(i-1): per sample the
+        inter-quartile range of the inter-packet delay differences (collectors/active/
+        pinger.py: jitter_ms; www.slac.stanford.edu/comp/net/wan-mon/daily-jitter.html), the
+        period's value the mean of the samples' IQRs (table.html, the IQR entry). Its bands,
+        which the talk takes from ETSI DTR/TIPHON-05001 V1.2.5 (1998-09): 75 ms good, 125 ms
+        medium, 225 ms poor (good speech below 75 ms), i.e. the upper limits of good, medium
+        and poor. These are the defaults: edges 75 / 125 / 225 ms, names good, medium, poor and
+        a fourth, "bad", because the band mechanics put a value at or above the last edge in
+        the last name and ETSI's 225 ms is the limit of poor, not its start; neither the talk
+        nor ETSI names what lies beyond it, so "bad" is flowlake's word (the same the loss
+        bands use for what lies past PingER's worst named band). A value at an edge is in the
+        band above (75 ms is medium: "good speech < 75 ms").
   Unreachability: PingER defines it (a sample with no reply at all: the CHEP97 slide
         www-zeuthen.desy.de/CHEP97/slide/d334/tsld005.htm; www.slac.stanford.edu/comp/net/
         wan-mon/availability.htm) and compares regions by it (developed regions below about

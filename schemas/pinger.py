@@ -22,9 +22,11 @@ PINGER_MATRIX = Record(
               "derived TCP throughput, Mathis as PingER applies it: C * MSS*8 / (RTT_avg * sqrt(loss)), "
               "zero loss per [active] zero_loss_rule", "Mbit/s", nullable=True),
         Field("samples", "long", "RTT tests (PingER samples, typically 10 pings each)"),
-        Field("rtt_band", "string", "PingER quality band of rtt_median_ms ([pinger] rtt_band_*)", nullable=True),
+        Field("rtt_band", "string", "quality band of rtt_median_ms ([pinger] rtt_band_*; default SLAC PAM 2001: "
+              "White, Green, Yellow, Pink, Red)", nullable=True),
         Field("loss_band", "string", "PingER quality band of loss_pct ([pinger] loss_band_*)"),
-        Field("ipdv_band", "string", "PingER quality band of ipdv_iqr_ms ([pinger] ipdv_band_*)", nullable=True),
+        Field("ipdv_band", "string", "quality band of ipdv_iqr_ms ([pinger] ipdv_band_*; default SLAC PAM 2001 "
+              "after ETSI TIPHON: good, medium, poor, bad)", nullable=True),
         REPORT_DATE,
     ),
     partition_by=("date",),

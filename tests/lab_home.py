@@ -4,15 +4,15 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
+from needs import require
 
 from flowlake.base.ports import private_env
 
 
 def lab_home(tmp_path_factory, name: str, spec_text: str) -> tuple[dict[str, str], Path]:
-    """(environment for `flowlake lab run`, path of the spec); fails unless root."""
-    if os.geteuid() != 0:
-        pytest.fail("the lab needs root (network namespaces); CI runs as root")
+    """(environment for `flowlake lab run`, path of the spec); needs root, network
+    namespaces, tbf, a random drop and NFQUEUE (tests/needs.py: fails in CI, else skips)."""
+    require("netns", "tbf", "random_drop", "nfqueue", why="network namespaces, tbf, drop and delay for the lab")
     home = tmp_path_factory.mktemp(name)
     spec = home / f"{name}.toml"
     spec.write_text(spec_text)

@@ -7,13 +7,12 @@ import os
 import subprocess
 from pathlib import Path
 
-import pytest
+from needs import require_root
 
 
 @contextlib.contextmanager
 def tmpfs(path: Path, size_mb: int):
-    if os.geteuid() != 0:
-        pytest.fail("the disk-guard tests mount a tmpfs and need root (the CI and dev machines run as root)")
+    require_root("mounting a size-limited tmpfs for the disk-guard tests")
     path.mkdir(parents=True, exist_ok=True)
     subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0755", "tmpfs", str(path)], check=True)
     try:

@@ -2,7 +2,6 @@
 iperf3; the bulk flow must reach the lake and raise RTT."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -12,6 +11,7 @@ import pytest
 
 import nfcapd_capture
 from flowlake import impact_lab as lab
+from needs import require
 
 pytestmark = pytest.mark.integration
 
@@ -23,8 +23,7 @@ def _lab_namespaces() -> set[str]:
 
 @pytest.fixture
 def root():
-    if os.geteuid() != 0:
-        pytest.fail("the lab test needs root (network namespaces); CI runs as root")
+    require("netns", "tbf", why="network namespaces and tbf for the bulk-impact lab")
 
 
 def test_nfdump_flows_reads_an_interval_without_flows(tmp_path):

@@ -10,12 +10,11 @@ import sys
 import time
 import uuid
 
-import pytest
-
 from flowlake.collectors.lab import results
 from flowlake.collectors.lab.ledger import Ledger
 from flowlake.collectors.lab.run import State
 from flowlake.collectors.lab.spec import load, parse
+from needs import require
 
 
 def _spec(study: str):
@@ -78,8 +77,7 @@ def test_fresh_without_publishing_keeps_older_records_from_coming_back(kafka, cf
     run it finished unpublished is published by that rerun from its marker, once, without
     being measured again: a stop between that commit and the marker leaves a ledger record
     the next rerun takes back; a further rerun publishes nothing."""
-    if os.geteuid() != 0:
-        pytest.fail("the lab needs root (network namespaces); CI runs as root")
+    require("netns", "tbf", why="network namespaces for the lab")
     study = f"f{uuid.uuid4().hex[:8]}"
     spec = tmp_path / "fresh.toml"
     spec.write_text(f'study = "{study}"\nduration_s = 1\n[topology.paths.a]\nrate = "10mbit"\n'

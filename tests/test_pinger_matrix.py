@@ -36,11 +36,11 @@ def rtt_test(src, dst, day, minute, sent, received, median=None, jitter=None, av
 
 SLAC, FNAL, CERN, KEK = "pinger.slac.stanford.edu", "mon2.fnal.gov", "ping.cern.ch", "ping.kek.jp"
 ROWS = [
-    # North America -> Europe today: medians 150/160/170, IQRs 1/2/6, one reply lost of 30
-    rtt_test(SLAC, CERN, DAY, 0, 10, 10, 150, 1.0), rtt_test(SLAC, CERN, DAY, 30, 10, 9, 160, 2.0),
-    rtt_test(FNAL, CERN, DAY, 45, 10, 10, 170, 6.0),
+    # North America -> Europe today: medians 150/160/170, IQRs 60/90/120, one reply lost of 30
+    rtt_test(SLAC, CERN, DAY, 0, 10, 10, 150, 60.0), rtt_test(SLAC, CERN, DAY, 30, 10, 9, 160, 90.0),
+    rtt_test(FNAL, CERN, DAY, 45, 10, 10, 170, 120.0),
     # ... and earlier this month: only in the month's cell (loss 1 of 40 = 2.5 %: a band edge)
-    rtt_test(SLAC, CERN, dt.date(2026, 11, 3), 0, 10, 10, 200, 9.0),
+    rtt_test(SLAC, CERN, dt.date(2026, 11, 3), 0, 10, 10, 200, 250.0),
     # last month: in neither
     rtt_test(SLAC, CERN, dt.date(2026, 10, 31), 0, 10, 0),
     # North America -> East Asia: one sample unreachable, one clean (host case differs from the map)
@@ -76,53 +76,72 @@ def test_matrix_from_a_small_lake(spark, lake_cfg, caplog):
 
     eu = cell[("day", "North America", "Europe")]
     assert eu.samples == 3 and eu.rtt_median_ms == pytest.approx(160.0)
-    assert eu.ipdv_iqr_ms == pytest.approx(3.0)
+    assert eu.ipdv_iqr_ms == pytest.approx(90.0)
     assert eu.loss_pct == pytest.approx(100 / 30) and eu.unreachable_pct == 0
     rtt_avg = (150 * 10 + 160 * 9 + 170 * 10) / 29 / 1000  # reply-weighted mean RTT, s
     assert eu.throughput_mbps == pytest.approx(1460 * 8 / rtt_avg / math.sqrt(1 / 30) / 1e6)
-    assert (eu.rtt_band, eu.loss_band, eu.ipdv_band) == ("poor", "poor", "acceptable")
+    # 160 ms: Yellow (128-256); 3.3 % loss: poor (2.5-5); IPDV IQR 90 ms: medium (75-125)
+    assert (eu.rtt_band, eu.loss_band, eu.ipdv_band) == ("Yellow", "poor", "medium")
 
     eu_m = cell[("month", "North America", "Europe")]
     assert eu_m.samples == 4 and eu_m.rtt_median_ms == pytest.approx(165.0)  # median of 150,160,170,200
-    assert eu_m.ipdv_iqr_ms == pytest.approx(4.5) and eu_m.loss_pct == pytest.approx(2.5)
+    assert eu_m.ipdv_iqr_ms == pytest.approx(130.0) and eu_m.loss_pct == pytest.approx(2.5)
     assert eu_m.loss_band == "poor"  # 2.5 % is the edge: the band above it
+    assert (eu_m.rtt_band, eu_m.ipdv_band) == ("Yellow", "poor")  # IPDV IQR 130 ms: poor (125-225)
 
     asia = cell[("day", "North America", "East Asia")]
     assert asia.samples == 2 and asia.unreachable_pct == pytest.approx(50.0) and asia.loss_pct == pytest.approx(50.0)
     assert asia.rtt_median_ms == pytest.approx(100.0) and asia.ipdv_iqr_ms == pytest.approx(0.5)
-    assert (asia.rtt_band, asia.loss_band, asia.ipdv_band) == ("acceptable", "bad", "good")
+    assert (asia.rtt_band, asia.loss_band, asia.ipdv_band) == ("Green", "bad", "good")
     assert asia.throughput_mbps == pytest.approx(1460 * 8 / 0.1 / math.sqrt(0.5) / 1e6)
 
     unk = cell[("day", "North America", "unknown")]
-    assert unk.loss_pct == 0 and unk.rtt_band == "good" and unk.loss_band == "excellent"
+    assert unk.loss_pct == 0 and unk.rtt_band == "White" and unk.loss_band == "excellent"
     # zero loss: p = 1/(sent+1) ([active] zero_loss_rule = upper_bound)
     assert unk.throughput_mbps == pytest.approx(1460 * 8 / 0.040 / math.sqrt(1 / 11) / 1e6)
 
 
-# The default bands and where each comes from (jobs/pinger_matrix.py cites them): the loss
-# bands are PingER's own (tutorial.html#loss, pinger/uses.html, wan-mon/ral.html); PingER names
-# none for RTT or IPDV, so those are flowlake's (doubling RTT scale; Y.1541's 50 ms IPDV).
+# The default bands, written out from their sources (not from flowlake.toml), with values on
+# both sides of every edge; at an edge a value is in the band above it.
+# Loss: PingER's tutorial (tutorial.html#loss; also pinger/uses.html, wan-mon/ral.html):
+# excellent < 0.1 %, good < 1 %, acceptable < 2.5 %, poor < 5 %, very poor < 12 %, bad from 12 %.
+# RTT: SLAC's PAM 2001 talk (Cottrell et al., "Passive and active monitoring on a high-performance
+# network"), region to region: White 0-64, Green 64-128, Yellow 128-256, Pink 256-512, Red > 512 ms.
+# IPDV (jitter = IQR of ipdv): the same talk after ETSI DTR/TIPHON-05001 V1.2.5 (1998-09):
+# 75 ms good, 125 ms medium, 225 ms poor (each the limit of its band); at or above 225 ms "bad",
+# flowlake's name for what ETSI leaves unnamed.
 CITED = {
-    "loss": ([0.1, 1.0, 2.5, 5.0, 12.0], ["excellent", "good", "acceptable", "poor", "very poor", "bad"]),
-    "rtt": ([64.0, 128.0, 256.0, 512.0], ["good", "acceptable", "poor", "very poor", "bad"]),
-    "ipdv": ([1.0, 10.0, 20.0, 50.0], ["good", "acceptable", "poor", "very poor", "bad"]),
+    "loss": ([0.1, 1.0, 2.5, 5.0, 12.0], ["excellent", "good", "acceptable", "poor", "very poor", "bad"],
+             [(0.0, "excellent"), (0.099, "excellent"), (0.1, "good"), (0.99, "good"), (1.0, "acceptable"),
+              (2.49, "acceptable"), (2.5, "poor"), (4.99, "poor"), (5.0, "very poor"), (11.99, "very poor"),
+              (12.0, "bad"), (100.0, "bad")]),
+    "rtt": ([64.0, 128.0, 256.0, 512.0], ["White", "Green", "Yellow", "Pink", "Red"],
+            [(0.0, "White"), (30.0, "White"), (63.99, "White"), (64.0, "Green"), (100.0, "Green"),
+             (127.99, "Green"), (128.0, "Yellow"), (200.0, "Yellow"), (255.99, "Yellow"), (256.0, "Pink"),
+             (400.0, "Pink"), (511.99, "Pink"), (512.0, "Red"), (600.0, "Red"), (5000.0, "Red")]),
+    "ipdv": ([75.0, 125.0, 225.0], ["good", "medium", "poor", "bad"],
+             [(0.0, "good"), (10.0, "good"), (74.99, "good"), (75.0, "medium"), (100.0, "medium"),
+              (124.99, "medium"), (125.0, "poor"), (200.0, "poor"), (224.99, "poor"), (225.0, "bad"),
+              (1000.0, "bad")]),
 }
 
 
 @pytest.mark.parametrize("metric", sorted(CITED))
-def test_bands_at_their_cited_edges(spark, cfg, metric):
-    """The defaults are the cited edges and names; a value just below each edge is in the
-    band under it, a value at the edge in the band above (PingER: 'below 1 %' is good)."""
+def test_default_bands_are_the_cited_ones(spark, cfg, metric):
+    """The defaults are the cited edges and names, and the band expression puts each of the
+    sources' example values (both sides of every edge) in the band the source gives it."""
     from pyspark.sql import functions as F
 
+    want_edges, want_names, table = CITED[metric]
     edges, names = pinger_matrix.bands_of(cfg, metric)
-    assert (edges, names) == CITED[metric]
-    values = [(0.0, names[0]), (None, None), (1e6, names[-1])]
-    for i, edge in enumerate(edges):
-        values += [(edge - 1e-6, names[i]), (edge, names[i + 1])]
+    assert (edges, names) == (want_edges, want_names)
+    # the table itself tests every edge from both sides
+    for edge in want_edges:
+        assert any(v < edge for v, _ in table) and any(v == edge for v, _ in table), edge
+    values = [*table, (None, None)]
     df = spark.createDataFrame([(i, v) for i, (v, _) in enumerate(values)], "i int, v double")
     got = [r.b for r in df.select("i", pinger_matrix.band(F.col("v"), edges, names).alias("b")).orderBy("i").collect()]
-    assert got == [b for _, b in values]
+    assert list(zip([v for v, _ in values], got)) == values
 
 
 def test_bands_configurable_and_checked(tmp_path):

@@ -251,7 +251,7 @@ def test_pinger_regions_show_the_newest_month(page, superset, cfg):
     shown = [dict(zip(head, r)) for r in shown]
     assert {r["month"] for r in shown} == {newest_month}
     assert sorted((r["src_region"], r["dst_region"], r["loss_pct"]) for r in shown) == want
-    for title in ("Loss band (0 = excellent)", "RTT band (0 = good)", "IPDV band (0 = good)"):
+    for title in ("Loss band (0 = excellent)", "RTT band (0 = White)", "IPDV band (0 = good)"):
         assert holder[title].evaluate(INSPECT)["canvases"], f"heat map {title!r} drew nothing"
 
 

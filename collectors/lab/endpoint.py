@@ -133,6 +133,7 @@ def paced(args) -> dict:
     period = 1.0 / args.rate
     sent, errors = [], 0
     t0 = now() + 0.05
+    print("sending", flush=True)  # the runner starts a flapping link's clock here
     for i in range(n):
         due = t0 + i * period
         gap = due - now()

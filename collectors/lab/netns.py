@@ -174,33 +174,51 @@ def _which(tool: str) -> bool:
 
 class Flapper(threading.Thread):
     """Takes a link down for `down_s`, up for `up_s`, repeatedly, until stopped; records
-    the moments (CLOCK_MONOTONIC, as the paced endpoints stamp) it went down."""
+    the moments (CLOCK_MONOTONIC, as the paced endpoints stamp) it went down.
+
+    The first outage comes `first_after_s` after `begin()`, not after the thread starts:
+    the run calls it once its traffic flows (a paced stream: when the client says it is
+    sending), so an outage cannot pass before the stream starts, however slowly the
+    endpoints start on a loaded host."""
 
     def __init__(self, lab: Namespaces, ends: list[tuple[str, str]], down_s: float, up_s: float,
                  first_after_s: float = 1.0):
         super().__init__(daemon=True)
         self.lab, self.ends, self.down_s, self.up_s, self.first = lab, ends, down_s, up_s, first_after_s
         self.stopped = threading.Event()
+        self.go = threading.Event()
         self.downs: list[tuple[float, float]] = []
+        # per outage: (down called, down done, up called, up done); between the 2nd and the 3rd
+        # the link was certainly down, outside the 1st and the 4th certainly up
+        self.windows: list[tuple[float, float, float, float]] = []
+
+    def begin(self) -> None:
+        self.go.set()
 
     def run(self) -> None:
         import time
 
+        self.go.wait()
         if self.stopped.wait(self.first):
             return
         while not self.stopped.is_set():
             t0 = time.monotonic()
             for ns, dev in self.ends:
                 self.lab.set_link(ns, dev, False)
+            t_down = time.monotonic()
             self.stopped.wait(self.down_s)
+            t_up = time.monotonic()
             for ns, dev in self.ends:
                 self.lab.set_link(ns, dev, True)
-            self.downs.append((t0, time.monotonic()))
+            t1 = time.monotonic()
+            self.downs.append((t0, t1))
+            self.windows.append((t0, t_down, t_up, t1))
             if self.stopped.wait(self.up_s):
                 return
 
     def stop(self) -> None:
         self.stopped.set()
+        self.go.set()
         self.join(self.down_s + 5)
 
 

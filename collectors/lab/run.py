@@ -178,6 +178,7 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
                     current = None
                 marker = {"run_id": run.run_id, "label": run.label(), "status": "done", "start": t0, "end": t1,
                           "metrics": out["metrics"], "probes": out.get("probes", []), "flaps": out.get("flaps", []),
+                          "flap_windows": out.get("flap_windows", []),
                           "published": publish, "exporter": exporter.address if exporter else ""}
                 if ledger is not None:
                     _publish(ledger, run, marker)

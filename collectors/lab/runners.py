@@ -33,6 +33,7 @@ class Runner:
     def __init__(self, spec: Spec, topo: Topology, work: Path, mss: int = 1460, zero_loss_rule: str = "upper_bound"):
         self.spec, self.topo, self.work = spec, topo, work
         self.mss, self.zero_loss_rule = mss, zero_loss_rule
+        self.flapper = None  # the condition's Flapper during a run under a flapping link
         self.models: dict[str, tuple[float, float]] = {}   # path -> (a ms/byte, l ms), from probe runs
 
     def run(self, run: Run) -> dict:
@@ -49,10 +50,17 @@ class Runner:
         folder = self.work / run.run_id
         folder.mkdir(parents=True, exist_ok=True)
         with self.topo.condition(run.condition) as flapper:
-            out = getattr(self, f"_{run.kind}")(run, folder)
+            self.flapper = flapper
+            if flapper is not None and run.kind != "paced":
+                flapper.begin()  # a paced run begins the flapping once its stream is sending
+            try:
+                out = getattr(self, f"_{run.kind}")(run, folder)
+            finally:
+                self.flapper = None
         self.topo.check_delay()
         if flapper is not None:
             out["flaps"] = [b - a for a, b in flapper.downs]
+            out["flap_windows"] = [list(w) for w in flapper.windows]
         return out
 
     # -- servers ---------------------------------------------------------------------------
@@ -71,8 +79,22 @@ class Runner:
         return json.loads(out.read_text())
 
     def _client(self, *args, timeout: float) -> None:
-        res = subprocess.run(["ip", "netns", "exec", self.topo.client, *_endpoint(*args)], capture_output=True,
-                             text=True, timeout=timeout)
+        cmd = ["ip", "netns", "exec", self.topo.client, *_endpoint(*args)]
+        if self.flapper is not None and args[0] == "paced":
+            # the stream's start is the flapper's clock: the client says "sending" first
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            try:
+                proc.stdout.readline()
+                self.flapper.begin()
+                _, err = proc.communicate(timeout=timeout)
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
+            if proc.returncode != 0:
+                raise RuntimeError(f"endpoint {args[0]} failed: {err.strip()[-400:]}")
+            return
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if res.returncode != 0:
             raise RuntimeError(f"endpoint {args[0]} failed: {res.stderr.strip()[-400:]}")
 
@@ -111,9 +133,11 @@ class Runner:
         if p["frame_size"]:
             cmd += ["-l", p["frame_size"]]
         drops = self.topo.queue_drops(p["path"]), self.topo.receiver_drops()
+        recoveries = self.topo.tcp_recoveries()
         res = subprocess.run(["ip", "netns", "exec", self.topo.client, *map(str, cmd)], capture_output=True,
                              text=True, timeout=self.spec.duration_s * 3 + 30)
         drops = self.topo.queue_drops(p["path"]) - drops[0], self.topo.receiver_drops() - drops[1]
+        recoveries = self.topo.tcp_recoveries() - recoveries
         self.topo.lab.stop(srv)
         (folder / "iperf3.json").write_text(res.stdout)
         try:
@@ -122,8 +146,11 @@ class Runner:
             raise RuntimeError(f"iperf3 printed no JSON: {res.stderr.strip()[-300:]}") from None
         # loss = the configured drop + the bottleneck queue's drops (a sender stalled by a busy
         # host catches up in a burst) + the receiver's (a stalled iperf3 server's full buffer)
+        # loss_events (TCP): the sender's fast recoveries, the congestion signals Mathis' p counts
+        # (`loss` counts retransmitted segments); not a published metric
+        extra = {"loss_events": float(recoveries)} if p["protocol"] == "tcp" else {}
         return {"metrics": {**metrics.iperf3(doc, self.mss, self.zero_loss_rule), "queue_drops": float(drops[0]),
-                            "receiver_drops": float(drops[1])}}
+                            "receiver_drops": float(drops[1]), **extra}}
 
     def _own_bulk(self, run: Run, folder: Path) -> dict:
         p = run.params

@@ -83,6 +83,17 @@ class Topology:
         out = sh(*in_ns(self.client, "tc", "-s", "qdisc", "show", "dev", self.devs[path][0]), check=False).stdout
         return sum(int(n) for n in re.findall(r"dropped (\d+)", out))
 
+    def tcp_recoveries(self) -> int:
+        """Fast recoveries the client namespace's TCP has entered so far (TcpExt
+        TCPSackRecovery + TCPRenoRecovery in its /proc/net/netstat): congestion signals, each
+        one window reduction however many segments it lost (a dropped GSO packet loses several)."""
+        out = sh(*in_ns(self.client, "cat", "/proc/net/netstat"), check=False).stdout
+        rows = [line.split() for line in out.splitlines() if line.startswith("TcpExt:")][:2]
+        if len(rows) < 2:
+            return 0
+        ext = dict(zip(*rows))
+        return int(ext.get("TCPSackRecovery", 0)) + int(ext.get("TCPRenoRecovery", 0))
+
     def receiver_drops(self) -> int:
         """UDP datagrams the server namespace's sockets dropped so far (receive buffer
         full: a receiver stalled by a busy host), from its /proc/net/snmp."""
