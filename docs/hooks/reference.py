@@ -37,21 +37,11 @@ DASHBOARDS_MARKER = "<!-- dashboards -->"
 
 def project_modules(root: Path):
     """(config module, schemas package) of the checkout at `root`: the one place this hook
-    imports flowlake. The config module moves from flowlake.config to flowlake.base.config;
-    both are tried. schemas/ is the package flowlake.schemas once installed, else the
+    imports flowlake (the configuration is flowlake.base.config). schemas/ is the package flowlake.schemas once installed, else the
     top-level folder of the checkout."""
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    config = None
-    for name in ("flowlake.base.config", "flowlake.config"):
-        try:
-            config = importlib.import_module(name)
-            break
-        except ModuleNotFoundError as exc:
-            if exc.name not in (name, name.rpartition(".")[0]):
-                raise  # a dependency is missing, not the module moved
-    if config is None:
-        raise ModuleNotFoundError("neither flowlake.base.config nor flowlake.config")
+    config = importlib.import_module("flowlake.base.config")
     try:
         schemas = importlib.import_module("flowlake.schemas")
         if not Path(schemas.__file__).resolve().is_relative_to(root):
