@@ -10,6 +10,7 @@ import sys
 import click
 
 from flowlake.base import quick_exit
+from flowlake.base.config import ConfigError
 
 # name -> (module:attribute, one-line help). Each attribute is a click command or group.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -91,7 +92,7 @@ def main(verbose: int) -> None:
     Configuration: flowlake.toml, overridden by FLOWLAKE_* environment variables
     (`flowlake config` shows the result).
     """
-    from flowlake.base import logs
+    from flowlake.base import logs  # noqa: PLC0415  (start-up: flowlake --help)
 
     logs.setup(verbose)
 
@@ -99,8 +100,6 @@ def main(verbose: int) -> None:
 
 
 def run() -> None:
-    from flowlake.base.config import ConfigError
-
     try:
         main(standalone_mode=True)
     except SystemExit as exc:

@@ -13,10 +13,22 @@ import time
 
 import click
 
+from flowlake import importer as archive
 from flowlake.base import config as _config
 from flowlake import components
+from flowlake.base import spark_cluster
 from flowlake.base.process import port_open
+from flowlake.jobs import rdns
+from flowlake.jobs.query.status import status as query_status
+from flowlake.pipelines.retention import disk, report
 from flowlake.tables import process_table
+
+from .collectors import health, nfcapd, sampling
+from .collectors.lab.status import status as lab_status
+from .collectors.snmp import service as snmp_service
+from .jobs import pinger_regions
+from .pipelines import hour_close, ingest, ingest_lag, lake_check
+from .pipelines.alerts import notify_status as ns, service as alerts_service
 
 log = logging.getLogger("flowlake.stack")
 
@@ -28,8 +40,6 @@ def order(cfg=None) -> list[str]:
 
 def up_stack(cfg=None, with_superset: bool = True) -> dict:
     """Start every enabled component that does not run, in the registry's order."""
-    from flowlake.pipelines.retention import disk
-
     cfg = cfg or _config.get()
     steps = [c for c in components.all_components(cfg) if c.enabled()]
     if not with_superset:
@@ -39,8 +49,6 @@ def up_stack(cfg=None, with_superset: bool = True) -> dict:
         click.echo(f"  {', '.join(paused)} paused by the disk guard (disk below retention.disk_floor_pct)", err=True)
         steps = [c for c in steps if c.name not in paused]
     if cfg.spark.master == "cluster":  # the ingest runs on this home's Spark cluster: start it first
-        from flowlake.base import spark_cluster
-
         info = spark_cluster.up(cfg)
         click.echo(f"  cluster   {info['master']} (master pid {info['master_pid']}, "
                    f"{len(info['worker_pids'])} workers)", err=True)
@@ -62,8 +70,6 @@ def down_stack(cfg=None) -> None:
     comps = components.all_components(cfg)
     for comp in [c for c in comps if c.name == "retention"] + [c for c in reversed(comps) if c.name != "retention"]:
         if comp.name == "kafka" and cfg.spark.master == "cluster":
-            from flowlake.base import spark_cluster
-
             spark_cluster.down(cfg)
         comp.stop()
 
@@ -73,9 +79,6 @@ def component_state(cfg, name: str) -> dict:
 
 
 def counts(cfg) -> dict:
-    from .collectors import nfcapd
-    from .pipelines import ingest, ingest_lag
-
     out: dict = {"nfcapd": nfcapd.received(cfg), "spool": nfcapd.spool_usage(cfg),
                  "collector_rejected": nfcapd.rejected(cfg)}
     shipper_state = cfg.path("state", "shipper.json")
@@ -89,7 +92,6 @@ def counts(cfg) -> dict:
     out["compaction"] = compaction_status(cfg)
     out["ingest"] = ingest_lag.status(cfg)
     q_files = list((cfg.lake / "quarantine" / "nfcapd").glob("*.reason")) if cfg.lake.exists() else []
-    from .pipelines import lake_check
 
     out["quarantined"] = {
         "nfcapd_files": len(q_files),
@@ -106,14 +108,10 @@ def counts(cfg) -> dict:
 
 def import_counts(cfg) -> dict:
     """`flowlake import`: files and flows imported over the ledger's life, the last run's state."""
-    from flowlake import importer as archive
-
     return archive.status(cfg)
 
 
 def compaction_status(cfg) -> dict:
-    from .pipelines import hour_close
-
     try:
         return hour_close.status(cfg)
     except Exception as exc:  # status must never crash on a damaged state file
@@ -124,7 +122,7 @@ def kafka_offsets(cfg) -> dict:
     """End offsets per topic (transaction markers included: an upper bound on messages)."""
     if not port_open(cfg.kafka.host, cfg.kafka.port):
         return {}
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415  (start-up: confluent_kafka)
 
     consumer = Consumer({**cfg.kafka_client_conf(), "group.id": "flowlake-status", "enable.auto.commit": False})
     out = {}
@@ -146,24 +144,17 @@ def kafka_offsets(cfg) -> dict:
 
 
 def retention_paused(cfg) -> list[str]:
-    from flowlake.pipelines.retention import disk
-
     return (disk.paused(cfg) or {}).get("components", [])
 
 
 def retention_status(cfg) -> dict:
-    from flowlake.pipelines.retention import report
-
     return report.status_summary(cfg)
 
 
 def status_dict(cfg=None) -> dict:
-    from .collectors import health
-
     cfg = cfg or _config.get()
     paused = retention_paused(cfg)
     comps = {c.name: c.state(paused) for c in components.all_components(cfg)}
-    from .collectors import sampling
 
     return {"home": str(cfg.home_dir), "components": comps, "counts": counts(cfg), "sampling": sampling.status(cfg),
             "retention": retention_status(cfg), "query": _query_status(cfg),
@@ -175,8 +166,6 @@ def status_dict(cfg=None) -> dict:
 
 def notify_status(cfg) -> dict:
     """Alert notifications per channel: sent, failed, retrying, dropped; the last `notify test`."""
-    from .pipelines.alerts import notify_status as ns
-
     try:
         return ns.status(cfg)
     except Exception as exc:  # status must never crash on a damaged state file
@@ -185,8 +174,6 @@ def notify_status(cfg) -> dict:
 
 def snmp_status(cfg) -> dict:
     """The SNMP poller per exporter and flow coverage warnings (collectors/snmp)."""
-    from .collectors.snmp import service as snmp_service
-
     try:
         return snmp_service.status(cfg)
     except Exception as exc:  # status must never crash on a damaged poller state
@@ -194,21 +181,15 @@ def snmp_status(cfg) -> dict:
 
 
 def _pinger_status(cfg) -> dict:
-    from .jobs import pinger_regions
-
     return pinger_regions.status(cfg)
 
 
 def _lab_status(cfg) -> dict:
-    from .collectors.lab.status import status as lab_status
-
     return lab_status(cfg)
 
 
 def _rdns_status(cfg) -> dict:
     """Reverse DNS of the remote_domains report: cache size and bound, the last report's counts."""
-    from flowlake.jobs import rdns
-
     try:
         return rdns.status(cfg)
     except (OSError, ValueError) as exc:  # status must never crash on a bad config or cache
@@ -229,7 +210,7 @@ def _print_rdns(console, r: dict) -> None:
 
 
 def enrich_status(cfg) -> dict:
-    from .pipelines.enrich import status as enrich
+    from .pipelines.enrich import status as enrich  # noqa: PLC0415  (start-up: numpy, pyarrow)
 
     try:
         return enrich.status(cfg)
@@ -239,8 +220,6 @@ def enrich_status(cfg) -> dict:
 
 def alerts_status(cfg) -> dict:
     """The alerts service, open alerts by severity, its lag (pipelines/alerts/service.py)."""
-    from .pipelines.alerts import service as alerts_service
-
     try:
         return alerts_service.status(cfg)
     except Exception as exc:  # status must never crash on a bad alerts table
@@ -248,8 +227,6 @@ def alerts_status(cfg) -> dict:
 
 
 def _query_status(cfg) -> dict:
-    from flowlake.jobs.query.status import status as query_status
-
     try:
         return query_status(cfg)
     except (OSError, ValueError) as exc:  # status must never crash on a bad config or lake
@@ -257,8 +234,6 @@ def _query_status(cfg) -> dict:
 
 
 def _print_exporters(console, exporters: dict) -> None:
-    from .collectors import health
-
     if exporters["exporters"]:
         console.print(health.status_table(exporters))
     if exporters["silent"]:
@@ -268,8 +243,6 @@ def _print_exporters(console, exporters: dict) -> None:
 
 def cluster_state(cfg) -> dict:
     """The Spark standalone cluster of this home, if one was started ({} otherwise)."""
-    from flowlake.base import spark_cluster
-
     return spark_cluster.status(cfg)
 
 
@@ -310,7 +283,7 @@ def down() -> None:
 
 def ingest_table(lag: dict):
     """The ingest's lag behind Kafka and its rate, per topic (pipelines/ingest_lag.py)."""
-    from rich.table import Table
+    from rich.table import Table  # noqa: PLC0415  (start-up: rich)
 
     t = Table(title="ingest: lag behind Kafka and rate")
     for col in ("topic", "offsets behind", "flows behind (est.)", "flows/s last min", "flows/s busy", "flows/msg"):
@@ -349,8 +322,8 @@ def status(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(st, indent=2, default=str))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # noqa: PLC0415  (start-up: rich)
+    from rich.table import Table  # noqa: PLC0415  (start-up: rich)
 
     console = Console()
     console.print(process_table(f"flowlake stack ({st['home']})", "component", st["components"]))
@@ -384,7 +357,6 @@ def status(as_json: bool) -> None:
     q = c["quarantined"]
     ct.add_row("quarantined", f"{q['kafka_messages']:,} msgs", f"{q['nfcapd_files']} nfcapd files")
     console.print(ct)
-    from .collectors import sampling
 
     sampling.print_status(console, st["sampling"])
     qs = st["query"]
@@ -403,39 +375,32 @@ def status(as_json: bool) -> None:
             if sv["running"] else ("not running: commands start cold (`flowlake up` starts it)" if sv["enabled"]
                                    else "off ([query] server = false)")))
     _print_exporters(console, st["exporters"])
-    from .collectors.snmp import service as snmp_service
 
     if "error" in st["snmp"]:
         console.print(f"[bold red]SNMP poller status: {st['snmp']['error']}[/]")
     else:
         snmp_service.print_status(console, st["snmp"])
-    from .jobs import pinger_regions
 
     console.print(pinger_regions.status_line(st["pinger"]))
     _print_rdns(console, st["rdns"])
     if "open_by_severity" in st["alerts"] or not st["alerts"].get("enabled"):
-        from .pipelines.alerts import service as alerts_service
-
         alerts_service.print_status(console, st["alerts"])
     if st.get("cluster"):
-        from .cluster import print_status
+        from .cluster import print_status  # noqa: PLC0415  (start-up: flowlake status)
 
         print_status(st["cluster"], console)
     console.print(ingest_table(c.get("ingest", {})))
     if st["lab"]:
         console.print(st["lab"]["line"])
     if "error" not in st["enrich"]:
-        from .pipelines.enrich import status as enrich
+        from .pipelines.enrich import status as enrich  # noqa: PLC0415  (start-up: numpy, pyarrow)
 
         enrich.print_status(console, st["enrich"])
     if c["spool"].get("warning"):
         console.print(f"[bold red]WARNING: {c['spool']['warning']}[/]")
-    from flowlake.pipelines.retention import report
 
     report.render_status(console, st["retention"])
     if "error" in st["notify"]:
         console.print(f"[bold red]notifications: status unavailable: {st['notify']['error']}[/]")
     else:
-        from .pipelines.alerts import notify_status as ns
-
         ns.render(console, st["notify"])
