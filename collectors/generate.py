@@ -6,6 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 import click
 
+from flowlake.base import config
+
 _DUR = re.compile(r"(\d+(?:\.\d+)?)([dhms])")
 _UNIT = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 
@@ -82,10 +84,9 @@ def generate(protocol, target, start, duration, flows, rate, speedup, max_rate, 
       flowlake generate --start 2026-11-20 --duration 24h --flows 2000000 \\
           --truth day.parquet --active-dir var/active
     """
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415  (start-up: rich)
 
-    from flowlake.base import config
-    from flowlake.collectors.traffic import api, exporter
+    from flowlake.collectors.traffic import api, exporter  # noqa: PLC0415  (start-up: numpy, scipy)
 
     cfg = config.get()
     try:

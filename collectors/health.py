@@ -15,6 +15,9 @@ import time
 from pathlib import Path
 
 from flowlake.base import config as _config
+from flowlake.schemas.health import EXPORTER_HEALTH_RECORD
+
+from .schema_files import write_schema
 
 
 def state_file(cfg) -> Path:
@@ -23,10 +26,6 @@ def state_file(cfg) -> Path:
 
 def shipper_args(cfg) -> list[str]:
     """The shipper's health flags (schema written where it reads it)."""
-    from flowlake.schemas.health import EXPORTER_HEALTH_RECORD
-
-    from .schema_files import write_schema
-
     h = cfg.health
     path, fingerprint = write_schema(cfg, EXPORTER_HEALTH_RECORD, "exporter_health.avsc")
     return ["--health-topic", cfg.kafka.health_topic, "--health-schema", str(path),
@@ -91,8 +90,8 @@ def _age(seconds: float) -> str:
 
 def status_table(health: dict):
     """The exporters as a rich Table for `flowlake status` (fits 80 columns; `--json` has all)."""
-    from rich import box
-    from rich.table import Table
+    from rich import box  # noqa: PLC0415  (start-up: rich)
+    from rich.table import Table  # noqa: PLC0415  (start-up: rich)
 
     t = Table(title=f"exporters ({len(health['exporters'])}; silent after {health['silent_after_seconds']:g} s, "
                     f"{health['forgotten']} forgotten after {health['forget_after_seconds']:g} s)",

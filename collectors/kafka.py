@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 from flowlake.base import config as _config
 from flowlake.base.component import Component
 from flowlake.base.process import Managed, port_open, wait_until
+from flowlake.collectors import kafka_retention as retention
 
 log = logging.getLogger(__name__)
 JARS = _config.REPO_ROOT / ".jars" / "kafka"
@@ -187,12 +189,11 @@ def start(cfg=None, timeout: float = 90.0) -> int:
 
 def ensure_topics(cfg=None, timeout: float = 60.0) -> None:
     """Create flows.v1, active.v1, flows.dlq, health.v1 and the shipper ledger topic if missing."""
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # noqa: PLC0415  (start-up: confluent_kafka)
 
     cfg = cfg or _config.get()
     k = cfg.kafka
     admin = AdminClient(cfg.kafka_client_conf())
-    from flowlake.collectors import kafka_retention as retention
 
     bounded = {t: retention.topic_configs(cfg, n) for t, n in retention.data_topics(cfg).items()}
     wanted = {
@@ -237,9 +238,7 @@ def end_offsets(cfg, consumer, topic: str, isolation: str, settle: float = 5.0,
     after that holds it back for good, and its records are not readable anyway.
     The queries go through `consumer`, which then has the topic's metadata to start from.
     """
-    import time
-
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415  (start-up: confluent_kafka)
 
     def ends(c) -> dict[int, int]:
         return {tp.partition: c.get_watermark_offsets(tp, timeout=timeout)[1] for tp in tps}

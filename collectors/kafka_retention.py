@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 
+from flowlake.base.disk import disk_bytes, human
+
 log = logging.getLogger("flowlake.retention")
 MIB, GIB = 1 << 20, 1 << 30
 
@@ -33,7 +35,6 @@ def topic_configs(cfg, partitions: int) -> dict[str, str]:
 def limit_text(cfg) -> str:
     r = cfg.retention
     hours = f"{r.kafka_hours} h" if int(r.kafka_hours) > 0 else "no time limit"
-    from flowlake.base.disk import human
 
     size = f"{human(int(r.kafka_bytes))}/topic" if int(r.kafka_bytes) > 0 else "no size limit"
     return f"{hours}, {size}"
@@ -42,7 +43,7 @@ def limit_text(cfg) -> str:
 def apply(cfg, admin=None, dry_run: bool = False) -> dict[str, dict]:
     """Set the retention configs on existing data topics (incremental: other settings
     stay). Returns {topic: {"set": configs, "was": previous values}}."""
-    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource  # noqa: PLC0415  (start-up: confluent_kafka)
 
     admin = admin or AdminClient(cfg.kafka_client_conf())
     current = describe(cfg, admin)
@@ -66,7 +67,7 @@ def apply(cfg, admin=None, dry_run: bool = False) -> dict[str, dict]:
 
 def describe(cfg, admin=None) -> dict[str, dict]:
     """Current retention settings of the data topics: {topic: {config: value}}."""
-    from confluent_kafka.admin import AdminClient, ConfigResource
+    from confluent_kafka.admin import AdminClient, ConfigResource  # noqa: PLC0415  (start-up: confluent_kafka)
 
     admin = admin or AdminClient(cfg.kafka_client_conf())
     existing = admin.list_topics(timeout=10).topics
@@ -81,8 +82,6 @@ def describe(cfg, admin=None) -> dict[str, dict]:
 
 def local_bytes(cfg) -> dict[str, int]:
     """Bytes the local broker holds per data topic (its log folders under home)."""
-    from flowlake.base.disk import disk_bytes
-
     data = cfg.path("kafka", "data")
     out = {t: 0 for t in data_topics(cfg)}
     if data.is_dir():

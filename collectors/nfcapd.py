@@ -72,9 +72,7 @@ def recover_orphans(spool: Path) -> list[Path]:
         if pid.isdigit() and Path(f"/proc/{pid}").exists():
             continue  # a live nfcapd owns it
         stamp = orphan.stat().st_mtime
-        import time as _time
-
-        name = "nfcapd." + _time.strftime("%Y%m%d%H%M%S", _time.gmtime(stamp)) + f".recovered{pid}"
+        name = "nfcapd." + time.strftime("%Y%m%d%H%M%S", time.gmtime(stamp)) + f".recovered{pid}"
         target = orphan.with_name(name)
         orphan.rename(target)
         out.append(target)

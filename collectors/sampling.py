@@ -32,7 +32,7 @@ from pathlib import Path
 from flowlake.base import config as _config
 from flowlake.base.gobuild import SHIPPER
 from flowlake.base.component import Component
-from flowlake.base.process import Managed
+from flowlake.base.process import Managed, wait_until
 
 KEYS = ("sampling", "force_sampling")
 log = logging.getLogger("flowlake.sampling")
@@ -118,8 +118,6 @@ def tap_argv(cfg=None) -> list[str]:
 
 def start(cfg=None, timeout: float = 20.0) -> int | None:
     """Start the tap before nfcapd, so no announcement is missed. None when switched off."""
-    from flowlake.base.process import wait_until
-
     cfg = cfg or _config.get()
     warning = legacy_warning(cfg)
     if warning:
@@ -186,7 +184,7 @@ def times_status(cfg) -> dict:
 
 def print_status(console, st: dict) -> None:
     """The sampling table of `flowlake status`."""
-    from rich.table import Table
+    from rich.table import Table  # noqa: PLC0415  (start-up: rich)
 
     t = Table(title="sampling per exporter")
     for col in ("exporter", "flows", "unknown rate", "rates in use (rate: flows)", "announced samplers"):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 def write_schema(cfg, record, filename: str) -> tuple[Path, str]:
     """Write a record's Avro schema where the binary reads it: (path, fingerprint hex)."""
-    from flowlake.schemas import avro
+    from flowlake.schemas import avro  # noqa: PLC0415  (start-up: flowlake status)
 
     path = cfg.path("state", filename)
     text = record.avro_json()

@@ -22,6 +22,7 @@ from flowlake.base.gobuild import SHIPPER, go_binary  # noqa: F401 - go_binary u
 from flowlake.base.process import wait_until
 from flowlake.collectors import sampling
 from flowlake.collectors import kafka
+from flowlake.schemas import FLOW
 
 from . import health
 from .schema_files import write_schema  # noqa: F401  (re-exported: ship.write_schema)
@@ -47,8 +48,6 @@ def quarantine_dir(cfg) -> Path:
 
 def schema_args(cfg) -> list[str]:
     """Write the FLOW Avro schema where the binary reads it; return its flags."""
-    from flowlake.schemas import FLOW
-
     path, fingerprint = write_schema(cfg, FLOW, "flow.avsc")
     return ["--schema", str(path), "--fingerprint", fingerprint]
 
@@ -137,7 +136,7 @@ class ShipperRun:
 def read_ledger(cfg=None, timeout: float = 30.0, topic: str | None = None) -> dict[str, dict]:
     """Files in the ledger topic (read_committed): {file: {"flows", "packets", ...}}.
     `topic`: another compacted ledger of JSON values (the lab's)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415  (start-up: confluent_kafka)
 
     cfg = cfg or _config.get()
     topic = topic or cfg.kafka.ledger_topic
@@ -199,8 +198,8 @@ use `flowlake import PATH...` (files known by content, beside the live shipper).
 def ship(files: tuple[Path, ...], pending: bool, force: bool, build_only: bool) -> None:
     """Ship nfcapd files to Kafka (FlowBatch messages, or one Avro record per flow with
     shipper.message_format = "avro"), exactly once per file."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.console import Console  # noqa: PLC0415  (start-up: rich)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415  (start-up: rich)
 
     if build_only:
         path = build_binary(force=True)

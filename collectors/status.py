@@ -2,11 +2,13 @@
 poller, the lab. `sections()` feeds `status --json` and `/metrics`; `render()` prints."""
 from __future__ import annotations
 
+from . import health, sampling
+from .lab.status import status as lab_status
+from .snmp import service as snmp_service
+
 
 def _snmp(cfg) -> dict:
     """The SNMP poller per exporter and flow coverage warnings (collectors/snmp)."""
-    from .snmp import service as snmp_service
-
     try:
         return snmp_service.status(cfg)
     except Exception as exc:  # status must never crash on a damaged poller state
@@ -14,17 +16,11 @@ def _snmp(cfg) -> dict:
 
 
 def sections(cfg) -> dict:
-    from . import health, sampling
-    from .lab.status import status as lab_status
-
     return {"sampling": sampling.status(cfg), "exporters": health.status(cfg), "snmp": _snmp(cfg),
             "lab": lab_status(cfg)}
 
 
 def render(console, st: dict) -> None:
-    from . import health, sampling
-    from .snmp import service as snmp_service
-
     sampling.print_status(console, st["sampling"])
     exporters = st["exporters"]
     if exporters["exporters"]:

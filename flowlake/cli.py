@@ -13,6 +13,7 @@ from flowlake.base import quick_exit
 from flowlake.collectors.commands import COMMANDS as COLLECTOR_COMMANDS
 from flowlake.jobs.commands import COMMANDS as JOB_COMMANDS
 from flowlake.pipelines.commands import COMMANDS as PIPELINE_COMMANDS
+from flowlake.base.config import ConfigError
 
 # name -> (module:attribute, one-line help). Each attribute is a click command or group.
 # Each stage owns its commands (collectors/commands.py, pipelines/commands.py,
@@ -80,7 +81,7 @@ def main(verbose: int) -> None:
     Configuration: flowlake.toml, overridden by FLOWLAKE_* environment variables
     (`flowlake config` shows the result).
     """
-    from flowlake.base import logs
+    from flowlake.base import logs  # noqa: PLC0415  (start-up: flowlake --help)
 
     logs.setup(verbose)
 
@@ -88,8 +89,6 @@ def main(verbose: int) -> None:
 
 
 def run() -> None:
-    from flowlake.base.config import ConfigError
-
     try:
         main(standalone_mode=True)
     except SystemExit as exc:

@@ -7,6 +7,9 @@ import json
 import click
 
 from flowlake.base import config as _config
+from flowlake.base import spark_cluster
+
+from .tables import process_table
 
 
 @click.group()
@@ -39,8 +42,6 @@ def up_cmd(workers: int | None) -> None:
     Idempotent: starts only what is not running. Ports: [cluster] port and webui_port
     (0 picks free ones; the choice is kept in $FLOWLAKE_HOME/cluster/cluster.json).
     """
-    from flowlake.base import spark_cluster
-
     cfg = _config.get()
     try:
         info = spark_cluster.up(cfg, workers)
@@ -55,8 +56,6 @@ def up_cmd(workers: int | None) -> None:
 @cluster.command("down")
 def down_cmd() -> None:
     """Stop the workers, then the master (running applications lose their executors)."""
-    from flowlake.base import spark_cluster
-
     stopped = spark_cluster.down(_config.get())
     click.echo(f"stopped: {', '.join(stopped) or 'nothing was running'}", err=True)
 
@@ -66,8 +65,6 @@ def down_cmd() -> None:
 def status_cmd(as_json: bool) -> None:
     """Master and workers (state, pid, port), cores and memory in use, running
     applications, and the cluster's disk use (each bounded; see flowlake.toml)."""
-    from flowlake.base import spark_cluster
-
     st = spark_cluster.status(_config.get())
     if as_json:
         click.echo(json.dumps(st, indent=2))
@@ -75,15 +72,13 @@ def status_cmd(as_json: bool) -> None:
     if not st:
         click.echo("no Spark cluster under this FLOWLAKE_HOME (`flowlake cluster up` starts one)")
         return
-    from rich.console import Console
+    from rich.console import Console  # noqa: PLC0415  (start-up: rich)
 
     print_status(st, Console())
 
 
 def print_status(st: dict, console) -> None:
     """The cluster's tables; also part of `flowlake status`."""
-    from .tables import process_table
-
     console.print(process_table(f"Spark cluster {st['master'] or ''}", "process", st["processes"]))
     d = st["disk"]
     apps = ", ".join(f"{a['name']} ({a['cores']} cores)" for a in st["active_apps"]) or "none"

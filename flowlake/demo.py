@@ -16,6 +16,10 @@ import click
 
 from flowlake.base import config as _config
 
+from . import stack, superset_cli
+from .collectors import nfcapd
+from .pipelines import ingest
+
 
 def _yesterday() -> str:
     return (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
@@ -23,9 +27,6 @@ def _yesterday() -> str:
 
 def wait_for_lake(cfg, expect_flows: int, timeout: float, progress=None) -> dict:
     """Until the lake holds every flow nfcapd received (all files rotated and shipped)."""
-    from .collectors import nfcapd
-    from .pipelines import ingest
-
     deadline = time.monotonic() + timeout
     while True:
         received = nfcapd.received(cfg)["flows"]
@@ -59,11 +60,10 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, no_superset: boo
 
     Stop everything with `flowlake down`.
     """
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.console import Console  # noqa: PLC0415  (start-up: rich)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415  (start-up: rich)
 
-    from . import stack
-    from .collectors.traffic import api as traffic
+    from .collectors.traffic import api as traffic  # noqa: PLC0415  (start-up: numpy, scipy)
 
     console = Console(stderr=True)
     cfg = _config.get()
@@ -83,8 +83,6 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, no_superset: boo
         raise click.ClickException(str(exc)) from None
 
     console.rule(f"[bold]2. a day of border traffic ({flows:,} flows, {protocol}) for {day}")
-    from .collectors import nfcapd
-    from .pipelines import ingest
 
     already = nfcapd.received(cfg)["flows"]
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -128,7 +126,6 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, no_superset: boo
     url = None
     if not no_superset:
         console.rule("[bold]6. Superset")
-        from . import superset_cli
 
         superset_cli.provision(cfg)
         superset_cli.start(cfg)

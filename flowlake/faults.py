@@ -21,7 +21,10 @@ import threading
 import time
 from pathlib import Path
 
+from flowlake import components, stack
+from flowlake.base import config
 from flowlake.base.faultpoints import point  # noqa: F401  (re-exported: faults.point(name))
+from flowlake.base.ports import private_env
 
 COMPONENTS = ("nfcapd", "shipper", "kafka", "ingest")
 
@@ -46,7 +49,7 @@ def lake_per_file(lake: Path) -> dict[str, tuple[int, int, int]]:
     """(flows, packets, bytes) per nfcapd file in the lake, packets and bytes as the
     routers sent them (divided by sampling_rate: nfcapd writes v9 wire counts). Read while
     the stack's compactor may swap hours: a connection that reruns a read a swap broke."""
-    from flowlake.pipelines.lake import duckdb_connect
+    from flowlake.pipelines.lake import duckdb_connect  # noqa: PLC0415  (start-up: duckdb)
 
     if not list((lake / "flows").rglob("*.parquet")):
         return {}
@@ -58,7 +61,7 @@ def lake_per_file(lake: Path) -> dict[str, tuple[int, int, int]]:
 
 
 def lake_duplicates(lake: Path) -> int:
-    from flowlake.pipelines.lake import duckdb_connect
+    from flowlake.pipelines.lake import duckdb_connect  # noqa: PLC0415  (start-up: duckdb)
 
     if not list((lake / "flows").rglob("*.parquet")):
         return 0
@@ -70,7 +73,7 @@ def lake_duplicates(lake: Path) -> int:
 def lake_health(lake: Path) -> tuple[int, int]:
     """Exporter health rows (issue 20) ride in the files' transactions: (flows they count,
     (file, exporter) pairs written more than once)."""
-    import duckdb
+    import duckdb  # noqa: PLC0415  (start-up: duckdb)
 
     if not list((lake / "exporter_health").rglob("*.parquet")):
         return 0, 0
@@ -113,12 +116,9 @@ def compare(cfg) -> dict:
 
 def run(flows: int, faults: int, seed: int, send_seconds: float, settle_timeout: float, log=print) -> dict:
     home = Path(tempfile.mkdtemp(prefix="flowlake-faults-"))
-    from flowlake.base.ports import private_env
 
     os.environ.update(private_env(home))
-    from flowlake.base import config
-    from flowlake import components, stack
-    from .collectors.traffic import api as traffic
+    from .collectors.traffic import api as traffic  # noqa: PLC0415  (start-up: numpy, scipy)
 
     config.reset()
     cfg = config.get()

@@ -23,12 +23,20 @@ from pathlib import Path
 
 import click
 
+from flowlake.base import config, spark as spark_factory
+from flowlake.base.config import Section
 from flowlake.collectors.active import pinger
+from flowlake.collectors.active.parsers import iperf3 as iperf3_parser
 from flowlake.collectors.active.parsers.ping import PING_REPLY
+from flowlake.collectors.active.publish import publish as to_kafka
 from flowlake.collectors.active.result import make
 
 
+from flowlake.collectors.lab.leftovers import owners_dir
 from flowlake.collectors.lab.netns import Namespaces, free_udp_port, sh as _sh, signals_raise, tc_rate_bps
+from flowlake.jobs import bulk_impact, bulk_transfers
+from flowlake.jobs.context import JobContext
+from flowlake.schemas import FLOWS_TABLE, registry
 
 
 class Lab(Namespaces):
@@ -120,8 +128,6 @@ def nfdump_flows(spool: Path) -> list[dict]:
 def run_lab(seconds: int = 30, rate: str = "50mbit", lake: Path | None = None, cfg=None,
             progress=None, publish: bool = False) -> dict:
     """Run the whole lab; return the figures (and where the lab lake is)."""
-    from flowlake.base import config
-
     if os.geteuid() != 0:
         raise click.ClickException("the lab needs root (network namespaces, tc)")
     for tool in ("ip", "tc", "softflowd", "softflowctl", "nfcapd", "nfdump", "iperf3", "ping"):
@@ -133,7 +139,6 @@ def run_lab(seconds: int = 30, rate: str = "50mbit", lake: Path | None = None, c
     cfg = cfg or config.get()
     work = Path(tempfile.mkdtemp(prefix="bulk-impact-", dir=cfg.path("tmp") if _mk(cfg.path("tmp")) else None))
     lake = Path(lake).resolve() if lake else cfg.path("lab", work.name, "lake")
-    from flowlake.collectors.lab.leftovers import owners_dir
 
     lab = Lab(rate, record=owners_dir(cfg) / f"{os.getpid()}.json")
     step = progress or (lambda msg: None)
@@ -143,8 +148,6 @@ def run_lab(seconds: int = 30, rate: str = "50mbit", lake: Path | None = None, c
         finally:
             lab.close()
     if publish:
-        from flowlake.collectors.active.publish import publish as to_kafka
-
         step("publishing the active results to Kafka")
         try:
             to_kafka(tests, cfg)
@@ -188,7 +191,6 @@ def _run_in_namespaces(lab: Lab, work: Path, seconds: int, step) -> tuple[list, 
     (work / "iperf3.json").write_text(iperf_out)
     tests = ping_windows(ping_out, lab.addr_b, source_file=str(work / "ping.txt"))
     try:
-        from flowlake.collectors.active.parsers import iperf3 as iperf3_parser
         tests += iperf3_parser.parse(str(work / "iperf3.json"), iperf_out)
     except Exception:  # noqa: BLE001 - a failed bulk run still leaves the RTT picture
         pass
@@ -213,8 +215,6 @@ class _LabConfig:
 
     @property
     def active(self):
-        from flowlake.base.config import Section
-
         values = self._cfg.active.as_dict()
         if self._link:
             values["default_interface_speed_bps"] = self._link
@@ -227,11 +227,6 @@ class _LabConfig:
 def analyse(flows: list[dict], tests: list[dict], lake: Path, cfg, target: str,
             link_bps: float | None = None) -> dict:
     """Write flows and tests into a lake, run bulk_transfers + bulk_impact, read the figures."""
-    from flowlake.base import spark as spark_factory
-    from flowlake.jobs import bulk_impact, bulk_transfers
-    from flowlake.jobs.context import JobContext
-    from flowlake.schemas import FLOWS_TABLE, registry
-
     spark = spark_factory.session("flowlake-lab", cfg=cfg)
     lake.mkdir(parents=True, exist_ok=True)
     active_rows = []
@@ -298,7 +293,7 @@ def bulk_impact_cmd(seconds, rate, lake, as_json, publish):
       flowlake lab bulk-impact                       30 s at 50 Mbit/s
       flowlake lab bulk-impact --seconds 20 --rate 20mbit --json
     """
-    from rich.console import Console
+    from rich.console import Console  # noqa: PLC0415  (start-up: rich)
 
     console = Console(stderr=True)
     with console.status("lab") as status:

@@ -19,9 +19,12 @@ from pathlib import Path
 
 import click
 
+from flowlake import components
 from flowlake.base import config as _config
 
-from flowlake.collectors import ship
+from flowlake.base.process import port_open
+from flowlake.collectors import kafka, ship
+from flowlake.pipelines import retention
 
 
 def state_file(cfg) -> Path:
@@ -64,10 +67,6 @@ def status(cfg) -> dict:
 # ---- what the import needs running ----------------------------------------------------
 def ensure_services(cfg, console) -> list[str]:
     """Start Kafka (local broker) and the ingest if they are not running; name them."""
-    from flowlake import components
-    from flowlake.collectors import kafka
-    from flowlake.base.process import port_open
-
     started = []
     if cfg.kafka.bootstrap:
         host, _, port = cfg.kafka.bootstrap.split(",")[0].rpartition(":")
@@ -91,9 +90,7 @@ def ensure_services(cfg, console) -> list[str]:
 # ---- waiting for the lake -------------------------------------------------------------
 def kafka_high_watermarks(cfg) -> dict[int, int]:
     """End of the flows topic now (commit markers included): the imported flows lie before it."""
-    from confluent_kafka import Consumer
-
-    from flowlake.collectors import kafka
+    from confluent_kafka import Consumer  # noqa: PLC0415  (start-up: confluent_kafka)
 
     consumer = Consumer({**cfg.kafka_client_conf(), "group.id": "flowlake-import", "enable.auto.commit": False})
     try:
@@ -138,8 +135,6 @@ def wait_for_ingest(cfg, target: dict[int, int], timeout: float, progress=None) 
 def day_warnings(cfg, days: list[dt.date]) -> list[str]:
     """Days older than [retention] flows_days: imported, but the next retention run
     removes their raw flows again (they survive as rollups only)."""
-    from flowlake.pipelines import retention
-
     expired = retention.expired_dates(cfg, days)
     if not expired:
         return []
@@ -171,8 +166,8 @@ def named_days(paths) -> list[dt.date]:
 # ---- reports ---------------------------------------------------------------------------
 def rebuild_reports(cfg, days: list[dt.date], console, names: tuple[str, ...] = ()) -> list[str]:
     """The report jobs (all, or `names`) for each day, in one Spark session; returns failures."""
-    from flowlake.base import spark as spark_factory
-    from flowlake.jobs import runner
+    from flowlake.base import spark as spark_factory  # noqa: PLC0415  (start-up: flowlake status)
+    from flowlake.jobs import runner  # noqa: PLC0415  (start-up: flowlake status)
 
     found = runner.discover()
     unknown = [n for n in names if n not in found]
@@ -236,7 +231,7 @@ imported date (as `flowlake jobs run --date D`).
 @click.option("--throttle", type=int, default=0, hidden=True, help="Testing: at most this many flows/s.")
 def import_cmd(paths: tuple[Path, ...], no_reports: bool, jobs: tuple[str, ...], throttle: int) -> None:
     """Import nfcapd files and whole nfdump/NfSen archive trees into the lake."""
-    from rich.console import Console
+    from rich.console import Console  # noqa: PLC0415  (start-up: rich)
 
     cfg = _config.get()
     console = Console(stderr=True, soft_wrap=True)
@@ -268,7 +263,7 @@ def import_cmd(paths: tuple[Path, ...], no_reports: bool, jobs: tuple[str, ...],
 
 def run_import(cfg, paths, console, throttle: int = 0) -> dict:
     """Run the Go importer with a progress bar; return its totals."""
-    from rich.progress import (BarColumn, Progress, TextColumn, TimeElapsedColumn,
+    from rich.progress import (BarColumn, Progress, TextColumn, TimeElapsedColumn,  # noqa: PLC0415  (start-up: rich)
                                TimeRemainingColumn)
 
     argv = import_argv(cfg, paths, throttle)
@@ -322,7 +317,7 @@ def _size(path: str) -> int:
 
 
 def show_summary(result: dict, console) -> None:
-    from rich.table import Table
+    from rich.table import Table  # noqa: PLC0415  (start-up: rich)
 
     t = Table(title="flows imported per day (UTC, by flow start)")
     t.add_column("date")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import click
 
-from flowlake import components
+from flowlake import components, stack
 from flowlake.base import config as _config
 from flowlake.base.component import Component, Sample, numeric_samples
 from flowlake.base.process import python_argv, wait_until
@@ -29,8 +29,6 @@ PREFIX = "flowlake_"
 def samples(cfg) -> list[Sample]:
     """Every sample of one scrape. A component whose status fails is reported as
     `flowlake_status_error{component}` = 1 instead of breaking the scrape."""
-    from flowlake import stack
-
     out: list[Sample] = []
     paused = stack.retention_paused(cfg)
     for comp in components.all_components(cfg):
@@ -58,8 +56,8 @@ def samples(cfg) -> list[Sample]:
 
 def exposition(cfg) -> bytes:
     """The Prometheus text format of one scrape (prometheus_client's own encoder)."""
-    from prometheus_client import CollectorRegistry, generate_latest
-    from prometheus_client.core import GaugeMetricFamily
+    from prometheus_client import CollectorRegistry, generate_latest  # noqa: PLC0415  (start-up: prometheus_client)
+    from prometheus_client.core import GaugeMetricFamily  # noqa: PLC0415  (start-up: prometheus_client)
 
     class Collector:
         def collect(self):
@@ -81,7 +79,7 @@ def exposition(cfg) -> bytes:
 
 
 def serve(cfg, stop: threading.Event | None = None) -> None:
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: PLC0415  (start-up: flowlake status)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 (http.server's name)

@@ -5,6 +5,10 @@ import json
 
 import click
 
+from flowlake import retention_service as daemon
+from flowlake.base import config
+from flowlake.pipelines.retention import report, run
+
 EPILOG = """
 \b
 Examples:
@@ -41,11 +45,7 @@ def retention(dry_run: bool, as_json: bool, serve: bool) -> None:
     Prints a table per tier: its limit, what it holds (units, size, oldest day) and
     what goes (units, bytes freed), then the units themselves with the reason.
     """
-    from rich.console import Console
-
-    from flowlake.base import config
-    from flowlake import retention_service as daemon
-    from flowlake.pipelines.retention import report, run
+    from rich.console import Console  # noqa: PLC0415  (start-up: rich)
 
     cfg = config.get()
     if serve:

@@ -16,7 +16,7 @@ import time
 from flowlake import components
 from flowlake.base.component import Component
 from flowlake.base.process import python_argv, wait_until
-from flowlake.pipelines.retention import disk
+from flowlake.pipelines.retention import disk, report, run
 
 log = logging.getLogger("flowlake.retention")
 CHECK_SECONDS = 2.0
@@ -51,8 +51,6 @@ def resume(cfg, u: disk.Usage) -> None:
 
 
 def one_pass(cfg) -> None:
-    from flowlake.pipelines.retention import run
-
     try:
         p = run.plan(cfg, kafka_apply=True)
         if p.expire:
@@ -110,6 +108,4 @@ class Retention(Component):
         return pid
 
     def status(self) -> dict:
-        from flowlake.pipelines.retention import report
-
         return report.status_summary(self.cfg)

@@ -6,6 +6,8 @@ import json
 
 import click
 
+from flowlake.base import config
+
 
 @click.command()
 @click.argument("view", type=click.Choice(["avro", "spark", "markdown", "sql", "list", "arrow", "formats"]))
@@ -21,7 +23,7 @@ def schema(view: str, name: str | None) -> None:
       flowlake schema formats           # wire formats of the flows topic, by version
       flowlake schema arrow Flow        # the columns of a FlowBatch message
     """
-    from flowlake.schemas import messages, registry
+    from flowlake.schemas import messages, registry  # noqa: PLC0415  (start-up: flowlake config)
 
     if view == "formats":
         click.echo(messages.markdown())
@@ -51,8 +53,6 @@ def schema(view: str, name: str | None) -> None:
 def config_cmd() -> None:
     """Print the effective configuration as JSON (file + FLOWLAKE_* overrides); passwords and
     secrets show only whether they are set."""
-    from flowlake.base import config
-
     cfg = config.get()
     data = {k: _masked(v) if isinstance(v, dict) else v for k, v in cfg.as_dict().items()}
     click.echo(json.dumps({"source": str(cfg.source) if cfg.source else None, **data}, indent=2))

@@ -13,9 +13,18 @@ import time
 
 import click
 
-from flowlake.base import config as _config
 from flowlake import components
+from flowlake import importer as archive
+from flowlake.base import config as _config
+from flowlake.base import spark_cluster
 from flowlake.base.process import port_open
+from flowlake.cluster import print_status
+from flowlake.collectors import nfcapd
+from flowlake.collectors import status as collectors_status
+from flowlake.jobs import status as jobs_status
+from flowlake.pipelines import hour_close, ingest, ingest_lag, lake_check
+from flowlake.pipelines import status as pipelines_status
+from flowlake.pipelines.retention import disk
 from flowlake.tables import process_table
 
 log = logging.getLogger("flowlake.stack")
@@ -28,8 +37,6 @@ def order(cfg=None) -> list[str]:
 
 def up_stack(cfg=None, with_superset: bool = True) -> dict:
     """Start every enabled component that does not run, in the registry's order."""
-    from flowlake.pipelines.retention import disk
-
     cfg = cfg or _config.get()
     steps = [c for c in components.all_components(cfg) if c.enabled()]
     if not with_superset:
@@ -39,8 +46,6 @@ def up_stack(cfg=None, with_superset: bool = True) -> dict:
         click.echo(f"  {', '.join(paused)} paused by the disk guard (disk below retention.disk_floor_pct)", err=True)
         steps = [c for c in steps if c.name not in paused]
     if cfg.spark.master == "cluster":  # the ingest runs on this home's Spark cluster: start it first
-        from flowlake.base import spark_cluster
-
         info = spark_cluster.up(cfg)
         click.echo(f"  cluster   {info['master']} (master pid {info['master_pid']}, "
                    f"{len(info['worker_pids'])} workers)", err=True)
@@ -62,8 +67,6 @@ def down_stack(cfg=None) -> None:
     comps = components.all_components(cfg)
     for comp in [c for c in comps if c.name == "retention"] + [c for c in reversed(comps) if c.name != "retention"]:
         if comp.name == "kafka" and cfg.spark.master == "cluster":
-            from flowlake.base import spark_cluster
-
             spark_cluster.down(cfg)
         comp.stop()
 
@@ -73,9 +76,6 @@ def component_state(cfg, name: str) -> dict:
 
 
 def counts(cfg) -> dict:
-    from .collectors import nfcapd
-    from .pipelines import ingest, ingest_lag
-
     out: dict = {"nfcapd": nfcapd.received(cfg), "spool": nfcapd.spool_usage(cfg),
                  "collector_rejected": nfcapd.rejected(cfg)}
     shipper_state = cfg.path("state", "shipper.json")
@@ -89,8 +89,6 @@ def counts(cfg) -> dict:
     out["compaction"] = compaction_status(cfg)
     out["ingest"] = ingest_lag.status(cfg)
     q_files = list((cfg.lake / "quarantine" / "nfcapd").glob("*.reason")) if cfg.lake.exists() else []
-    from .pipelines import lake_check
-
     out["quarantined"] = {
         "nfcapd_files": len(q_files),
         "lake_files": lake_check.quarantined(cfg.lake),
@@ -106,14 +104,10 @@ def counts(cfg) -> dict:
 
 def import_counts(cfg) -> dict:
     """`flowlake import`: files and flows imported over the ledger's life, the last run's state."""
-    from flowlake import importer as archive
-
     return archive.status(cfg)
 
 
 def compaction_status(cfg) -> dict:
-    from .pipelines import hour_close
-
     try:
         return hour_close.status(cfg)
     except Exception as exc:  # status must never crash on a damaged state file
@@ -124,7 +118,7 @@ def kafka_offsets(cfg) -> dict:
     """End offsets per topic (transaction markers included: an upper bound on messages)."""
     if not port_open(cfg.kafka.host, cfg.kafka.port):
         return {}
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415  (start-up: confluent_kafka)
 
     consumer = Consumer({**cfg.kafka_client_conf(), "group.id": "flowlake-status", "enable.auto.commit": False})
     out = {}
@@ -146,8 +140,6 @@ def kafka_offsets(cfg) -> dict:
 
 
 def retention_paused(cfg) -> list[str]:
-    from flowlake.pipelines.retention import disk
-
     return (disk.paused(cfg) or {}).get("components", [])
 
 
@@ -156,10 +148,6 @@ def status_dict(cfg=None) -> dict:
     """Everything `flowlake status --json` shows: the components (the registry), the flows
     counted at every stage, and each stage's own sections (collectors/status.py,
     pipelines/status.py, jobs/status.py)."""
-    from flowlake.collectors import status as collectors_status
-    from flowlake.jobs import status as jobs_status
-    from flowlake.pipelines import status as pipelines_status
-
     cfg = cfg or _config.get()
     paused = retention_paused(cfg)
     comps = {c.name: c.state(paused) for c in components.all_components(cfg)}
@@ -179,8 +167,6 @@ def status_dict(cfg=None) -> dict:
 
 def cluster_state(cfg) -> dict:
     """The Spark standalone cluster of this home, if one was started ({} otherwise)."""
-    from flowlake.base import spark_cluster
-
     return spark_cluster.status(cfg)
 
 
@@ -246,8 +232,8 @@ def status(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(st, indent=2, default=str))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # noqa: PLC0415  (start-up: rich, for the table only)
+    from rich.table import Table  # noqa: PLC0415  (start-up: rich)
 
     console = Console()
     console.print(process_table(f"flowlake stack ({st['home']})", "component", st["components"]))
@@ -281,16 +267,10 @@ def status(as_json: bool) -> None:
     q = c["quarantined"]
     ct.add_row("quarantined", f"{q['kafka_messages']:,} msgs", f"{q['nfcapd_files']} nfcapd files")
     console.print(ct)
-    from flowlake.collectors import status as collectors_status
-    from flowlake.jobs import status as jobs_status
-    from flowlake.pipelines import status as pipelines_status
-
     collectors_status.render(console, st)
     pipelines_status.render(console, st)
     jobs_status.render(console, st)
     if st.get("cluster"):
-        from .cluster import print_status
-
         print_status(st["cluster"], console)
     if c["spool"].get("warning"):
         console.print(f"[bold red]WARNING: {c['spool']['warning']}[/]")

@@ -24,13 +24,15 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+import urllib.request
 from pathlib import Path
 
 import click
 
+from flowlake.base import config
 from flowlake.base.component import Component
 from flowlake.base.config import REPO_ROOT
-from flowlake.base.process import Managed
+from flowlake.base.process import Managed, wait_until
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +100,6 @@ def superset_env(cfg) -> dict:
 
 
 def _managed(cfg):
-    from flowlake.base.process import Managed
-
     return Managed("superset", cfg.path("run"), cfg.path("log"))
 
 
@@ -143,8 +143,6 @@ def bootstrap(cfg) -> None:
 
 
 def healthy(cfg) -> bool:
-    import urllib.request
-
     try:
         with urllib.request.urlopen(url(cfg) + "/health", timeout=3) as resp:
             return resp.status == 200 and resp.read().strip() == b"OK"
@@ -167,8 +165,6 @@ def provisioned(cfg) -> bool:
 
 def start(cfg, timeout: float = START_TIMEOUT) -> dict:
     """Start Superset (gunicorn) in the background; return when /health answers."""
-    from flowlake.base.process import wait_until
-
     proc = _managed(cfg)
     if proc.running() and healthy(cfg):
         return credentials(cfg)
@@ -260,7 +256,7 @@ def warm(cfg, timeout_s: float = 180) -> dict:
     Returns {slug: seconds, or None if not every chart finished within timeout_s}; needs
     Playwright and Debian's chromium (as the tests do)."""
     try:
-        from playwright.sync_api import TimeoutError as PlaywrightTimeout, sync_playwright
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout, sync_playwright  # noqa: PLC0415  (optional: Playwright, only for superset warm)
     except ImportError:
         raise click.ClickException("superset warm needs Playwright (pip install playwright; `make setup` does)") from None
     if not Path(CHROMIUM).exists():
@@ -324,8 +320,6 @@ def superset() -> None:
 
 
 def _cfg():
-    from flowlake.base import config
-
     return config.get()
 
 
@@ -356,7 +350,7 @@ def provision_cmd() -> None:
     Example:
       flowlake superset provision
     """
-    from rich.console import Console
+    from rich.console import Console  # noqa: PLC0415  (start-up: rich)
 
     console = Console(stderr=True)
     with console.status("building and importing the Superset bundle..."):
@@ -415,7 +409,7 @@ def start_cmd(foreground: bool) -> None:
     Example:
       FLOWLAKE_SUPERSET_PORT=8089 flowlake superset start
     """
-    from rich.console import Console
+    from rich.console import Console  # noqa: PLC0415  (start-up: rich)
 
     cfg = _cfg()
     if foreground:

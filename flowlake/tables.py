@@ -4,7 +4,7 @@ from __future__ import annotations
 
 def process_table(title: str, kind: str, procs: dict):
     """A rich table of processes: name, state (coloured), pid, port."""
-    from rich.table import Table
+    from rich.table import Table  # noqa: PLC0415  (start-up: rich)
 
     t = Table(title=title)
     for col in (kind, "state", "pid", "port"):

@@ -23,7 +23,7 @@ LOSS_BANDS = ((0.001, "0-0.1%"), (0.01, "0.1-1%"), (0.025, "1-2.5%"), (0.05, "2.
 def rtt_tests(active, keep: tuple = ()):
     """Active records that are ping-style RTT tests, with the metrics as columns (and the
     active columns named in keep, e.g. source)."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     m = F.col("metrics")
     return (active.where((F.col("test_type") == "rtt") & m.getItem("sent").isNotNull())
@@ -36,7 +36,7 @@ def rtt_tests(active, keep: tuple = ()):
 
 
 def _band(col, bands, top):
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     expr = None
     for limit, label in bands:
@@ -46,7 +46,7 @@ def _band(col, bands, top):
 
 def summarise(active, mss_bytes: int, link_capacity_bps: float, zero_loss_rule: str = "upper_bound"):
     """active (ACTIVE rows) -> ACTIVE_SUMMARY rows (without date), hourly and daily."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     tests = rtt_tests(active)
     out = []

@@ -14,12 +14,16 @@ numpy and encrypted in one ECB call per chunk, so a day's distinct addresses tak
 """
 from __future__ import annotations
 
+import datetime as dt
+import functools
 import ipaddress
 import os
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 import click
+
+from flowlake.base import config
 
 ENV_KEY = "FLOWLAKE_ANON_KEY"
 ADDRESS_COLUMNS = ("src_addr", "dst_addr")
@@ -58,8 +62,8 @@ def load_key(key_file: str | Path | None) -> bytes:
 
 class CryptoPAn:
     def __init__(self, key: bytes):
-        import numpy as np  # imported here: `flowlake query` starts without it
-        from Cryptodome.Cipher import AES  # pycryptodomex, installed with yacryptopan
+        import numpy as np  # noqa: PLC0415  (start-up: numpy; `flowlake query` starts without it)
+        from Cryptodome.Cipher import AES  # noqa: PLC0415  (start-up: pycryptodomex, installed with yacryptopan)
 
         if len(key) != 32:
             raise KeyError_(f"key: need 32 bytes, got {len(key)}")
@@ -67,14 +71,14 @@ class CryptoPAn:
         self._pad = np.frombuffer(self._aes.encrypt(key[16:]), np.uint8)  # as Crypto-PAn: E(second half)
 
     def _first_bits(self, blocks):
-        import numpy as np
+        import numpy as np  # noqa: PLC0415  (start-up: numpy)
 
         out = np.frombuffer(self._aes.encrypt(np.ascontiguousarray(blocks).tobytes()), np.uint8)
         return out.reshape(blocks.shape)[..., 0] >> 7
 
     def v4(self, addrs):
         """uint32 addresses -> anonymised uint32 (reference Crypto-PAn)."""
-        import numpy as np
+        import numpy as np  # noqa: PLC0415  (start-up: numpy)
 
         addrs = addrs.astype(np.uint64)
         pos = np.arange(32, dtype=np.uint64)
@@ -91,7 +95,7 @@ class CryptoPAn:
 
     def v6(self, addrs):
         """(n, 16) network-order bytes -> anonymised (n, 16), as nfanon's anonymize_v6 on x86-64."""
-        import numpy as np
+        import numpy as np  # noqa: PLC0415  (start-up: numpy)
 
         # nfdump keeps an IPv6 address as uint64[2] in host order: bytes reversed per 8-byte half
         orig = addrs.reshape(-1, 2, 8)[:, :, ::-1].reshape(-1, 16)
@@ -119,7 +123,7 @@ class CryptoPAn:
             except ValueError:
                 continue
             (v4 if a.version == 4 else v6).append((v, a))
-        import numpy as np
+        import numpy as np  # noqa: PLC0415  (start-up: numpy)
 
         out: dict[str, str] = {}
         for i in range(0, len(v4), _CHUNK):
@@ -140,7 +144,7 @@ class CryptoPAn:
 def anonymise_table(table, cp: CryptoPAn, columns=ADDRESS_COLUMNS, list_columns=()):
     """pyarrow Table -> the same table (schema and order kept) with address columns anonymised;
     `list_columns` hold comma-separated addresses ("a,b,c"). Values that are not addresses stay."""
-    import pyarrow as pa
+    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
 
     for name in (*columns, *list_columns):
         if name not in table.column_names:
@@ -160,7 +164,7 @@ def anonymise_table(table, cp: CryptoPAn, columns=ADDRESS_COLUMNS, list_columns=
 def anonymise_day(lake: Path, date: str, out: Path, cp: CryptoPAn) -> tuple[int, int]:
     """lake/flows/date=D/**.parquet -> out/flows/date=D/** (same relative paths, same schema).
     File by file, so memory stays bounded by the largest file. Returns (files, rows)."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: pyarrow)
 
     src = Path(lake) / "flows" / f"date={date}"
     files = sorted(src.rglob("*.parquet"))
@@ -209,8 +213,6 @@ def _chunks(rows: Iterable[dict], size: int) -> Iterator[list[dict]]:
 def key_options(what: str):
     """`--anonymise` and `--key-file` for a command; it receives `key`: the key's bytes, or None
     without --anonymise. `what` completes the help: "Print/Write ... anonymised"."""
-    import functools
-
     def decorate(f):
         @click.option("--anonymise", "anonymise", is_flag=True,
                       help=f"{what} Crypto-PAn anonymised as nfanon does (key: --key-file or ${ENV_KEY}).")
@@ -231,8 +233,6 @@ def key_options(what: str):
 
 def query_options(f):
     """`--anonymise` and `--key-file` for a command; it receives `anon`, a rows -> rows function."""
-    import functools
-
     @key_options("Print src/dst addresses")
     @functools.wraps(f)
     def wrapper(*args, key, **kwargs):
@@ -261,10 +261,6 @@ def anonymise(key_file, date, out):
       flowlake anonymise --key-file anon.key --date 2026-11-25 --out /srv/share
       FLOWLAKE_ANON_KEY=... flowlake anonymise --date 2026-11-25 --out /srv/share
     """
-    import datetime as dt
-
-    from flowlake.base import config
-
     try:
         dt.date.fromisoformat(date)
     except ValueError:

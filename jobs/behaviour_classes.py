@@ -34,8 +34,8 @@ CONVERSATION = ("src_addr", "dst_addr", "src_port", "dst_port", "proto")
 
 def classify(flows, b):
     """flows (lake rows) -> the same rows + `class`. b: the [behaviour] config section."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+    from pyspark.sql import Window  # noqa: PLC0415  (start-up: pyspark)
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     secs = (F.unix_millis("time_end") - F.unix_millis("time_start")) / 1000.0
     df = (flows.withColumn("_d", secs)
@@ -67,7 +67,7 @@ def classify(flows, b):
 
 def per_class(classified):
     """classified flows -> BEHAVIOUR_CLASSES rows (without date), one per class, empty ones too."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     spark = classified.sparkSession
     hosts = (classified.select("class", F.col("src_addr").alias("h"))

@@ -36,7 +36,7 @@ import logging
 from flowlake.schemas.pinger import BEHAVIOUR_NEEDS
 
 from .active_summary import rtt_tests
-from .behaviour_classes import CLASSES
+from .behaviour_classes import CLASSES, classify
 
 log = logging.getLogger(__name__)
 NAME = "behaviour_needs"
@@ -61,7 +61,7 @@ MATCH_DDL = "addr string, target string, exact boolean"
 
 def paths(active):
     """Per target: tests, latency_ms (median RTT / 2), jitter_ms, loss_pct of the day's RTT tests."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     return (rtt_tests(active).groupBy("target")
             .agg(F.count("*").cast("long").alias("tests"),
@@ -92,7 +92,7 @@ def target_networks(targets, prefix_v4: int, prefix_v6: int) -> tuple[dict, list
 def address_matcher(nets: dict, prefix_v4: int, prefix_v6: int):
     """mapInArrow function: batches of `addr` -> (addr, target, exact) for every tested
     network the address lies in (exact: it is the target address itself)."""
-    import pyarrow as pa
+    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
 
     shift = {4: 32 - int(prefix_v4), 6: 128 - int(prefix_v6)}
     schema = pa.schema([("addr", pa.string()), ("target", pa.string()), ("exact", pa.bool_())])
@@ -117,7 +117,7 @@ def address_matcher(nets: dict, prefix_v4: int, prefix_v6: int):
 def class_paths(classified, nets: dict, prefix_v4: int, prefix_v6: int):
     """classified flows (class, src_addr, dst_addr, bytes) -> per class and tested target:
     flows, address_flows (an end is the target itself) and bytes, by the module's rule."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     pairs = (classified.groupBy("class", "src_addr", "dst_addr")
              .agg(F.count("*").cast("long").alias("n"), F.sum("bytes").cast("long").alias("b")))
@@ -137,7 +137,7 @@ def class_paths(classified, nets: dict, prefix_v4: int, prefix_v6: int):
 def needs(class_flows, on_paths, measured):
     """class_flows (class, class_flows), on_paths (class_paths rows), measured (paths rows)
     -> BEHAVIOUR_NEEDS rows without date: one per class and path carrying its flows."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     spark = measured.sparkSession
     table = spark.createDataFrame([(c, *NEEDS[c]) for c in CLASSES],
@@ -162,14 +162,12 @@ def needs(class_flows, on_paths, measured):
 
 
 def run(ctx) -> None:
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     b = ctx.cfg.behaviour
     v4, v6 = int(b.needs_prefix_v4), int(b.needs_prefix_v6)
     classified = ctx.shared.get("behaviour_flows")
     if classified is None:  # run alone: classify again
-        from .behaviour_classes import classify
-
         classified = classify(ctx.flows(), b)
     measured = paths(ctx.active()).cache()
     try:

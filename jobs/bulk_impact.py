@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from flowlake.schemas.active_reports import BULK_IMPACT, BULK_IMPACT_THROUGHPUT
 
+from .active_summary import rtt_tests
+
 NAME = "bulk_impact"
 TABLES = (BULK_IMPACT, BULK_IMPACT_THROUGHPUT)
 DEPENDS = ("bulk_transfers",)
@@ -22,7 +24,7 @@ DEPENDS = ("bulk_transfers",)
 
 def mark_loaded(tests, bulk):
     """tests (target,start,end,...) + bulk (time_start,time_end) -> tests with boolean `loaded`."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     b = bulk.select(F.col("time_start").alias("b_start"), F.col("time_end").alias("b_end"))
     t = tests.withColumn("_tid", F.monotonically_increasing_id())
@@ -49,9 +51,9 @@ def holm(pvalues):
 
 
 def _stats(pdf):
-    import numpy as np
-    import pandas as pd
-    from scipy.stats import mannwhitneyu
+    import numpy as np  # noqa: PLC0415  (start-up: numpy)
+    import pandas as pd  # noqa: PLC0415  (start-up: pandas)
+    from scipy.stats import mannwhitneyu  # noqa: PLC0415  (start-up: scipy)
 
     row = {"target": pdf["target"].iloc[0]}
     sides = {}
@@ -98,9 +100,7 @@ def impact(active, bulk, alpha: float = 0.05, min_rtt_ms: float = 1.0):
     rows), and this keeps Python UDFs (and a worker interpreter that must import
     flowlake) out of the job.
     """
-    import pandas as pd
-
-    from .active_summary import rtt_tests
+    import pandas as pd  # noqa: PLC0415  (start-up: pandas)
 
     tests = mark_loaded(rtt_tests(active), bulk).select(
         "target", "loaded", "sent", "received", "rtt_avg_ms", "jitter_ms")
@@ -119,7 +119,7 @@ def impact(active, bulk, alpha: float = 0.05, min_rtt_ms: float = 1.0):
 
 def throughput_vs_cross(active, flows, bulk):
     """Throughput tests + the day's flows -> BULK_IMPACT_THROUGHPUT rows (without date)."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     m = F.col("metrics")
     t = (active.where((F.col("test_type") == "throughput") & m.getItem("throughput_bps").isNotNull())

@@ -20,7 +20,7 @@ TABLES = (BULK_TRANSFERS,)
 def classify(flows, min_bytes: int, min_duration_s: float, min_rate_bps: float, ports,
              port_min_bytes: int, speeds=(), default_speed_bps: float = 1e9):
     """flows (FLOWS_TABLE rows) -> BULK_TRANSFERS rows (without date)."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     ports = [int(p) for p in ports]
     dur = (F.col("time_end").cast("double") - F.col("time_start").cast("double"))

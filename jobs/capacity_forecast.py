@@ -11,8 +11,11 @@ import math
 
 import numpy as np
 
+from flowlake.pipelines import duck
 from flowlake.schemas.rollups import CAPACITY_FORECAST
 from flowlake.pipelines.interface_speeds import speed_of  # noqa: F401  (shared with the stream's volume detector)
+
+from .bulk_transfers import parse_speeds
 
 NAME = "capacity_forecast"
 TABLES = (CAPACITY_FORECAST,)
@@ -27,7 +30,7 @@ def crossing(days: np.ndarray, values: np.ndarray, limit: float) -> int | None:
 def forecast(day_numbers: np.ndarray, p95: np.ndarray, speed_bps: float, threshold: float,
              min_days: int, horizon_days: int) -> dict:
     """One series: day_numbers (days since the epoch, ascending) and daily p95 in bit/s."""
-    import statsmodels.api as sm
+    import statsmodels.api as sm  # noqa: PLC0415  (start-up: statsmodels)
 
     out = {"days": int(len(p95)), "p95_bps": float(p95[-1]), "speed_bps": float(speed_bps), "threshold": threshold,
            "trend_bps": None, "growth_bps_per_day": None, "growth_low": None, "growth_high": None,
@@ -61,10 +64,7 @@ def forecast(day_numbers: np.ndarray, p95: np.ndarray, speed_bps: float, thresho
 
 
 def run(ctx) -> None:
-    import pandas as pd
-
-    from flowlake.pipelines import duck
-    from .bulk_transfers import parse_speeds
+    import pandas as pd  # noqa: PLC0415  (start-up: pandas)
 
     cfg = ctx.cfg
     r = cfg.rollups

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flowlake.base.lake_files import replace_partition  # noqa: F401  (jobs write through ctx.write)
+from flowlake.pipelines import lake_check
+from flowlake.pipelines.lake_snapshot import Snapshot
+from flowlake.schemas import FLOWS_TABLE, registry
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +31,6 @@ class JobContext:
 
     def lake_snapshot(self):
         if self.snapshot is None:
-            from flowlake.pipelines.lake_snapshot import Snapshot
-
             self.snapshot = Snapshot(self.lake)
         return self.snapshot
 
@@ -40,24 +41,16 @@ class JobContext:
 
     def flows(self, date: dt.date | None = None):
         """Flows whose time_start falls on `date` (UTC), partition-pruned; empty frame if none."""
-        from flowlake.schemas import FLOWS_TABLE
-
         return self._read_partitioned("flows", FLOWS_TABLE, date or self.date)
 
     def active(self, date: dt.date | None = None):
-        from flowlake.schemas import registry
-
         return self._read_partitioned("active", registry()["active"], date or self.date)
 
     def report(self, table: str, date: dt.date | None = None):
         """A report table for one date (e.g. yesterday's top talkers for rank change)."""
-        from flowlake.schemas import registry
-
         return self._read_partitioned(f"reports/{table}", registry()[table], date or self.date)
 
     def _read_partitioned(self, rel: str, record, date: dt.date):
-        from flowlake.pipelines import lake_check
-
         base = self.lake / rel
         part = base / f"date={date.isoformat()}"
         schema = record.spark_schema()
@@ -72,8 +65,6 @@ class JobContext:
     # ---- writing -------------------------------------------------------------------
     def write(self, df, table: str) -> int:
         """Replace lake/reports/<table>/date=<date>/ with df (columns as declared)."""
-        from flowlake.schemas import registry
-
         record = registry().get(table)
         if record is not None:
             cols = [n for n in record.names if n != "date"]
@@ -86,8 +77,6 @@ class JobContext:
     def write_duckdb(self, con, query: str, table: str) -> int:
         """Replace lake/reports/<table>/date=<date>/ with the rows of a DuckDB query
         (columns cast to the declared types; one zstd Parquet file, no Spark involved)."""
-        from flowlake.schemas import registry
-
         cols = [(n, t) for n, t in registry()[table].sql_columns() if n != "date"]
         select = ", ".join(f'CAST("{n}" AS {t}) AS "{n}"' for n, t in cols)
 

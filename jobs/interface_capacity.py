@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from flowlake.schemas.snmp import FLOW_COVERAGE, INTERFACE_UTILISATION
+from flowlake.pipelines import duck
+from flowlake.schemas.snmp import FLOW_COVERAGE, INTERFACE_COUNTERS, INTERFACE_UTILISATION
 
 NAME = "interface_capacity"
 TABLES = (INTERFACE_UTILISATION, FLOW_COVERAGE)
@@ -114,8 +115,6 @@ def coverage_sql(buckets: str, flows: str | None) -> str:
 
 
 def run(ctx) -> None:
-    from flowlake.pipelines import duck
-
     con = duck.connect(ctx.cfg)
     # a poll just after midnight covers the day's last minutes: read the next day's files too
     files = [f for d in (ctx.date, ctx.date + dt.timedelta(days=1))
@@ -124,8 +123,6 @@ def run(ctx) -> None:
         con.execute(f"""CREATE OR REPLACE TEMP VIEW counters AS
             SELECT * FROM read_parquet({duck.sql_list(files)}, union_by_name = true)""")
     else:  # no SNMP polling: the tables get an empty partition for the day
-        from flowlake.schemas.snmp import INTERFACE_COUNTERS
-
         cols = ", ".join(f'NULL::{t} AS "{n}"' for n, t in INTERFACE_COUNTERS.sql_columns())
         con.execute(f"CREATE OR REPLACE TEMP VIEW counters AS SELECT {cols} WHERE false")
     con.execute(f"CREATE OR REPLACE TEMP TABLE buckets AS {buckets_sql('counters', ctx.date)}")

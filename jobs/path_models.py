@@ -20,7 +20,7 @@ SIZE_KEYS = ("message_size_bytes", "size_bytes", "message_size")
 
 
 def points(active):
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     p, m = F.col("parameters"), F.col("metrics")
     size = F.coalesce(*[p.getItem(k) for k in SIZE_KEYS]).cast("double")
@@ -31,7 +31,7 @@ def points(active):
 
 def fit(active):
     """active -> PATH_MODELS rows (without date); paths with < 2 distinct sizes are left out."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     g = points(active).groupBy("path").agg(
         F.count("*").alias("points"), F.sum("x").alias("sx"), F.sum("y").alias("sy"),

@@ -86,7 +86,7 @@ def bands_of(cfg, metric: str) -> tuple[list[float], list[str]]:
 
 def band(col, edges, names):
     """Spark column: the band name of col (null stays null)."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     expr = F.when(col.isNull(), F.lit(None).cast("string"))
     for edge, name in zip(edges, names):
@@ -96,7 +96,7 @@ def band(col, edges, names):
 
 def with_regions(spark, tests, regions: pinger_regions.Regions):
     """tests (rtt_tests rows + `source`) -> + src_region, dst_region; unknown hosts listed."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     rows = [(h, r["region"]) for h, r in regions.hosts.items()] or [("", pinger_regions.UNKNOWN)]
     m = spark.createDataFrame(rows, "host string, region string")
@@ -110,7 +110,7 @@ def with_regions(spark, tests, regions: pinger_regions.Regions):
 
 def unknown_hosts(tests, regions: pinger_regions.Regions) -> list[str]:
     """Hosts (sources and targets) of the tests that the regions file does not map."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     hosts = tests.select(F.col("source").alias("h")).union(tests.select(F.col("target").alias("h"))).distinct()
     return sorted({r.h or "" for r in hosts.collect() if (r.h or "").strip().lower() not in regions.hosts})
@@ -118,7 +118,7 @@ def unknown_hosts(tests, regions: pinger_regions.Regions) -> list[str]:
 
 def matrix(tests, cfg, mss_bytes: int, zero_loss_rule: str):
     """tests (with src_region, dst_region, period, month) -> PINGER_MATRIX rows without date."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     g = (tests.groupBy("period", "month", "src_region", "dst_region")
          .agg(F.count("*").cast("long").alias("samples"),
@@ -148,7 +148,7 @@ def matrix(tests, cfg, mss_bytes: int, zero_loss_rule: str):
 
 def month_tests(ctx):
     """RTT tests of the report date (period 'day') and of its month up to it ('month')."""
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     day = ctx.date
     first = day.replace(day=1)

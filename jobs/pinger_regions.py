@@ -80,7 +80,7 @@ def status(cfg) -> dict:
         days = sorted(p for p in (cfg.lake / "active").glob("date=*") if any(p.rglob("*.parquet")))
         if not days:
             return out
-        import pyarrow.dataset as ds
+        import pyarrow.dataset as ds  # noqa: PLC0415  (start-up: pyarrow)
 
         table = ds.dataset(str(days[-1]), format="parquet").to_table(columns=["source", "destination"])
         hosts = {h for col in ("source", "destination") for h in table.column(col).to_pylist() if h}

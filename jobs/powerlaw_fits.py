@@ -16,6 +16,7 @@ import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from flowlake.pipelines import port_map
 from flowlake.schemas.powerlaw import POWERLAW_FITS
 
 from . import common
@@ -70,9 +71,9 @@ def value_counts(classified: DataFrame) -> DataFrame:
 # ---- fitting one window (runs inside a Spark task) ---------------------------------------------
 def fit_group(task: dict, settings: dict) -> dict:
     """One output row (without date) from one window's value histogram."""
-    from flowlake.jobs.powerlaw import Sample, fit
-    from flowlake.jobs.powerlaw.bootstrap import bootstrap_p
-    from flowlake.jobs.powerlaw.compare import compare_all
+    from flowlake.jobs.powerlaw import Sample, fit  # noqa: PLC0415  (start-up: scipy)
+    from flowlake.jobs.powerlaw.bootstrap import bootstrap_p  # noqa: PLC0415  (start-up: scipy)
+    from flowlake.jobs.powerlaw.compare import compare_all  # noqa: PLC0415  (start-up: scipy)
 
     values = np.asarray(task["values"], dtype=np.float64)
     counts = np.asarray(task["counts"], dtype=np.int64)
@@ -117,7 +118,7 @@ def _finite(v):
 def build_tasks(rows) -> list[dict]:
     """Group collected (hour, class, metric, value, flows, bytes) rows into one task per
     hour window and one per day (hour None, the sum of the hours)."""
-    import pandas as pd
+    import pandas as pd  # noqa: PLC0415  (start-up: pandas)
 
     df = pd.DataFrame(rows, columns=["hour", "class", "metric", "value", "flows", "bytes"])
     if df.empty:
@@ -146,7 +147,7 @@ def fit_tasks(spark, tasks: list[dict], settings: dict) -> list[dict]:
         return []
     # biggest windows first so a long fit does not start last
     order = sorted(tasks, key=lambda t: -len(t["values"]))
-    from flowlake.jobs.powerlaw.bootstrap import python_workers_ready
+    from flowlake.jobs.powerlaw.bootstrap import python_workers_ready  # noqa: PLC0415  (start-up: scipy)
 
     sc = python_workers_ready(spark)
     # the histograms go to the workers once, as a broadcast: inside the tasks they made
@@ -164,8 +165,6 @@ def run(ctx) -> None:
     flows = common.shared_flows(ctx)
     apps: list[str] = []
     if settings["top_apps"] > 0:
-        from flowlake.pipelines import port_map
-
         flows = common.with_app(flows, port_map.from_config(ctx.cfg))
         apps = top_apps(flows, settings["top_apps"])
     counts = value_counts(classify(flows, apps))
@@ -179,7 +178,7 @@ def run(ctx) -> None:
 
 
 def _schema_without_date():
-    from pyspark.sql.types import StructType
+    from pyspark.sql.types import StructType  # noqa: PLC0415  (start-up: pyspark)
 
     full = POWERLAW_FITS.spark_schema()
     return StructType([f for f in full.fields if f.name != "date"])

@@ -148,9 +148,9 @@ def resolve(addresses: list[str], settings: Settings, cache_file: Path | None = 
 
 async def _lookup_all(addrs: list[str], s: Settings) -> dict[str, tuple[str | None, str, bool]]:
     """address -> (name, status, worth caching)."""
-    import dns.asyncresolver
-    import dns.exception
-    import dns.resolver
+    import dns.asyncresolver  # noqa: PLC0415  (start-up: dns)
+    import dns.exception  # noqa: PLC0415  (start-up: dns)
+    import dns.resolver  # noqa: PLC0415  (start-up: dns)
 
     resolver = dns.asyncresolver.Resolver(configure=not s.server)
     if s.server:
@@ -206,7 +206,7 @@ def split_name(name: str | None) -> tuple[str | None, str | None]:
     if not name:
         return None, None
     if _EXTRACT is None:
-        import tldextract
+        import tldextract  # noqa: PLC0415  (start-up: tldextract)
 
         _EXTRACT = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None, include_psl_private_domains=False)
     parts = _EXTRACT(name.rstrip(".").lower())

@@ -13,17 +13,18 @@ from pathlib import Path
 
 import click
 
+from flowlake.base import config
 from flowlake.jobs import anonymise
+from flowlake.jobs.query import output
+from flowlake.schemas import registry
 
 FORMATS = ("csv", "json", "parquet")
 
 
 def read_report(lake: Path, table: str, date: str):
     """lake/reports/<table>/date=D/ as a pyarrow Table in the declared column order, `date` included."""
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-
-    from flowlake.schemas import registry
+    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
+    import pyarrow.dataset as ds  # noqa: PLC0415  (start-up: pyarrow)
 
     record = registry().get(table)
     base = Path(lake) / "reports"
@@ -59,7 +60,7 @@ def not_addresses(t, one: list[str], lists: list[str]) -> set[str]:
 
 def _rows(t):
     """Rows as dicts, maps as dicts (pyarrow gives maps as lists of pairs)."""
-    import pyarrow as pa
+    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
 
     maps = {f.name for f in t.schema if pa.types.is_map(f.type)}
     for r in t.to_pylist():
@@ -67,9 +68,7 @@ def _rows(t):
 
 
 def write(t, fmt: str, out: Path | None) -> None:
-    import pyarrow.parquet as pq
-
-    from flowlake.jobs.query import output
+    import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: pyarrow)
 
     if out is None:
         output.stream(_rows(t), t.column_names, fmt, out=sys.stdout)
@@ -118,8 +117,6 @@ def export(table, date, out, fmt, key):
       flowlake reports export scanners --date 2026-11-25 --format json
       flowlake reports export top_talkers --date 2026-11-25 --anonymise --key-file anon.key --out share/top.parquet
     """
-    from flowlake.base import config
-
     try:
         dt.date.fromisoformat(date)
     except ValueError:

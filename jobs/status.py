@@ -3,11 +3,11 @@ the PingER regions, reverse DNS. `sections()` feeds `status --json` and `/metric
 `render()` prints."""
 from __future__ import annotations
 
+from . import pinger_regions, rdns
+from .query.status import status as query_status
+
 
 def sections(cfg) -> dict:
-    from . import pinger_regions, rdns
-    from .query.status import status as query_status
-
     out = {"pinger": pinger_regions.status(cfg)}
     for key, fn in (("query", query_status), ("rdns", rdns.status)):
         try:
@@ -31,8 +31,6 @@ def _print_rdns(console, r: dict) -> None:
 
 
 def render(console, st: dict) -> None:
-    from . import pinger_regions
-
     qs = st["query"]
     if "error" not in qs:
         console.print(f"flowlake query: engine {qs['engine']}" + (f" (DuckDB in the command, {qs['threads']} threads now)" if qs["engine"] == "local" else "")

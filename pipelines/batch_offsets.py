@@ -88,7 +88,7 @@ def read_range(conf: dict, r: Range, batch: int = 10000, stall_seconds: float = 
     read_committed skips aborted records and transaction markers, so the last message may
     come before `end`; the read is complete once the consumer's position reaches `end`.
     """
-    from confluent_kafka import Consumer, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, KafkaException, TopicPartition  # noqa: PLC0415  (start-up: confluent_kafka)
 
     c = Consumer({**conf, "group.id": "flowlake-ingest-fetch", "enable.auto.commit": False,
                   "isolation.level": "read_committed", "auto.offset.reset": "error",

@@ -28,7 +28,6 @@ Exactly once with the ingest:
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import os
 import re
@@ -38,7 +37,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import lake_lock
+from . import lake_lock, lake_snapshot
 
 log = logging.getLogger("flowlake.compact")
 
@@ -150,8 +149,8 @@ def sorted_reader(con, files: list[Path], sort: tuple[str, ...], batch_rows: int
 def write_sorted(reader, out_dir: Path, stamp: int, s: Settings, rows_per_file: int) -> list[Path]:
     """Write the batches as files c<stamp>-NNN.parquet of `rows_per_file` rows (whole row
     groups of s.row_group_rows), zstd at s.zstd_level, encodings as measured above."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
+    import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: pyarrow)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     target = pa.schema([pa.field(f.name, pa.timestamp("ms", tz="UTC"), f.nullable) if f.name in TIMESTAMPS else f
@@ -203,8 +202,8 @@ def written_now(hour: "Hour") -> list[Path]:
 def sorted_dictionaries(table):
     """String columns of SORTED_DICTIONARIES as dictionary arrays with a sorted dictionary:
     Parquet keeps the Arrow dictionary as the column chunk's dictionary page."""
-    import numpy as np
-    import pyarrow as pa
+    import numpy as np  # noqa: PLC0415  (start-up: numpy)
+    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
 
     for name in SORTED_DICTIONARIES:
         i = table.schema.get_field_index(name)
@@ -259,8 +258,6 @@ def retired_folders(lake: Path) -> list[tuple[Path, float]]:
 def expire_retired(lake: Path, table: str, grace_s: float, now: float | None = None) -> dict:
     """Delete retired folders older than the grace (the bound), once no pin in progress can
     still reach them (lake_snapshot.pins_settled); what is left, for status."""
-    from . import lake_snapshot
-
     now = time.time() if now is None else now
     base = retired_root(lake, table)
     out = {"removed": 0, "folders": 0, "bytes": 0}
@@ -287,7 +284,7 @@ def compact_hour(cfg, table_dir: Path, hour: Hour, done, s: Settings, con=None, 
     if not rewrite or (not force and all(COMPACT_FILE.match(p.name) for p in rewrite)):
         return None
     t0 = time.monotonic()
-    import duckdb
+    import duckdb  # noqa: PLC0415  (start-up: duckdb)
 
     con = con or duckdb.connect(config={"threads": 1, "memory_limit": "1GB"})
     stage = staging_root(cfg.lake, table_dir.name) / f"{hour.date}-{hour.hour:02d}-{uuid.uuid4().hex[:8]}"

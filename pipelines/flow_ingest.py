@@ -19,12 +19,19 @@ replaces its own files and never adds a second copy.
 from __future__ import annotations
 
 import datetime as dt
+import datetime as _dt
 import logging
 import os
 import time
 from pathlib import Path
 
+from flowlake.collectors.lab import tag as lab_tag
+from flowlake.collectors.lab.tag import registry_path
+from flowlake.pipelines.batch_offsets import read_range
 from flowlake.schemas.enrich import ENRICHMENT_NAMES
+
+from .batch_offsets import batch_ranges
+from .lake_writer import writer_for
 
 log = logging.getLogger("flowlake.ingest")
 
@@ -63,8 +70,8 @@ class HourFiles:
         self.write_seconds = 0.0  # Parquet encode + compress + write (the rest of a task is decode)
 
     def add(self, table) -> None:
-        import numpy as np
-        import pyarrow as pa
+        import numpy as np  # noqa: PLC0415  (start-up: numpy)
+        import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
 
         if table.num_rows == 0:
             return
@@ -87,8 +94,8 @@ class HourFiles:
         return self.root / f"date={t:%Y-%m-%d}" / f"hour={t.hour}" / f"{self.stem}.parquet"
 
     def _flush(self, hour: int) -> None:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
+        import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: pyarrow)
 
         tables = self.pending.pop(hour, [])
         self.pending_rows.pop(hour, None)
@@ -134,9 +141,8 @@ def land_messages(messages, staged: str, stem: str, row_group_rows: int, lab_run
     `messages`: (value, offset, meta) in offset order, meta() giving the quarantine columns
     (topic, partition, offset, timestamp, key) of a bad one. Returns the task's result rows
     (RESULT_DDL): one per file, one for the task, one per bad message."""
-    from flowlake.collectors.lab import tag as lab_tag
-    from flowlake.pipelines.enrich import apply as enrich
-    from flowlake.pipelines.flow_messages import BAD, BATCH, FlowDecoder
+    from flowlake.pipelines.enrich import apply as enrich  # noqa: PLC0415  (start-up: numpy, pyarrow)
+    from flowlake.pipelines.flow_messages import BAD, BATCH, FlowDecoder  # noqa: PLC0415  (start-up: pyarrow)
 
     wall0, cpu0 = time.perf_counter(), time.process_time()  # the worker's own time: where a batch goes
     decoder = FlowDecoder()
@@ -178,12 +184,8 @@ def fetch_task(groups: list, kafka_conf: dict, staged: str, row_group_rows: int,
     never holds a message."""
 
     def task(batches):
-        import datetime as _dt
-
-        import pyarrow as pa
-        from pyspark import TaskContext
-
-        from flowlake.pipelines.batch_offsets import read_range
+        import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
+        from pyspark import TaskContext  # noqa: PLC0415  (start-up: pyspark)
 
         def messages(ranges):
             for r in ranges:
@@ -222,8 +224,8 @@ def land_task(staged: str, row_group_rows: int, lab_runs: str = "", plan=None):
     same-run comparison of the two."""
 
     def task(batches):
-        import pyarrow as pa
-        from pyspark import TaskContext
+        import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
+        from pyspark import TaskContext  # noqa: PLC0415  (start-up: pyspark)
 
         def messages():
             for rb in batches:
@@ -240,7 +242,7 @@ def land_task(staged: str, row_group_rows: int, lab_runs: str = "", plan=None):
 
 
 def _result_schema():
-    import pyarrow as pa
+    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
 
     return pa.schema([
         ("kind", pa.string()), ("path", pa.string()), ("rows", pa.int64()), ("messages", pa.int64()),
@@ -254,8 +256,8 @@ def _result_schema():
 
 def write_quarantine(rows: list, path: Path) -> None:
     """Bad messages with the reason, as one Parquet file (columns as the Avro path's)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
+    import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: pyarrow)
 
     now = dt.datetime.now(dt.timezone.utc)
     table = pa.Table.from_pylist(
@@ -273,10 +275,7 @@ def make_handler(cfg, stream, checkpoint: Path, row_group_rows: int = 262144, fe
     """foreachBatch function of the flows stream. fetch: "tasks" = the Python tasks read the
     batch's offset range from the broker themselves (the default); "spark" = Spark's Kafka
     source reads the messages and hands them to the tasks (the design before: bench/ingest.py compares)."""
-    from .enrich.sources import Sources
-    from .lake_writer import writer_for
-
-    from flowlake.collectors.lab.tag import registry_path
+    from .enrich.sources import Sources  # noqa: PLC0415  (start-up: numpy, pyarrow)
 
     lake_writer, quarantine_writer = writer_for(cfg, stream)
     lab_runs = registry_path(cfg)
@@ -286,8 +285,6 @@ def make_handler(cfg, stream, checkpoint: Path, row_group_rows: int = 262144, fe
     def job(batch_df, batch_id: int, staged: Path, plan) -> list:
         spark = batch_df.sparkSession
         if fetch == "tasks":
-            from .batch_offsets import batch_ranges
-
             ranges = batch_ranges(checkpoint, batch_id)
             if not ranges:
                 return []

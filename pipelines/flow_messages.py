@@ -11,6 +11,7 @@ decodes to the current record's columns.
 from __future__ import annotations
 
 import io
+import json
 
 import pyarrow as pa
 
@@ -21,7 +22,7 @@ BATCH, ROW, BAD = "batch", "row", "bad"
 
 class FlowDecoder:
     def __init__(self, record=FLOW):
-        import fastavro
+        import fastavro  # noqa: PLC0415  (start-up: fastavro)
 
         self.record = record
         self.schema = messages.arrow_schema(record)
@@ -122,9 +123,7 @@ class FlowDecoder:
 
 def _reader_schema(record):
     """fastavro's parsed schema of a record, timestamps read as plain longs."""
-    import json
-
-    import fastavro
+    import fastavro  # noqa: PLC0415  (start-up: fastavro)
 
     raw = json.loads(record.avro_json())
     for f in raw["fields"]:

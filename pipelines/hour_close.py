@@ -9,6 +9,7 @@ pass redoes both. The stack's compactor (`flowlake up`) runs a pass every
 """
 from __future__ import annotations
 
+import datetime as dt
 import fcntl
 import json
 import logging
@@ -24,7 +25,7 @@ from flowlake.base import config as _config
 from flowlake.base.component import Component
 from flowlake.base.process import python_argv
 
-from . import compact
+from . import compact, ingest, lake_snapshot
 
 log = logging.getLogger("flowlake.hour_close")
 TABLE = "flows"
@@ -64,8 +65,6 @@ def single_runner(cfg):
 
 def done_check(cfg):
     """batch id -> has its done-marker (the ingest's own BatchWriter decides)."""
-    from . import ingest
-
     stream = next(s for s in ingest.streams(cfg) if s.table == TABLE)
     writer, _ = ingest.writer_for(cfg, stream)
     return writer.already_done
@@ -87,8 +86,6 @@ def run(cfg=None, date: str | None = None, settle: bool = True, now: float | Non
         shutil.rmtree(compact.staging_root(cfg.lake, TABLE), ignore_errors=True)
         state = read_state(cfg)
         # Bounded: swapped-out folders past their grace, snapshots of readers that died.
-        from . import lake_snapshot
-
         now = time.time() if now is None else now
         state["retired"] = compact.expire_retired(cfg.lake, TABLE, s.retired_grace_s, now)
         lake_snapshot.sweep(cfg.lake)
@@ -103,7 +100,7 @@ def run(cfg=None, date: str | None = None, settle: bool = True, now: float | Non
                 if res is None:
                     continue
                 if rollups:
-                    from . import rollups as rollups_mod
+                    from . import rollups as rollups_mod  # noqa: PLC0415  (start-up: flowlake status)
 
                     res["rollup_rows"] = rollups_mod.update_hour(cfg, hour.date, hour.hour, hour.path)
             except Exception as exc:  # one bad hour must not stop the others
@@ -173,8 +170,6 @@ def compact_cmd(day: str | None, watch: bool, force: bool, no_rollups: bool) -> 
       flowlake compact --date 2026-11-20   # that day now (e.g. after an import)
       flowlake status                      # hours compacted / waiting, bytes per flow
     """
-    import datetime as dt
-
     cfg = _config.get()
     if day is not None:
         try:

@@ -19,6 +19,7 @@ from pathlib import Path
 import click
 
 from flowlake.base import config as _config
+from flowlake.schemas import registry
 from .lake_writer import writer_for  # noqa: F401  (re-exported: ingest.writer_for)
 
 log = logging.getLogger("flowlake.ingest")
@@ -34,8 +35,6 @@ class Stream:
 
 
 def streams(cfg) -> list[Stream]:
-    from flowlake.schemas import registry
-
     out = [Stream("flows", cfg.kafka.flows_topic, "Flow", "time_start", True)]
     if "ActiveResult" in registry():
         out.append(Stream("active", cfg.kafka.active_topic, "ActiveResult", "start", False))
@@ -54,13 +53,13 @@ def checkpoint_dir(cfg, stream: Stream) -> Path:
 
 def make_batch_handler(cfg, stream: Stream, **options):
     if stream.table == "flows":  # FlowBatch and legacy Avro messages, decoded in Arrow
-        from .flow_ingest import make_handler
+        from .flow_ingest import make_handler  # noqa: PLC0415  (start-up: flowlake status)
 
         return make_handler(cfg, stream, checkpoint_dir(cfg, stream), **options)
-    from pyspark.sql import functions as F
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
-    from flowlake.schemas import avro, registry
-    from .decode import bad_rows, decode, good_rows, with_time_partitions
+    from flowlake.schemas import avro, registry  # noqa: PLC0415  (start-up: flowlake status)
+    from .decode import bad_rows, decode, good_rows, with_time_partitions  # noqa: PLC0415  (start-up: pyspark)
 
     record = registry()[stream.record_name]
     header = avro.header(record)
@@ -68,7 +67,7 @@ def make_batch_handler(cfg, stream: Stream, **options):
     parts = ["date", "hour"] if stream.hourly else ["date"]
 
     def handle(batch_df, batch_id: int) -> None:
-        from pyspark.sql import Observation
+        from pyspark.sql import Observation  # noqa: PLC0415  (start-up: pyspark)
 
         if lake_writer.already_done(batch_id):
             log.info("%s batch %d already in the lake (replay after a restart): skipped", stream.table, batch_id)
@@ -129,14 +128,14 @@ def start_queries(spark, cfg, once: bool = False, **options):
 
 def session(cfg, master: str | None = None):
     """The ingest's Spark session (its JVM options: [spark] ingest_java_options)."""
-    from flowlake.base import spark as spark_factory
+    from flowlake.base import spark as spark_factory  # noqa: PLC0415  (start-up: flowlake status)
 
     return spark_factory.session("flowlake-ingest", master=master, cfg=cfg,
                                  java_options=cfg.spark.ingest_java_options)
 
 
 def run(cfg=None, once: bool = False, master: str | None = None, **options) -> None:
-    from .enrich.sources import check_config
+    from .enrich.sources import check_config  # noqa: PLC0415  (start-up: numpy, pyarrow)
 
     cfg = cfg or _config.get()
     check_config(cfg)  # a bad rule or networks line stops us before Spark starts
@@ -185,7 +184,7 @@ def ingest(once: bool, master: str | None) -> None:
     with at most [cluster] ingest_cores cores; the lake and state/checkpoints must then
     be on storage every worker sees at the same path (one machine, or a shared mount).
     """
-    from flowlake.base import spark as spark_factory
+    from flowlake.base import spark as spark_factory  # noqa: PLC0415  (start-up: flowlake status)
 
     cfg = _config.get()
     spark_factory.submit_if_cluster("flowlake-ingest", master, cfg, batch=once, cores_max=cfg.cluster.ingest_cores,

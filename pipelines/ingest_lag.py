@@ -13,6 +13,11 @@ import json
 import time
 from pathlib import Path
 
+from flowlake.base.process import port_open
+from flowlake.collectors import kafka
+
+from .ingest import streams
+
 RECENT_BATCHES = 20
 
 
@@ -20,7 +25,7 @@ def committed_offsets(checkpoint: Path) -> dict[str, dict[int, int]]:
     """{topic: {partition: next offset}} of the last committed batch ({} before the first)."""
     commits = sorted((int(p.name) for p in (checkpoint / "commits").glob("[0-9]*") if p.name.isdigit()),
                      reverse=True)
-    from .batch_offsets import CheckpointError, end_offsets
+    from .batch_offsets import CheckpointError, end_offsets  # noqa: PLC0415  (start-up: flowlake status)
 
     for batch in commits:
         try:
@@ -61,10 +66,6 @@ def rates(batches: list[dict], now: float | None = None) -> dict:
 
 def status(cfg) -> dict:
     """{table: {topic, offsets_behind, flows_behind, per-partition, rates}}; never raises."""
-    from flowlake.base.process import port_open
-
-    from .ingest import streams
-
     out: dict = {}
     reachable = port_open(cfg.kafka.host, cfg.kafka.port) if not cfg.kafka.bootstrap else True
     for stream in streams(cfg):
@@ -90,9 +91,7 @@ def status(cfg) -> dict:
 
 def _end_offsets(cfg, topic: str) -> dict[int, tuple[int, int]] | None:
     """{partition: (low watermark, read_committed end)}; None when the topic is missing."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    from flowlake.collectors import kafka
+    from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415  (start-up: confluent_kafka)
 
     c = Consumer({**cfg.kafka_client_conf(), "group.id": "flowlake-status-lag", "enable.auto.commit": False,
                   "isolation.level": "read_committed"})

@@ -15,7 +15,7 @@ log = logging.getLogger("flowlake.lake")
 
 def problem(path: Path) -> str | None:
     """Why a Parquet file is unreadable, or None if its footer and row groups check out."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: pyarrow)
 
     try:
         with open(path, "rb") as fh:

@@ -16,6 +16,8 @@ import shutil
 import time
 from pathlib import Path
 
+from .lake_lock import table_lock
+
 log = logging.getLogger(__name__)
 
 
@@ -44,8 +46,6 @@ class BatchWriter:
     def publish(self, batch_id: int, staged: Path, info: dict) -> list[Path]:
         """Move staged part files into the table; write the done marker last. Under the
         table's lock: compaction never swaps an hour while a batch lands in it."""
-        from .lake_lock import table_lock
-
         with table_lock(self.table_dir):
             return self._publish(batch_id, staged, info)
 

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import uuid
 from pathlib import Path
 
 import datetime as dt
 
+from flowlake.pipelines import duck, port_map
+from flowlake.schemas.protocols import PROTO_NAMES
 from flowlake.schemas.rollups import DAILY_BUCKETS, ENRICHMENT, P95_RANK, RESOLUTIONS, ROLLUP_1D, ROLLUPS
 
 log = logging.getLogger("flowlake.rollups")
@@ -26,17 +30,13 @@ PORTED = (6, 17, 132)
 
 
 def _proto_name_sql(col: str) -> str:
-    from flowlake.schemas.protocols import PROTO_NAMES
-
     whens = " ".join(f"WHEN {k} THEN '{v.lower()}'" for k, v in PROTO_NAMES.items())
     return f"coalesce(CASE {col} {whens} END, CAST({col} AS VARCHAR))"
 
 
 def _app_table(con, cfg) -> None:
     """Temp table flowlake_ports(k, svc): the port map, keyed proto * 65536 + port."""
-    import pyarrow as pa
-
-    from flowlake.pipelines import port_map
+    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
 
     mapping = port_map.from_config(cfg)
     table = pa.table({"k": pa.array([p * 65536 + port for (p, port) in mapping], pa.int64()),
@@ -49,8 +49,6 @@ def _app_table(con, cfg) -> None:
 def build(con, cfg, source: str) -> dict[str, str]:
     """Temp tables rollup_1m/_5m/_1h from the relation `source` (flow columns, plus `hour`
     and `date` of the lake partition). Returns {resolution: temp table name}."""
-    from flowlake.pipelines import duck
-
     cols = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
     _app_table(con, cfg)
     enrich = ", ".join(f'"{c}"' if c in cols else f'CAST(NULL AS VARCHAR) AS "{c}"' for c in ENRICHMENT)
@@ -179,7 +177,7 @@ def _q(path) -> str:
 
 
 def connect():
-    import duckdb
+    import duckdb  # noqa: PLC0415  (start-up: duckdb)
 
     return duckdb.connect(config={"threads": 1, "memory_limit": "1GB"})
 
@@ -216,9 +214,6 @@ def update_hour(cfg, date: str, hour: int, hour_dir: Path) -> dict[str, int]:
 def write_all_dates(con, lake: Path, res: str, relation: str) -> int:
     """Every date of `relation` at once: one partitioned write into staging, then each
     date's file renamed over lake/rollups/<res>/date=D/rollup.parquet."""
-    import shutil
-    import uuid
-
     base = Path(lake) / "rollups" / res
     staging = Path(lake) / "rollups" / f".staging-{res}-{uuid.uuid4().hex[:8]}"
     staging.parent.mkdir(parents=True, exist_ok=True)

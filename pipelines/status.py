@@ -3,6 +3,12 @@ and its notifications, retention and the disk guard. `sections()` feeds `status 
 and `/metrics`; `render()` prints."""
 from __future__ import annotations
 
+from rich.table import Table
+
+from .alerts import notify_status, service as alerts_service
+from .enrich import status as enrich
+from .retention import report
+
 
 def _guarded(fn, cfg, errors=(OSError, ValueError), **on_error) -> dict:
     try:
@@ -12,10 +18,6 @@ def _guarded(fn, cfg, errors=(OSError, ValueError), **on_error) -> dict:
 
 
 def sections(cfg) -> dict:
-    from .alerts import notify_status, service as alerts_service
-    from .enrich import status as enrich
-    from .retention import report
-
     return {"retention": report.status_summary(cfg),
             "notify": _guarded(notify_status.status, cfg, Exception),
             "enrich": _guarded(enrich.status, cfg),
@@ -24,8 +26,6 @@ def sections(cfg) -> dict:
 
 def ingest_table(lag: dict):
     """The ingest's lag behind Kafka and its rate, per topic (pipelines/ingest_lag.py)."""
-    from rich.table import Table
-
     t = Table(title="ingest: lag behind Kafka and rate")
     for col in ("topic", "offsets behind", "flows behind (est.)", "flows/s last min", "flows/s busy", "flows/msg"):
         t.add_column(col, justify="left" if col == "topic" else "right")
@@ -38,10 +38,6 @@ def ingest_table(lag: dict):
 
 
 def render(console, st: dict) -> None:
-    from .alerts import notify_status as ns, service as alerts_service
-    from .enrich import status as enrich
-    from .retention import report
-
     console.print(ingest_table(st["counts"].get("ingest", {})))
     if "open_by_severity" in st["alerts"] or not st["alerts"].get("enabled"):
         alerts_service.print_status(console, st["alerts"])
@@ -51,4 +47,4 @@ def render(console, st: dict) -> None:
     if "error" in st["notify"]:
         console.print(f"[bold red]notifications: status unavailable: {st['notify']['error']}[/]")
     else:
-        ns.render(console, st["notify"])
+        notify_status.render(console, st["notify"])

@@ -3,6 +3,10 @@
 `flowlake schema avro|spark|markdown NAME` prints the generated views; the Go shipper's
 Avro encoder is checked against `FLOW.avro_schema()` by the tests.
 """
+from . import flow
+import importlib
+import pkgutil
+
 from .core import Field, Record, TYPES  # noqa: F401
 from .flow import FLOW, FLOWS_TABLE  # noqa: F401
 
@@ -14,8 +18,6 @@ SINGLE_OBJECT_MAGIC = b"\xc3\x01"
 
 def registry() -> dict[str, Record]:
     """Every declared record/table by name (modules register theirs here)."""
-    from . import flow
-
     out = {r.name: r for r in (flow.FLOW, flow.FLOWS_TABLE)}
     for mod in _optional_modules():
         for value in vars(mod).values():
@@ -25,9 +27,6 @@ def registry() -> dict[str, Record]:
 
 
 def _optional_modules():
-    import importlib
-    import pkgutil
-
     for info in pkgutil.iter_modules(__path__):
         if info.name in ("core", "flow", "avro", "docs"):
             continue

@@ -1,9 +1,11 @@
 """Avro helpers: canonical form, CRC-64-AVRO fingerprint and single-object framing."""
 from __future__ import annotations
 
+import io
 import json
 import struct
 
+from . import SINGLE_OBJECT_MAGIC
 from .core import Record
 
 _EMPTY = 0xC15D213AA4D7A795
@@ -24,15 +26,13 @@ def crc64_avro(data: bytes) -> int:
 
 def fingerprint(record: Record) -> bytes:
     """8-byte little-endian CRC-64-AVRO of the schema's parsing canonical form."""
-    import fastavro.schema
+    import fastavro.schema  # noqa: PLC0415  (start-up: fastavro)
 
     canonical = fastavro.schema.to_parsing_canonical_form(record.avro_schema())
     return struct.pack("<Q", crc64_avro(canonical.encode()))
 
 
 def header(record: Record) -> bytes:
-    from . import SINGLE_OBJECT_MAGIC
-
     return SINGLE_OBJECT_MAGIC + fingerprint(record)
 
 
@@ -40,7 +40,7 @@ _PARSED: dict = {}
 
 
 def parsed(record: Record):
-    import fastavro
+    import fastavro  # noqa: PLC0415  (start-up: fastavro)
 
     # keyed by the record itself: revisions of one record share its name (schemas/flow.py)
     if record not in _PARSED:
@@ -50,9 +50,7 @@ def parsed(record: Record):
 
 def encode(record: Record, datum: dict) -> bytes:
     """One message: single-object header + schemaless Avro body."""
-    import io
-
-    import fastavro
+    import fastavro  # noqa: PLC0415  (start-up: fastavro)
 
     buf = io.BytesIO()
     buf.write(header(record))
@@ -61,9 +59,7 @@ def encode(record: Record, datum: dict) -> bytes:
 
 
 def decode(record: Record, message: bytes) -> dict:
-    import io
-
-    import fastavro
+    import fastavro  # noqa: PLC0415  (start-up: fastavro)
 
     head = header(record)
     if message[: len(head)] != head:

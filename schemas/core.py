@@ -91,7 +91,7 @@ class Record:
 
     def spark_schema(self):
         """The StructType, built in Python (no JVM needed, unlike StructType.fromDDL)."""
-        from pyspark.sql import types as T  # imported lazily: Spark is heavy
+        from pyspark.sql import types as T  # noqa: PLC0415  (start-up: pyspark)
 
         spark_types = {
             "int": T.IntegerType(), "long": T.LongType(), "double": T.DoubleType(),

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .core import Record
+from .flow import FLOW_REVISIONS
 
 FLOW_BATCH_MAGIC = b"FLAR"
 FLOW_BATCH_VERSION = 2
@@ -49,14 +50,14 @@ FLOW_FORMATS = (
 
 
 def flow_batch_header(record: Record) -> bytes:
-    from . import avro
+    from . import avro  # noqa: PLC0415  (start-up: flowlake status)
 
     return FLOW_BATCH_MAGIC + bytes([FLOW_BATCH_VERSION]) + avro.fingerprint(record)
 
 
 def arrow_schema(record: Record):
     """The Arrow schema of a record (FlowBatch columns, and the lake's Parquet files)."""
-    import pyarrow as pa
+    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
 
     types = {
         "int": pa.int32(), "long": pa.int64(), "double": pa.float64(), "string": pa.string(),
@@ -71,7 +72,7 @@ def arrow_schema(record: Record):
 
 def encode_flow_batch(record: Record, rows: list[dict]) -> bytes:
     """A format-2 message from rows (tests and benches; the Go shipper writes the real ones)."""
-    import pyarrow as pa
+    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
 
     schema = arrow_schema(record)
     table = pa.Table.from_pylist(rows, schema=schema)
@@ -83,8 +84,7 @@ def encode_flow_batch(record: Record, rows: list[dict]) -> bytes:
 
 def flow_revisions() -> list[tuple[int, bytes, object]]:
     """(revision, fingerprint, record) of every Flow revision the ingest reads, oldest first."""
-    from . import avro
-    from .flow import FLOW_REVISIONS
+    from . import avro  # noqa: PLC0415  (start-up: flowlake status)
 
     return [(i + 1, avro.fingerprint(r), r) for i, r in enumerate(FLOW_REVISIONS)]
 

@@ -6,7 +6,10 @@ from pathlib import Path
 
 import click
 
+from flowlake.base import config
+
 from .parsers import FORMATS, parse_file
+from .publish import publish
 from .result import ParseError, to_json
 
 _FORMAT = click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True,
@@ -85,11 +88,7 @@ def import_cmd(files, fmt, topic):
       flowlake active import ping.txt iperf3.json --format auto
       flowlake active import /data/pinger/2026-11/ /data/iperf3/
     """
-    from rich.progress import Progress
-
-    from flowlake.base import config
-
-    from .publish import publish
+    from rich.progress import Progress  # noqa: PLC0415  (start-up: rich)
 
     cfg = config.get()
     files = expand(files)

@@ -14,8 +14,11 @@ import time
 
 import click
 
+from flowlake.base import config
+
 from .parsers import iperf3 as iperf3_parser
 from .parsers import ping as ping_parser
+from .publish import publish
 from .result import ParseError, to_json
 
 
@@ -103,10 +106,6 @@ def probe(targets, interval, once, ping_interval, iperf_targets, streams, window
       flowlake probe --target 127.0.0.1 --once --print
       flowlake probe --iperf3 192.0.2.9 --streams 1,4 --windows 256K,4M --once
     """
-    from flowlake.base import config
-
-    from .publish import publish
-
     cfg = config.get()
     targets = list(targets) or list(cfg.active.probe_targets)
     if not targets and not iperf_targets:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import ctypes
 import errno
 import os
 import select
@@ -163,8 +164,6 @@ def main(argv=None) -> int:
         except ValueError:
             ap.error(f"--queue {q!r}: expected NUM:MS such as 1:20")
     try:  # a lab killed with SIGKILL takes its delay lines with it (they hold real-time priority)
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(1, 15)  # PR_SET_PDEATHSIG, SIGTERM
     except (OSError, AttributeError):
         pass

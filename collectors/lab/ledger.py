@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import json
 
+from flowlake.collectors import kafka
+from flowlake.collectors.active.publish import encode as active_record
+from flowlake.collectors.ship import read_ledger
+
 from .results import encode
 from .spec import Run
 
@@ -18,9 +22,7 @@ TIMEOUT_S = 30.0
 
 class Ledger:
     def __init__(self, cfg, study: str):
-        from confluent_kafka import Producer
-
-        from flowlake.collectors import kafka
+        from confluent_kafka import Producer  # noqa: PLC0415  (start-up: confluent_kafka)
 
         self.cfg, self.study, self.topic = cfg, study, cfg.kafka.lab_ledger_topic
         kafka.ensure_topics(cfg)  # a stack started before the ledger existed gets it now
@@ -35,16 +37,12 @@ class Ledger:
 
     def recorded(self) -> dict[str, dict]:
         """grid id -> the done marker of every run of this study the ledger holds."""
-        from flowlake.collectors.ship import read_ledger
-
         prefix = self.study + "/"
         return {k[len(prefix):]: v for k, v in read_ledger(self.cfg, TIMEOUT_S, self.topic).items()
                 if k.startswith(prefix)}
 
     def publish(self, run: Run, rows: list[dict], probes: list[dict], marker: dict) -> None:
         """Rows, probes and the ledger record in one transaction: all readable, or none."""
-        from flowlake.collectors.active.publish import encode as active_record
-
         k, p = self.cfg.kafka, self.producer
         messages = [(k.experiments_topic, r["run_id"].encode(), encode(r)) for r in rows]
         messages += [(k.active_topic, f"{r['source']}>{r['destination']}".encode(), active_record(r)) for r in probes]

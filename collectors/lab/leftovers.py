@@ -25,6 +25,8 @@ from pathlib import Path
 
 import click
 
+from flowlake.base import config
+
 from .netns import sh
 from .procs import _stat, alive, process_start  # noqa: F401  (re-exported)
 
@@ -115,7 +117,7 @@ def remove(cfg, rec: dict) -> list[str]:
             done.append(f"veth {dev}")
     window = rec.get("open_window")
     if window:
-        from .export import register
+        from .export import register  # noqa: PLC0415  (start-up: flowlake status)
 
         register(cfg, window, int(time.time() * 1000))
         done.append(f"run window of {window['run_id']} closed")
@@ -176,8 +178,6 @@ def clean_cmd(unrecorded, as_json):
       flowlake lab clean
       flowlake lab clean --unrecorded --json
     """
-    from flowlake.base import config
-
     if os.geteuid() != 0:
         raise click.ClickException("removing namespaces needs root")
     out = clean(config.get(), lambda m: click.echo(m, err=True), unrecorded=unrecorded)

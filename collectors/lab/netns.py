@@ -13,13 +13,17 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import click
+
+from .procs import process_start
 
 
 def sh(*cmd, check=True, timeout: float = 60.0) -> subprocess.CompletedProcess:
@@ -71,7 +75,6 @@ class Namespaces:
         """Rewrite the owner record (atomically: a kill mid-write leaves the previous one)."""
         if self.record is None:
             return
-        from .procs import process_start
 
         self.record.parent.mkdir(parents=True, exist_ok=True)
         doc = {"pid": os.getpid(), "started": process_start(os.getpid()), "prefix": self.prefix,
@@ -167,8 +170,6 @@ class Namespaces:
 
 
 def _which(tool: str) -> bool:
-    import shutil
-
     return shutil.which(tool) is not None
 
 
@@ -196,8 +197,6 @@ class Flapper(threading.Thread):
         self.go.set()
 
     def run(self) -> None:
-        import time
-
         self.go.wait()
         if self.stopped.wait(self.first):
             return

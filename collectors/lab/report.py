@@ -5,7 +5,11 @@ TCP throughput beside its Mathis bound, and the path study's model against measu
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
+
+from flowlake.base import config
 
 POINT = "kind, protocol, congestion_control, condition, path, frame_size, rate, streams, \"window\", message_size"
 
@@ -41,13 +45,9 @@ def report_cmd(study, lake):
     Example:
       flowlake lab report --study pbpd
     """
-    from pathlib import Path
-
-    import duckdb
-    from rich.console import Console
-    from rich.table import Table
-
-    from flowlake.base import config
+    import duckdb  # noqa: PLC0415  (start-up: duckdb)
+    from rich.console import Console  # noqa: PLC0415  (start-up: rich)
+    from rich.table import Table  # noqa: PLC0415  (start-up: rich)
 
     root = Path(lake) if lake else Path(config.get().lake)
     files = list((root / "experiments").rglob("*.parquet"))

@@ -2,12 +2,14 @@
 ledger.py publishes them to Kafka ([kafka] experiments_topic), once per run."""
 from __future__ import annotations
 
+from flowlake.collectors.active.publish import encode as single_object
+from flowlake.collectors.active.result import make
+from flowlake.schemas.experiments import METRICS
+
 from .spec import Run
 
 
 def rows(run: Run, figures: dict, start_ms: int, end_ms: int) -> list[dict]:
-    from flowlake.schemas.experiments import METRICS
-
     p = run.params
     base = {
         "run_id": run.run_id, "study": run.study, "kind": run.kind, "protocol": p["protocol"],
@@ -25,16 +27,12 @@ def rows(run: Run, figures: dict, start_ms: int, end_ms: int) -> list[dict]:
 
 
 def encode(row: dict) -> bytes:
-    from flowlake.collectors.active.publish import encode as single_object
-
     return single_object(row, "ExperimentResult")
 
 
 def probe_records(run: Run, latencies_ms: list[float], start_ms: int, end_ms: int) -> list[dict]:
     """Probe runs also feed the path_models job: one active `latency` record per probe,
     with the path and message size it needs."""
-    from flowlake.collectors.active.result import make
-
     return [make("latency", "lab-client", f"lab-server/{run.params['path']}", start_ms, end_ms,
                  {"path": run.params["path"], "message_size_bytes": run.params["message_size"],
                   "protocol": run.params["protocol"], "study": run.study, "run_id": run.run_id,

@@ -21,11 +21,15 @@ from pathlib import Path
 import click
 
 from flowlake.base import faultpoints as faults
+from flowlake.base import config
 
 from . import leftovers, results
+from .export import FlowExport
+from .ledger import Ledger
+from .metrics import fit_line
 from .netns import Namespaces, signals_raise
 from .runners import Runner, Skip
-from .spec import Run, Spec
+from .spec import Run, Spec, SpecError, load
 from .topology import Topology
 
 FRESH = "fresh_start"  # not *.json: the study folder's *.json are the done markers
@@ -125,8 +129,6 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
         state.start_fresh()
     ledger, recovered, kept = None, 0, 0
     if publish:
-        from .ledger import Ledger
-
         ledger = Ledger(cfg, spec.study)
         if fresh:
             ledger.forget()
@@ -154,8 +156,6 @@ def run_spec(spec: Spec, cfg, state_root: Path | None = None, publish: bool = Tr
         try:
             topo.build()
             if export:
-                from .export import FlowExport
-
                 exporter = FlowExport(cfg, topo, work)
                 exporter.start()
             for i, run in enumerate(todo, start=1):
@@ -217,8 +217,6 @@ def _headline(m: dict) -> str:
 
 
 def _add_probe(runner: Runner, run: Run, lat: list[float]) -> None:
-    from .metrics import fit_line
-
     pts = runner.__dict__.setdefault("_points", {}).setdefault(run.params["path"], [])
     pts += [(float(run.params["message_size"]), ms) for ms in lat]
     fit = fit_line(pts)
@@ -320,10 +318,6 @@ def run_cmd(spec_file, state_dir, no_publish, no_export, fresh, as_json):
       flowlake lab run examples/lab/smoke.toml
       flowlake lab run examples/lab/paced.toml --no-publish --no-export
     """
-    from flowlake.base import config
-
-    from .spec import SpecError, load
-
     try:
         spec = load(spec_file)
     except SpecError as exc:

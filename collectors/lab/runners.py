@@ -14,6 +14,7 @@ from flowlake.base import faultpoints as faults
 
 from . import metrics
 from .endpoint import unsupported
+from .metrics import split
 from .spec import Run, Spec
 from .topology import Topology
 
@@ -184,8 +185,6 @@ class Runner:
     def _split(self, run: Run, folder: Path) -> dict:
         """tcp: the message split over both paths in proportion to the paths' models (fitted
         from this study's probe runs); mptcp: one MPTCP connection, subflows on both paths."""
-        from .metrics import split
-
         p = run.params
         size = int(p["message_size"])
         names = list(self.spec.paths)

@@ -39,6 +39,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .netns import tc_rate_bps
+
 KINDS = ("paced", "bulk", "probe", "split")
 PROTOCOLS = ("tcp", "udp", "mptcp", "sctp")
 GRID_KEYS = {"protocol": str, "congestion_control": str, "frame_size": int, "rate": float, "streams": int,
@@ -137,8 +139,6 @@ def load(path: str | Path) -> Spec:
 
 
 def parse(doc: dict, source: str = "<spec>") -> Spec:
-    from .netns import tc_rate_bps
-
     known = {"study", "duration_s", "repetitions", "deadline_ms", "topology", "conditions", "grid", "probe"}
     for key in doc:
         if key not in known:

@@ -4,12 +4,12 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+from .leftovers import status as leftovers
+
 
 def status(cfg) -> dict:
     """{} when no lab ran in this home and none left namespaces; else the last summary,
     what killed labs left, and a line for humans."""
-    from .leftovers import status as leftovers
-
     left = leftovers(cfg)
     gone = left["leftover_namespaces"] + left["unrecorded_namespaces"]
     warn = (f"; LEFT BY KILLED LABS: {len(gone)} namespaces ({', '.join(gone)}): `flowlake lab clean`"
@@ -21,7 +21,7 @@ def status(cfg) -> dict:
         return {**left, "line": "lab: no study finished in this home" + warn} if gone or left["leftover_labs"] else {}
     last.update(left)
     when = dt.datetime.fromtimestamp(last["at"], dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
-    from flowlake.collectors.lab.tag import registry_path
+    from flowlake.collectors.lab.tag import registry_path  # noqa: PLC0415  (start-up: flowlake status)
 
     reg = registry_path(cfg)
     last["registry_bytes"] = reg.stat().st_size if reg.exists() else 0

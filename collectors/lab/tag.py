@@ -36,16 +36,16 @@ def load(path: str | Path) -> dict[str, tuple[str, int, int]]:
 
 
 def with_run_id(schema):
-    import pyarrow as pa
+    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
 
     return schema.append(pa.field("run_id", pa.string(), nullable=True))
 
 
 def tag(table, runs: dict[str, tuple[str, int, int]]):
     """Append `run_id` to a flows Arrow table (FlowBatch schema)."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
+    import numpy as np  # noqa: PLC0415  (start-up: numpy)
+    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
+    import pyarrow.compute as pc  # noqa: PLC0415  (start-up: pyarrow)
 
     ids = np.full(table.num_rows, "", dtype=object)
     if runs and table.num_rows:

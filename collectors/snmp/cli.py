@@ -2,8 +2,13 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import click
+
+from flowlake.base import config as _config
+
+from .service import poll_once, print_status, serve, status
 
 
 @click.group()
@@ -28,10 +33,6 @@ def snmp() -> None:
 @snmp.command("serve")
 def serve_cmd() -> None:
     """Run the poller in the foreground (what `flowlake up` starts)."""
-    import logging
-
-    from .service import serve
-
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     serve()
 
@@ -44,10 +45,6 @@ def poll_cmd(exporters: tuple[str, ...], as_json: bool) -> None:
 
     Run twice to see counter deltas (the first poll of an exporter has none). Exit status 1
     when an agent failed (the error is also kept for `flowlake status`)."""
-    from flowlake.base import config as _config
-
-    from .service import poll_once
-
     try:
         result = poll_once(exporters=list(exporters) or None)
     except _config.ConfigError as exc:
@@ -68,12 +65,10 @@ def poll_cmd(exporters: tuple[str, ...], as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def status_cmd(as_json: bool) -> None:
     """The poller's state per exporter (also part of `flowlake status`)."""
-    from .service import print_status, status
-
     st = status()
     if as_json:
         click.echo(json.dumps(st, indent=1))
         return
-    from rich.console import Console
+    from rich.console import Console  # noqa: PLC0415  (start-up: rich)
 
     print_status(Console(), st)

@@ -11,7 +11,7 @@ def latest_day(root: Path) -> Path | None:
 
 
 def coverage_status(cfg) -> dict:
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: pyarrow)
 
     tol = float(cfg.snmp.coverage_tolerance)
     out = {"date": None, "tolerance": tol, "interfaces": 0, "warnings": [], "outside": []}

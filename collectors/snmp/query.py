@@ -40,7 +40,7 @@ class Sample:
 
 
 def _auth(agent: Agent):
-    from pysnmp.hlapi.v3arch import asyncio as hl
+    from pysnmp.hlapi.v3arch import asyncio as hl  # noqa: PLC0415  (start-up: pysnmp)
 
     if agent.version == "2c":
         return hl.CommunityData(agent.community, mpModel=1)
@@ -74,7 +74,7 @@ class Session:
         self.target = None
 
     async def _target(self):
-        from pysnmp.hlapi.v3arch import asyncio as hl
+        from pysnmp.hlapi.v3arch import asyncio as hl  # noqa: PLC0415  (start-up: pysnmp)
 
         if self.target is None:
             cls = hl.Udp6TransportTarget if ":" in self.agent.address else hl.UdpTransportTarget
@@ -86,7 +86,7 @@ class Session:
         return self.target
 
     async def get(self, *oids: str) -> list:
-        from pysnmp.hlapi.v3arch import asyncio as hl
+        from pysnmp.hlapi.v3arch import asyncio as hl  # noqa: PLC0415  (start-up: pysnmp)
 
         err, status, index, binds = await hl.get_cmd(
             self.engine, _auth(self.agent), await self._target(), hl.ContextData(),
@@ -99,7 +99,7 @@ class Session:
 
     async def walk(self, oid: str) -> dict[int, object]:
         """{ifIndex (last sub-identifier): value} of one table column."""
-        from pysnmp.hlapi.v3arch import asyncio as hl
+        from pysnmp.hlapi.v3arch import asyncio as hl  # noqa: PLC0415  (start-up: pysnmp)
 
         out = {}
         async for err, status, index, binds in hl.bulk_walk_cmd(
@@ -116,7 +116,7 @@ class Session:
 
 def _present(value) -> bool:
     """False for noSuchObject / noSuchInstance / endOfMibView (and empty values)."""
-    from pysnmp.proto.rfc1905 import EndOfMibView, NoSuchInstance, NoSuchObject
+    from pysnmp.proto.rfc1905 import EndOfMibView, NoSuchInstance, NoSuchObject  # noqa: PLC0415  (start-up: pysnmp)
 
     return not isinstance(value, (NoSuchObject, NoSuchInstance, EndOfMibView))
 
@@ -162,6 +162,6 @@ async def sample(session: Session) -> Sample:
 
 
 def new_engine():
-    from pysnmp.hlapi.v3arch import asyncio as hl
+    from pysnmp.hlapi.v3arch import asyncio as hl  # noqa: PLC0415  (start-up: pysnmp)
 
     return hl.SnmpEngine()

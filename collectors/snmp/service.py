@@ -11,13 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 import time
 
 from flowlake.base import config as _config
 from flowlake.base.component import Component
-from flowlake.base.process import Managed
+from flowlake.base.process import Managed, wait_until
 
 from . import deltas, query, settings, store
+from .coverage import coverage_status
 
 log = logging.getLogger("flowlake.snmp")
 
@@ -193,10 +195,6 @@ def managed(cfg) -> Managed:
 
 def start(cfg=None, timeout: float = 30.0) -> int | None:
     """Start the poller service (`flowlake up` does when an exporter has SNMP)."""
-    import sys
-
-    from flowlake.base.process import wait_until
-
     cfg = cfg or _config.get()
     if not settings.enabled(cfg):
         return None
@@ -243,14 +241,13 @@ def status(cfg=None) -> dict:
             "failures": s.get("failures", 0), "counter_rows": s.get("counter_rows", 0), "resets": s.get("resets", 0)}
     out["pending_refresh"] = store.refresh_requests(cfg, agents)
     out["unknown_refresh"] = [p.name for p in store.unknown_requests(cfg, agents)]
-    from .coverage import coverage_status
 
     out["coverage"] = coverage_status(cfg)
     return out
 
 
 def print_status(console, st: dict) -> None:
-    from rich.table import Table
+    from rich.table import Table  # noqa: PLC0415  (start-up: rich)
 
     if not st["exporters"] and not st.get("config_error"):
         return

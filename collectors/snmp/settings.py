@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 
 from flowlake.base import config as _config
+from flowlake.collectors import health
 
 # [snmp] keys an exporter's table may override as snmp_<key>
 AGENT_KEYS = ("version", "community", "port", "user", "auth_protocol", "auth_password",
@@ -80,8 +81,6 @@ def _has_snmp(addr: str, table: dict) -> bool | None:
 
 def seen_exporters(cfg) -> list[str]:
     """Exporters that sent flows, from the shipper's exporter health state."""
-    from flowlake.collectors import health
-
     try:
         st = json.loads(health.state_file(cfg).read_text())
     except (OSError, ValueError):

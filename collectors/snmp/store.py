@@ -22,6 +22,7 @@ import os
 import re
 from pathlib import Path
 
+from flowlake.schemas.messages import arrow_schema
 from flowlake.schemas.snmp import COUNTERS, INTERFACE_COUNTERS
 
 from .deltas import unsigned64
@@ -117,16 +118,14 @@ def done_refresh(cfg, exporter: str) -> None:
 
 def file_schema():
     """The Parquet files' schema: the table's, without the partition column (its folder says it)."""
-    from flowlake.schemas.messages import arrow_schema
-
     schema = arrow_schema(INTERFACE_COUNTERS)
     return schema.remove(schema.get_field_index("date"))
 
 
 def write_counters(cfg, exporter: str, time_ms: int, rows: list[dict]) -> Path | None:
     """One poll of one exporter as one Parquet file, committed by its rename."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
+    import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: pyarrow)
 
     if not rows:
         return None
@@ -150,7 +149,7 @@ FILE_NAME = re.compile(r"^(?P<exporter>.+)-(?P<ms>\d{10,})\.parquet$")
 def last_samples(cfg, exporters) -> dict[str, dict]:
     """Per exporter, the raw values of its newest counter file (the previous poll after a
     restart): {"time_ms", "sys_uptime_cs", "counters": {ifIndex: {counter: raw}}}."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: pyarrow)
 
     root = counters_dir(cfg)
     if not root.is_dir():
@@ -181,10 +180,10 @@ def compact_old_days(cfg, today: dt.date | None = None) -> list[str]:
     exporter and day would otherwise pile up for [retention] interface_counters_days.
     The partition is swapped whole (jobs.context.replace_partition): readers see the poll
     files or the merged one, never both. Returns the days merged."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
+    import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: pyarrow)
 
-    from flowlake.base.lake_files import replace_partition
+    from flowlake.base.lake_files import replace_partition  # noqa: PLC0415  (start-up: flowlake status)
 
     root = counters_dir(cfg)
     today = today or dt.datetime.now(dt.timezone.utc).date()

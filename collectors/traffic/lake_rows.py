@@ -37,9 +37,9 @@ def addresses(f: np.ndarray, side: str) -> np.ndarray:
 def lake_table(f: np.ndarray, params, source_file: str = "model", version: int = 10):
     """pyarrow Table of the flows with the lake's columns (and `date`, `hour` of time_start);
     VLANs as nfcapd keeps them from NetFlow `version` (model.landed_vlans)."""
-    import pyarrow as pa
+    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
 
-    from .model import landed_vlans
+    from .model import landed_vlans  # noqa: PLC0415  (start-up: scipy)
 
     src_vlan, dst_vlan = landed_vlans(f, params, version)
 
@@ -80,7 +80,7 @@ def growing_days(params, first_day_ms: int, days: int, flows_per_day: int, growt
     `growth` (0.5 = +50 %) from the first to the last: one modelled day, generated once,
     is subsampled (a seeded random subset per day) and shifted, so a year costs seconds
     and every day's flows are exact, known records."""
-    from .model import generate
+    from .model import generate  # noqa: PLC0415  (start-up: scipy)
 
     most = int(flows_per_day * (1 + growth))
     base, _ = generate(params, first_day_ms, 86_400_000, most, seed=seed, allow_v6=params.ipv6_fraction > 0)

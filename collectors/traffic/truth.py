@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .model import BEHAVIOURS, CLASSES
+from .model import BEHAVIOURS, CLASSES, landed_vlans
 
 
 def counts(f: np.ndarray) -> dict:
@@ -50,8 +50,6 @@ def vlan_counts(f: np.ndarray, params, version: int) -> dict:
     """What the lake must hold per VLAN: side ("in" = src_vlan, "out" = dst_vlan) -> VLAN id
     (text) -> flows, packets, bytes (sampling-corrected), after nfcapd 1.7.1 kept or dropped
     each router's VLAN fields (model.landed_vlans); VLAN "0" = none landed."""
-    from .model import landed_vlans
-
     rates = np.array([r.sampling_rate for r in params.routers], np.int64)[f["router"]]
     pk, by = f["packets"].astype(np.int64) * rates, f["bytes"].astype(np.int64) * rates
     out = {}
@@ -68,8 +66,8 @@ def write(truth: dict, path: str | Path) -> Path:
     if path.suffix == ".json":
         path.write_text(doc)
     elif path.suffix == ".parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
+        import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: pyarrow)
 
         rows = truth["exporters"]
         cols = {k: [r[k] for r in rows] for k in rows[0]} if rows else {}
@@ -83,7 +81,7 @@ def write(truth: dict, path: str | Path) -> Path:
 def read(path: str | Path) -> dict:
     path = Path(path)
     if path.suffix == ".parquet":
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: pyarrow)
 
         return json.loads(pq.read_schema(path).metadata[b"flowlake.truth"])
     return json.loads(path.read_text())

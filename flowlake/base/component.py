@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import typing
 from typing import Any, ClassVar, Iterator, NamedTuple
 
 from .process import Managed, port_open
@@ -33,8 +34,6 @@ def typed_settings(kind: type, section: Any, where: str):
     flowlake.base.config.Section): each field is read by its name and checked against its
     annotation, so a component's code sees typed settings, and a wrong value fails naming
     [section] key."""
-    import typing
-
     hints = typing.get_type_hints(kind)
     values = {}
     for f in dataclasses.fields(kind):

@@ -29,12 +29,12 @@ class ConfigError(ValueError):
 
 
 def _read_toml(path: Path) -> dict:
-    from flowlake.base import parsed_cache
+    from flowlake.base import parsed_cache  # noqa: PLC0415  (start-up: only when a file is read)
 
     cached = parsed_cache.get(path)
     if cached is not None:
         return cached
-    import tomllib  # only when the file changed: its import and the parse cost ~5 ms a command
+    import tomllib  # noqa: PLC0415  (start-up: only when the file changed: its import and the parse cost ~5 ms a command)
 
     try:
         with open(path, "rb") as fh:

@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,6 +152,4 @@ def wait_until(check, timeout: float, what: str, interval: float = 0.25, proc: M
 def python_argv(*args: str) -> list[str]:
     """A `flowlake` subcommand as a service's command line (this interpreter, no console
     script lookup). The hub's CLI is named by module, not imported."""
-    import sys
-
     return [sys.executable, "-m", "flowlake.cli", *args]

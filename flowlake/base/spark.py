@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from flowlake.base import config as _config
+from flowlake.base import spark_cluster
 
 log = logging.getLogger(__name__)
 JARS_DIR = _config.REPO_ROOT / ".jars" / "spark"
@@ -37,8 +38,6 @@ def resolve_master(master: str | None = None, cfg=None) -> str:
     cfg = cfg or _config.get()
     master = master or os.environ.get("FLOWLAKE_SPARK_MASTER") or cfg.spark.master
     if master == "cluster":
-        from flowlake.base import spark_cluster
-
         return spark_cluster.master_url(cfg)
     return master
 
@@ -106,7 +105,7 @@ def session(app: str = "flowlake", master: str | None = None, cfg=None, extra: d
             java_options: str = ""):
     """Get or create the SparkSession. One per process: tests share one for the whole run.
     Inside spark-submit (a cluster) the JVM already runs with the same settings."""
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # noqa: PLC0415  (start-up: pyspark)
 
     cfg = cfg or _config.get()
     master = resolve_master(master, cfg)
@@ -133,8 +132,6 @@ def session(app: str = "flowlake", master: str | None = None, cfg=None, extra: d
 def submit_argv(app: str, master: str, cfg, args: list[str], extra: dict | None = None,
                 java_options: str = "") -> list[str]:
     """spark-submit running `flowlake ARGS...` as a client-mode application on `master`."""
-    from flowlake.base import spark_cluster
-
     argv = [str(spark_cluster.spark_home() / "bin" / "spark-submit"), "--master", master, "--name", app]
     for key, value in spark_conf(app, master, cfg, extra, java_options).items():
         if key not in ("spark.master", "spark.app.name"):
@@ -143,8 +140,6 @@ def submit_argv(app: str, master: str, cfg, args: list[str], extra: dict | None 
 
 
 def submit_env(cfg, master: str) -> dict[str, str]:
-    from flowlake.base import spark_cluster
-
     env = {"SPARK_HOME": str(spark_cluster.spark_home()), SUBMITTED: "1",
            "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
            "PYSPARK_DRIVER_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
@@ -166,8 +161,6 @@ def submit_if_cluster(app: str, master: str | None = None, cfg=None, batch: bool
 
     batch: a batch application writes an event log (kept: [cluster] event_logs); a
     streaming one does not (it would grow forever). cores_max: spark.cores.max (0: all)."""
-    from flowlake.base import spark_cluster
-
     cfg = cfg or _config.get()
     master = resolve_master(master, cfg)
     if not is_cluster(master) or os.environ.get(SUBMITTED):

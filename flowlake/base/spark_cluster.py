@@ -34,7 +34,7 @@ LOG4J = Path(__file__).resolve().parent / "spark_daemon_log4j2.properties"
 
 def spark_home() -> Path:
     """The installed Spark: pyspark's own folder (it holds bin/ and jars/)."""
-    from pyspark.find_spark_home import _find_spark_home
+    from pyspark.find_spark_home import _find_spark_home  # noqa: PLC0415  (start-up: pyspark)
 
     return Path(os.environ.get("SPARK_HOME") or _find_spark_home())
 
@@ -248,7 +248,7 @@ def prune_event_logs(cfg) -> None:
 
 def read_event_log(log: Path) -> list[dict]:
     """The events (one JSON object a line) of one application's log, in order."""
-    import pyarrow as pa
+    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
 
     files = sorted(log.glob("events_*"), key=lambda p: int(p.name.split("_")[1])) if log.is_dir() else [log]
     out = []

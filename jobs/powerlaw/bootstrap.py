@@ -55,7 +55,7 @@ def draw_power_law(rng: np.random.Generator, size: int, alpha: float, xmin: floa
 
 
 def _draw_far(alpha: float, xmin: float, tgt: np.ndarray) -> np.ndarray:
-    from scipy import special
+    from scipy import special  # noqa: PLC0415  (start-up: scipy)
 
     target = np.log(tgt) + float(hz.log_zeta(alpha, xmin))
     u = np.log(np.maximum((xmin - 0.5) * tgt ** (-1.0 / (alpha - 1.0)) + 0.5, xmin))

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import click
 
+from flowlake.base import spark as spark_factory
+
+from .bootstrap import bootstrap_p
+from .fit import fit as fit_power_law
 from .sample import SampleError
+from .textfile import InputError, read_numbers
 
 
 def _num(v):
@@ -46,11 +51,9 @@ def powerlaw(file, discrete, scale, replicates, xmin, min_tail, seed, spark, no_
       flowlake powerlaw blackouts.txt --continuous --scale 1e-3 --bootstrap 1000
       flowlake powerlaw flow_bytes.txt --json | jq .alpha
     """
-    from .fit import fit as fit_power_law
-    from .compare import compare_all
-    from .textfile import InputError, read_numbers
+    from .compare import compare_all  # noqa: PLC0415  (start-up: scipy)
 
-    import numpy as np
+    import numpy as np  # noqa: PLC0415  (start-up: numpy)
 
     try:
         x = read_numbers(file, scale)
@@ -76,15 +79,11 @@ def powerlaw(file, discrete, scale, replicates, xmin, min_tail, seed, spark, no_
 
 
 def _bootstrap(res, replicates, seed, use_spark, quiet):
-    from .bootstrap import bootstrap_p
-
     if use_spark:
-        from flowlake.base import spark as spark_factory
-
         session = spark_factory.session("flowlake-powerlaw")
         b = bootstrap_p(res, replicates, seed=seed, spark=session)
     else:
-        from rich.progress import Progress
+        from rich.progress import Progress  # noqa: PLC0415  (start-up: rich)
 
         with Progress(transient=True, disable=quiet) as bar:
             task = bar.add_task("bootstrap", total=replicates)
@@ -103,8 +102,8 @@ def _clean(o):
 
 
 def _print(file, out):
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # noqa: PLC0415  (start-up: rich)
+    from rich.table import Table  # noqa: PLC0415  (start-up: rich)
 
     con = Console()
     kind = "discrete" if out["discrete"] else "continuous"

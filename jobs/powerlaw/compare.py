@@ -20,6 +20,7 @@ import numpy as np
 from scipy import optimize, special, stats
 
 from .fit import PowerLawFit
+from .zeta import log_cutoff_sum
 
 ALTERNATIVES = ("lognormal", "exponential", "stretched_exponential", "truncated_power_law")
 
@@ -163,9 +164,7 @@ def _stretched_exponential(x, w, xmin, discrete, alpha):
 
 
 def _truncated_power_law(x, w, xmin, discrete, alpha):
-    import mpmath
-
-    from .zeta import log_cutoff_sum
+    import mpmath  # noqa: PLC0415  (start-up: mpmath)
 
     def log_norm(a, lam):
         # log of the normalising sum/integral of x^-a e^{-lam x} over [xmin, inf)

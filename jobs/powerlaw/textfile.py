@@ -24,7 +24,7 @@ def read_numbers(path: str | Path, scale: float = 1.0) -> np.ndarray:
             return x * scale if scale != 1.0 else x
         _diagnose(path)
     try:
-        import pandas as pd
+        import pandas as pd  # noqa: PLC0415  (start-up: pandas)
 
         frame = pd.read_csv(path, header=None, names=["v"], comment="#", skip_blank_lines=True,
                             dtype=np.float64, engine="c", skipinitialspace=True)
@@ -43,8 +43,8 @@ def read_numbers(path: str | Path, scale: float = 1.0) -> np.ndarray:
 def _read_arrow(path: Path):
     """pyarrow's multi-threaded CSV reader: fastest, but knows no # comments (then None)."""
     try:
-        import pyarrow as pa
-        from pyarrow import csv
+        import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
+        from pyarrow import csv  # noqa: PLC0415  (start-up: pyarrow)
 
         table = csv.read_csv(path, read_options=csv.ReadOptions(column_names=["v"]),
                              parse_options=csv.ParseOptions(delimiter="\t"),

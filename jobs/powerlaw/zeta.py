@@ -146,7 +146,7 @@ def log_cutoff_sum(a: float, lam: float, q: float) -> float:
     small and Euler-Maclaurin (through the fifth derivative, error ~1e-11) for the rest,
     with the one integral from mpmath's incomplete gamma. Checked against lerchphi.
     """
-    import mpmath
+    import mpmath  # noqa: PLC0415  (start-up: mpmath)
 
     def first_terms(m: int) -> float:     # sum over x = q .. q+m-1, relative to the first
         k = np.arange(m, dtype=np.float64)

@@ -10,7 +10,7 @@ def __getattr__(name):
     # parse/FilterError load the grammar (lark) only when asked for: `flowlake host` and
     # `--help` never parse a filter
     if name in ("parse", "FilterError"):
-        from . import parser
+        from . import parser  # noqa: PLC0415  (start-up: lark)
 
         return getattr(parser, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -18,6 +18,6 @@ def __getattr__(name):
 
 def to_column(node):
     """Compile a parsed filter to a Spark Column (imported lazily: Spark is heavy)."""
-    from .compiler import to_column as _to_column
+    from .compiler import to_column as _to_column  # noqa: PLC0415  (start-up: pyspark)
 
     return _to_column(node)

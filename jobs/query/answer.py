@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import sys
 
+from . import output
+from .spec import FLOW_COLUMNS, MEASURES, TOP_COLUMNS, parse_aggregate, parse_stat
+
 
 def prepare(filter_text: str, stats, aggregate_keys):
     """(filter tree, [(key, order)], aggregate keys or None); FilterError or StatError."""
-    from .parser import parse
-    from .spec import parse_aggregate, parse_stat
+    from .parser import parse  # noqa: PLC0415  (start-up: lark)
 
     tree = parse(filter_text)
     return tree, [parse_stat(s) for s in stats], (parse_aggregate(aggregate_keys) if aggregate_keys else None)
@@ -18,9 +20,6 @@ def prepare(filter_text: str, stats, aggregate_keys):
 
 def answer(eng, tree, stat_specs, top_n, agg, fmt, limit, anon, out=None) -> None:
     """Print the query's answer on out (stdout): top-N statistics, an aggregate or records."""
-    from . import output
-    from .spec import FLOW_COLUMNS, MEASURES, TOP_COLUMNS
-
     out = out or sys.stdout
     if stat_specs:
         tops = {k: list(anon(rows)) for k, rows in eng.tops(tree, stat_specs, top_n).items()}

@@ -14,8 +14,12 @@ import os
 import threading
 import time
 
-from . import sql
-from .spec import AGG_KEYS, FLOW_COLUMNS, MEASURES, RECORD_KEYS, STAT_KEYS, with_shares
+from flowlake.pipelines.duck import sql_list
+from flowlake.pipelines.lake_snapshot import Snapshot
+
+from . import index, sql
+from .lake import partitions
+from .spec import AGG_KEYS, FLOW_COLUMNS, RECORD_KEYS, STAT_KEYS, with_shares
 
 SPAN_S = "(CAST(epoch_ms(last_seen) - epoch_ms(first_seen) AS DOUBLE) / 1000.0)"
 # nfdump's rates over an aggregate's span, as stats._measures computes them on Spark
@@ -35,9 +39,9 @@ def duckdb_module():
     type table and reads its version from the package metadata, ~60 ms of CPU per command
     (a fifth of nfdump's whole answer on a 3M-flow day). Same connect() and exceptions."""
     try:
-        import _duckdb as mod
+        import _duckdb as mod  # noqa: PLC0415  (start-up: duckdb; optional: another packaging of DuckDB may lack _duckdb)
     except ImportError:  # another packaging of DuckDB
-        import duckdb as mod
+        import duckdb as mod  # noqa: PLC0415  (start-up: duckdb)
     return mod
 
 
@@ -50,11 +54,6 @@ class DuckEngine:
 
     def __init__(self, cfg, start: dt.datetime | None = None, end: dt.datetime | None = None,
                  threads: int = 0, progress=None, use_index: bool = True):
-        from flowlake.pipelines.lake_snapshot import Snapshot
-
-        from . import index
-        from .lake import partitions
-
         self.start, self.end, self.progress = start, end, progress
         # The window's hours pinned (hard links) until close(): a compaction swap during the
         # query cannot take the files listed from under DuckDB.
@@ -122,8 +121,6 @@ class DuckEngine:
         """A subquery of the window's flows: indexed hours from their DuckDB files, the
         others from Parquet (None when no file is in the window). Columns of a later schema
         revision that the filter `tree` reads and the files lack come as NULL."""
-        from flowlake.pipelines.duck import sql_list
-
         parts = self.parts if parts is None else parts
         later = sorted(sql.columns(tree) & set(sql.LATER_COLUMNS)) if tree is not None else []
         subs = []

@@ -16,8 +16,14 @@ cron or the hour-close job); `flowlake status` shows its size.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
 from pathlib import Path
+
+from flowlake.pipelines.compact import COMPACT_FILE
+from flowlake.pipelines.lake_snapshot import Snapshot
+
+from .lake import partitions
 
 CLOSE_MARGIN = dt.timedelta(minutes=10)  # an hour is closed this long after its end (late files)
 
@@ -27,8 +33,6 @@ def root(cfg) -> Path:
 
 
 def signature(files: list[str]) -> str:
-    import hashlib
-
     h = hashlib.sha256()
     for f in sorted(files):
         st = os.stat(f)
@@ -60,16 +64,12 @@ def lookup(cfg, part: Path, files: list[str]) -> Path | None:
 def build(cfg, now: dt.datetime | None = None, log=None) -> dict:
     """Index every closed hour of the last index_days days that has no current index;
     drop index files of rewritten hours and of days past the bound."""
-    from .lake import partitions
-
     now = now or dt.datetime.now(dt.timezone.utc)
     days = int(cfg.query.index_days)
     oldest = (now - dt.timedelta(days=days)).replace(hour=0, minute=0, second=0, microsecond=0)
     out = {"built": 0, "fresh": 0, "removed": 0, "flows": 0}
     keep: set[Path] = set()
     if days > 0:
-        from flowlake.pipelines.lake_snapshot import Snapshot
-
         try:
             parts = partitions(cfg.lake, oldest, now - CLOSE_MARGIN)
         except FileNotFoundError:
@@ -86,9 +86,9 @@ def build(cfg, now: dt.datetime | None = None, log=None) -> dict:
 
 def _build_parts(cfg, parts, now, snap, keep: set, out: dict, log) -> None:
     """Index the closed hours among `parts` that have no current index (see build)."""
-    import duckdb
+    import duckdb  # noqa: PLC0415  (start-up: duckdb)
 
-    from flowlake.pipelines.duck import parquet_files, sql_list
+    from flowlake.pipelines.duck import parquet_files, sql_list  # noqa: PLC0415  (start-up: flowlake status)
 
     for part in parts:
         if _hour_of(part) + dt.timedelta(hours=1) > now - CLOSE_MARGIN:
@@ -132,8 +132,6 @@ def compacted(files) -> bool:
     dictionary-encoded files cost DuckDB no more to scan than an index file (bench/query.py:
     the index took 1.1x their CPU, ATTACH included). The index is for hours still in the
     ingest's many small files (closed, not compacted yet: ~4x less CPU than their Parquet)."""
-    from flowlake.pipelines.compact import COMPACT_FILE
-
     return bool(files) and all(COMPACT_FILE.match(Path(f).name) for f in files)
 
 

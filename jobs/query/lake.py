@@ -8,6 +8,8 @@ import datetime as dt
 import re
 from pathlib import Path
 
+from flowlake.schemas import FLOWS_TABLE
+
 _FORMATS = ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S",
             "%Y/%m/%d.%H:%M:%S", "%Y/%m/%d.%H:%M", "%Y/%m/%d")
 
@@ -73,9 +75,7 @@ def read_flows(spark, lake: Path, start: dt.datetime | None = None, end: dt.date
     """Flows with start <= time_start < end. date/hour filters let Spark skip partitions.
     With a snapshot (pipelines/lake_snapshot.py) the window's hours are read pinned, so a
     compaction swap while Spark reads cannot remove the files it listed."""
-    from pyspark.sql import functions as F
-
-    from flowlake.schemas import FLOWS_TABLE
+    from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
 
     base = flows_dir(lake)
     paths = [str(base)]

@@ -6,10 +6,13 @@ token, as nfdump's "syntax error at 'x'" does, but pointing at it.
 """
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import re
 from functools import lru_cache
 from pathlib import Path
+
+from flowlake.base import parsed_cache
 
 from . import ast
 
@@ -20,7 +23,7 @@ def _standalone():
     """The pre-built parser module (standalone.py, built by `make setup`) when it was built
     from this grammar, else None (lark then builds the parser, cached)."""
     try:
-        from . import _filter_lalr as mod
+        from . import _filter_lalr as mod  # noqa: PLC0415  (optional: built by make setup)
     except ImportError:
         return None
     return mod if getattr(mod, "GRAMMAR", None) == GRAMMAR else None
@@ -81,9 +84,9 @@ class _Bad(Exception):
 def _lark():
     if _STANDALONE is not None:
         return _STANDALONE.Lark_StandAlone()
-    from lark import Lark
+    from lark import Lark  # noqa: PLC0415  (start-up: lark)
 
-    from .standalone import OPTIONS
+    from .standalone import OPTIONS  # noqa: PLC0415  (start-up: flowlake status)
 
     return Lark(GRAMMAR, **OPTIONS, cache=_cache_file(GRAMMAR))
 
@@ -93,11 +96,7 @@ def _cache_file(grammar: str) -> str | bool:
     own cache folder: building the LALR tables costs more than DuckDB's whole scan of a
     day. (Lark's default cache file lives in the shared /tmp, and it is a pickle.) False,
     no cache, if the folder is unusable."""
-    import hashlib
-
-    from lark import __version__ as lark_version
-
-    from flowlake.base import parsed_cache
+    from lark import __version__ as lark_version  # noqa: PLC0415  (start-up: lark)
 
     base = parsed_cache.folder()
     if base is None:

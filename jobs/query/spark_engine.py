@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 
+from flowlake.base import spark as spark_factory
+from flowlake.pipelines.lake_snapshot import Snapshot
+
+from . import to_column
+from .lake import read_flows
 from .spec import FLOW_COLUMNS, with_shares
 
 
@@ -13,21 +18,14 @@ class SparkEngine:
 
     def __init__(self, cfg, start: dt.datetime | None = None, end: dt.datetime | None = None,
                  master: str | None = None, progress=None):
-        from flowlake.base import spark as spark_factory
-
-        from .lake import read_flows
-
         # Spark draws its own stage progress bar on stderr
         extra = {"spark.ui.showConsoleProgress": "true"} if progress else None
         self.spark = spark_factory.session("flowlake-query", master=master, cfg=cfg, extra=extra)
-        from flowlake.pipelines.lake_snapshot import Snapshot
 
         self.snapshot = Snapshot(cfg.lake)  # the window's hours pinned until close()
         self.flows = read_flows(self.spark, cfg.lake, start, end, self.snapshot)
 
     def _where(self, tree):
-        from . import to_column
-
         return self.flows.where(to_column(tree))
 
     def records(self, tree, limit: int = 0):
@@ -39,18 +37,18 @@ class SparkEngine:
         return {f"{key}/{order}": self.top(tree, key, order, n) for key, order in specs}
 
     def top(self, tree, key: str, order: str = "flows", n: int = 10) -> list[dict]:
-        from .stats import top
+        from .stats import top  # noqa: PLC0415  (start-up: pyspark)
 
         return [with_shares(r.asDict()) for r in top(self._where(tree), key, order, n).collect()]
 
     def aggregate(self, tree, keys: list[str], order: str = "flows", limit: int = 0) -> list[dict]:
-        from .stats import aggregate
+        from .stats import aggregate  # noqa: PLC0415  (start-up: pyspark)
 
         df = aggregate(self._where(tree), keys, order)
         return [r.asDict() for r in (df.limit(limit) if limit else df).collect()]
 
     def host(self, address: str, n: int = 10) -> dict:
-        from .host import profile
+        from .host import profile  # noqa: PLC0415  (start-up: pyspark)
 
         return profile(self.flows, address, n)
 

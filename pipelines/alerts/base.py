@@ -25,7 +25,7 @@ class Interval:
         """A counter (bytes, packets) of each flow scaled to the share of the flow that fits
         in the interval: a 5-minute flow ending now adds a rotation's worth of its bytes,
         not all of them (rates would jump 30-fold at its end)."""
-        import pyarrow.compute as pc
+        import pyarrow.compute as pc  # noqa: PLC0415  (start-up: pyarrow)
 
         if column in self._scaled:  # several detectors scale bytes and packets: computed once an interval
             return self._scaled[column]

@@ -10,9 +10,11 @@ import click
 
 from flowlake.base import config as _config
 
+from .service import serve as run
+
 
 def _store(cfg):
-    from .store import AlertStore
+    from .store import AlertStore  # noqa: PLC0415  (start-up: pyarrow)
 
     return AlertStore.from_config(cfg)
 
@@ -49,7 +51,7 @@ def alerts() -> None:
                                                       "severity, started, updated, ended, summary.")
 def list_cmd(show_all: bool, detector: str | None, state: str | None, as_json: bool) -> None:
     """List alerts, newest first."""
-    from .lifecycle import public
+    from .lifecycle import public  # noqa: PLC0415  (start-up: pyarrow)
 
     cfg = _config.get()
     now = int(time.time() * 1000)
@@ -63,8 +65,8 @@ def list_cmd(show_all: bool, detector: str | None, state: str | None, as_json: b
     if as_json:
         click.echo(json.dumps(rows, indent=1))
         return
-    from rich.console import Console
-    from rich.table import Table
+    from rich.console import Console  # noqa: PLC0415  (start-up: rich)
+    from rich.table import Table  # noqa: PLC0415  (start-up: rich)
 
     t = Table(title=f"alerts ({len(rows)}{'' if show_all or state else ' not resolved; --all for every one'})")
     for col in ("id", "detector", "subject", "state", "severity", "started", "updated", "summary"):
@@ -89,8 +91,8 @@ def _find(cfg, alert_id: str) -> dict:
 @click.option("--json", "as_json", is_flag=True, help="Every stored column as JSON.")
 def show(alert_id: str, as_json: bool) -> None:
     """One alert with its evidence (ALERT_ID: its id, or a unique prefix of 4+ digits)."""
-    from .lifecycle import public
-    from .store import iso
+    from .lifecycle import public  # noqa: PLC0415  (start-up: pyarrow)
+    from .store import iso  # noqa: PLC0415  (start-up: pyarrow)
 
     cfg = _config.get()
     row = _find(cfg, alert_id)
@@ -157,7 +159,7 @@ def snooze(alert_id: str, duration: str) -> None:
     if row["state"] != "resolved":
         fields["state"] = "snoozed"
     row = _change(cfg, alert_id, **fields)
-    from .store import iso
+    from .store import iso  # noqa: PLC0415  (start-up: pyarrow)
 
     click.echo(f"snoozed {row['id']} ({row['detector']} {row['subject']}) until {iso(until)}")
 
@@ -166,6 +168,4 @@ def snooze(alert_id: str, duration: str) -> None:
 @click.option("--once", is_flag=True, help="Judge what Kafka holds now, then exit (tests, backfills).")
 def serve(once: bool) -> None:
     """Run the detectors on the live stream (what `flowlake up` starts)."""
-    from .service import serve as run
-
     run(_config.get(), once=once)

@@ -14,20 +14,19 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .base import Detector, Finding, Interval
+from .blocklist import BlocklistDetector
+from .fan_in import FanInDetector
 from .lifecycle import Lifecycle
+from .scans import ScanDetector
+from .silent import SilentDetector
 from .store import AlertStore
+from .talkers import NewTalkerDetector
+from .volume import ExporterVolumeDetector, InterfaceVolumeDetector
 
 log = logging.getLogger(__name__)
 
 
 def detectors_from_config(cfg) -> list[Detector]:
-    from .blocklist import BlocklistDetector
-    from .fan_in import FanInDetector
-    from .scans import ScanDetector
-    from .silent import SilentDetector
-    from .talkers import NewTalkerDetector
-    from .volume import ExporterVolumeDetector, InterfaceVolumeDetector
-
     return [ScanDetector.from_config(cfg), FanInDetector.from_config(cfg), InterfaceVolumeDetector.from_config(cfg),
             ExporterVolumeDetector.from_config(cfg), SilentDetector.from_config(cfg),
             NewTalkerDetector.from_config(cfg), BlocklistDetector.from_config(cfg)]
@@ -37,7 +36,7 @@ def sinks_from_config(cfg) -> list:
     """The notifier of pipelines/alerts/notify.py when this install has it (issue 24's
     webhook and e-mail), else none: the engine only calls submit(alert) on each sink."""
     try:
-        from .notify import build_notifier
+        from .notify import build_notifier  # noqa: PLC0415  (optional: only where the notifier is installed)
     except ImportError:
         return []
     notifier = build_notifier(cfg)

@@ -11,6 +11,7 @@ alerts notify nothing until the snooze ends; acknowledged ones only their resolu
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
 
@@ -173,6 +174,4 @@ class Lifecycle:
 
 
 def _json(details: dict) -> str:
-    import json
-
     return json.dumps(details, default=str, sort_keys=True)

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from flowlake.base.config import ConfigError
+
 from .delivery import Permanent, Transient, idempotency_key, iso  # noqa: F401  (re-exported for the channels' callers)
 
 log = logging.getLogger("flowlake.notify")
@@ -283,8 +285,6 @@ def write_state(path: Path, data: dict) -> None:
 # ---- configuration ------------------------------------------------------------------------
 def secret(section: dict, key: str, base_dir: Path) -> str:
     """`key` itself (flowlake.toml or FLOWLAKE_NOTIFY_<KEY>), else the file named by `key`_file."""
-    from flowlake.base.config import ConfigError
-
     if section.get(key):
         return section[key]
     name = section.get(f"{key}_file") or ""
@@ -300,15 +300,13 @@ def secret(section: dict, key: str, base_dir: Path) -> str:
 
 def build_channels(cfg) -> list[Channel]:
     """The channels `[notify]` configures (none: an empty list); ConfigError names a bad key."""
-    from flowlake.base.config import ConfigError
-
     n = cfg.notify.as_dict()
     for key in ("webhook_min_severity", "smtp_min_severity"):
         if n[key] and n[key] not in SEVERITIES:
             raise ConfigError(f"[notify] {key} = {n[key]!r}: use one of {', '.join(SEVERITIES)} or \"\" (all)")
     out: list[Channel] = []
     if n["webhook_url"]:
-        from .webhook import Webhook
+        from .webhook import Webhook  # noqa: PLC0415  (start-up: flowlake status)
 
         key = secret(n, "webhook_secret", cfg.base_dir)
         if not key:
@@ -317,7 +315,7 @@ def build_channels(cfg) -> list[Channel]:
         out.append(Webhook(n["webhook_url"], key.encode(), timeout=n["webhook_timeout_seconds"],
                            min_severity=n["webhook_min_severity"]))
     if n["smtp_host"]:
-        from .smtp import Email
+        from .smtp import Email  # noqa: PLC0415  (start-up: flowlake status)
 
         if not n["smtp_to"]:
             raise ConfigError("[notify] smtp_host is set but smtp_to lists no recipient")

@@ -6,8 +6,13 @@ import json
 import logging
 import socket
 import uuid
+from dataclasses import replace
 
 import click
+
+from flowlake.base import config
+
+from .notify import Notifier, build_channels, iso, retry_from, write_state
 
 TEST_STATE_FILE = "notify-test.json"
 
@@ -53,12 +58,6 @@ def test_cmd(attempts: int, timeout: float, as_json: bool):
       FLOWLAKE_NOTIFY_SMTP_HOST=mail.example.org FLOWLAKE_NOTIFY_SMTP_TO=noc@example.org \\
       FLOWLAKE_NOTIFY_SMTP_USERNAME=flowlake FLOWLAKE_NOTIFY_SMTP_PASSWORD=... flowlake notify test
     """
-    from dataclasses import replace
-
-    from flowlake.base import config
-
-    from .notify import Notifier, build_channels, iso, retry_from, write_state
-
     cfg = config.get()
     channels = build_channels(cfg)
     if not channels:

@@ -2,15 +2,13 @@
 notifier, state/notify.json) and the last `flowlake notify test`."""
 from __future__ import annotations
 
-from .notify import STATE_FILE, read_state
+from flowlake.base.config import ConfigError
+
+from .notify import STATE_FILE, build_channels, read_state
 from .notify_cli import TEST_STATE_FILE
 
 
 def status(cfg) -> dict:
-    from flowlake.base.config import ConfigError
-
-    from .notify import build_channels
-
     try:
         configured = {c.name: c.target for c in build_channels(cfg)}
         error = None
@@ -22,7 +20,7 @@ def status(cfg) -> dict:
 
 
 def render(console, st: dict) -> None:
-    from rich.table import Table
+    from rich.table import Table  # noqa: PLC0415  (start-up: rich)
 
     if st.get("config_error"):
         console.print(f"[bold red]notifications: configuration error: {st['config_error']}[/]")

@@ -38,7 +38,7 @@ class ScanDetector(Detector):
     name = "scan"
 
     def __init__(self, rule: ScanRule, window_seconds: float, critical_factor: float = 4.0, sample: int = 10):
-        import duckdb
+        import duckdb  # noqa: PLC0415  (start-up: duckdb)
 
         self.rule, self.window_ms = rule, int(window_seconds * 1000)
         self.critical_factor, self.sample = critical_factor, sample

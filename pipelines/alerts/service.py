@@ -6,10 +6,12 @@ import json
 import logging
 import os
 import signal
+import sys
 import time
 
 from flowlake.base.component import Component
 from flowlake.base.process import Managed, wait_until
+from flowlake.schemas.alerts import SEVERITIES
 
 log = logging.getLogger(__name__)
 
@@ -24,8 +26,6 @@ def status_file(cfg):
 
 def start(cfg) -> int | None:
     """Start the service unless [alerts] enabled = false; healthy once it wrote its status."""
-    import sys
-
     if not cfg.alerts.enabled:
         return None
     proc = managed(cfg)
@@ -50,8 +50,8 @@ def _write_status(cfg, doc: dict) -> None:
 
 
 def serve(cfg, once: bool = False) -> None:
-    from .engine import Engine
-    from .source import KafkaIntervals
+    from .engine import Engine  # noqa: PLC0415  (start-up: numpy, pyarrow)
+    from .source import KafkaIntervals  # noqa: PLC0415  (start-up: pyarrow)
 
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
@@ -99,10 +99,8 @@ def _stats(sink) -> dict:
 
 def status(cfg) -> dict:
     """For `flowlake status`: the service, open alerts by severity (from the lake), its lag."""
-    from flowlake.schemas.alerts import SEVERITIES
-
-    from .lifecycle import shown_state
-    from .store import AlertStore
+    from .lifecycle import shown_state  # noqa: PLC0415  (start-up: pyarrow)
+    from .store import AlertStore  # noqa: PLC0415  (start-up: pyarrow)
 
     out: dict = {"enabled": bool(cfg.alerts.enabled)}
     try:

@@ -102,7 +102,7 @@ class LedgerIntervals:
 
 class KafkaIntervals:
     def __init__(self, cfg):
-        from confluent_kafka import Consumer
+        from confluent_kafka import Consumer  # noqa: PLC0415  (start-up: confluent_kafka)
 
         a, k = cfg.alerts, cfg.kafka
         if a.start_from not in ("latest", "earliest"):
@@ -144,7 +144,7 @@ class KafkaIntervals:
 
     def lag(self) -> int | None:
         """Messages behind the end of the flows topic (committed offsets of our group)."""
-        from confluent_kafka import TopicPartition
+        from confluent_kafka import TopicPartition  # noqa: PLC0415  (start-up: confluent_kafka)
 
         try:
             parts = self.consumer.assignment()

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from flowlake.collectors.snmp.store import interfaces_file  # the SNMP poller's table
 from flowlake.pipelines.interface_speeds import parse_speeds, speed_of
 
 from .base import Detector, Finding, Interval, severity, si
@@ -30,8 +31,6 @@ class InterfaceSpeeds:
 
     @classmethod
     def from_config(cls, cfg) -> "InterfaceSpeeds":
-        from flowlake.collectors.snmp.store import interfaces_file  # the SNMP poller's table
-
         return cls(interfaces_file(cfg), cfg.data.get("exporters") or {}, cfg.active.interface_speeds)
 
     def _reload(self) -> None:

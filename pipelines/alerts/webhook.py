@@ -21,6 +21,8 @@ import json
 import time
 from urllib.parse import urlsplit
 
+from flowlake.base.config import ConfigError
+
 from .delivery import Permanent, Transient, idempotency_key
 
 RETRY_STATUS = {408, 425, 429}
@@ -53,17 +55,15 @@ class Webhook:
     def __init__(self, url: str, secret: bytes, timeout: float = 10.0, min_severity: str = ""):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            from flowlake.base.config import ConfigError
-
             raise ConfigError(f"[notify] webhook_url = {url!r}: not an http:// or https:// URL")
         self.url, self.secret, self.timeout, self.min_severity = url, secret, timeout, min_severity
         self.target = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path}"  # no credentials
-        import requests
+        import requests  # noqa: PLC0415  (start-up: requests)
 
         self._session = requests.Session()
 
     def send(self, alert: dict) -> None:
-        import requests
+        import requests  # noqa: PLC0415  (start-up: requests)
 
         body = payload(alert)
         ts = str(int(time.time()))  # signed afresh on every try: a late retry is not a replay

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from flowlake.schemas import FLOW, Record
+from flowlake.schemas import FLOW, Record, messages
 from flowlake.schemas.enrich import ENRICHMENT_FIELDS, ENRICHMENT_NAMES
 
 from . import classify, interfaces, mmdb, networks
@@ -47,8 +47,6 @@ def lake_schema() -> pa.Schema:
     are handed to the Parquet writer as dictionary arrays (Parquet stores them as strings
     with a dictionary page; DuckDB and Spark read strings): the writer then takes the
     dictionary as it is instead of hashing every row's value (bench/ingest.py)."""
-    from flowlake.schemas import messages
-
     plain = messages.arrow_schema(Record("FlowsFile", "flowlake.pipelines.lake", "lake file", FLOW.fields + ENRICHMENT_FIELDS))
     return pa.schema([f.with_type(DICT) if f.name in ENRICHMENT_NAMES and pa.types.is_string(f.type) else f
                       for f in plain])

@@ -77,7 +77,7 @@ def check(path: Path, kind: str, name: str | None = None) -> Info:
     """Open the file and read every record (a corrupt tree or data section fails here, not
     in the ingest); refuse a file without what `kind` needs. Raises DatabaseError naming
     `name` (the operator's file when `path` is a copy of it)."""
-    import maxminddb
+    import maxminddb  # noqa: PLC0415  (start-up: maxminddb)
 
     if kind not in KINDS:
         raise ValueError(kind)
@@ -123,7 +123,7 @@ class Lookup:
     MAX_LENGTHS = 8  # distinct prefix lengths probed per family; networks of further ones are not kept
 
     def __init__(self, path: str, entries: int = 200_000):
-        import maxminddb
+        import maxminddb  # noqa: PLC0415  (start-up: maxminddb)
 
         self.reader = maxminddb.open_database(path, maxminddb.MODE_MMAP_EXT)
         self.entries = entries

@@ -26,7 +26,7 @@ def _newest_hour(lake: Path) -> Path | None:
 def unknown_shares(lake: Path) -> dict:
     """Flows of the newest lake hour and the share with no AS, country or interface name
     (interfaces: among flows naming one, ifIndex != 0)."""
-    import duckdb
+    import duckdb  # noqa: PLC0415  (start-up: duckdb)
 
     hour = _newest_hour(lake)
     if hour is None:
@@ -98,7 +98,7 @@ def warnings(st: dict) -> list[str]:
 
 
 def print_status(console, st: dict) -> None:
-    from rich.table import Table
+    from rich.table import Table  # noqa: PLC0415  (start-up: rich)
 
     t = Table(title="enrichment at ingest" + ("" if st["enabled"] else " (off: [enrich] enabled = false)"))
     for col in ("source", "file", "in use", "records", "loaded", "error"):

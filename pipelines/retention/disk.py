@@ -108,7 +108,7 @@ def clear_pause(cfg) -> None:
 
 def refuse_below_floor(cfg, what: str) -> None:
     """For work that writes a lot (jobs): refuse to start while free space is below the floor."""
-    import click
+    import click  # noqa: PLC0415  (start-up: click)
 
     u = usage(cfg)
     if u.level == "floor":

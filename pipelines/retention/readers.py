@@ -19,6 +19,8 @@ import os
 import time
 from pathlib import Path
 
+from flowlake.pipelines import compact, lake_snapshot
+
 from .tiers import Tier, Unit
 
 log = logging.getLogger("flowlake.retention")
@@ -53,8 +55,6 @@ def grace_s(cfg) -> float:
 
 def reader_tiers(cfg, now: float | None = None) -> list[Tier]:
     """The two tiers with what expires now (nothing is touched)."""
-    from flowlake.pipelines import compact, lake_snapshot
-
     now = time.time() if now is None else now
     lake, grace = Path(cfg.lake), grace_s(cfg)
     retired = Tier(RETIRED, f"{grace / 60:g} min after the swap",
@@ -91,8 +91,6 @@ def guard_candidates(all_tiers: list[Tier]) -> list[Unit]:
 def removable(units: list[Unit], lake: Path) -> list[Unit]:
     """The units that may go now: retired folders only once no pin in progress can reach
     them (they stay for the next pass otherwise)."""
-    from flowlake.pipelines import lake_snapshot
-
     if any(u.tier == RETIRED for u in units) and not lake_snapshot.pins_settled(lake, PIN_WAIT_S):
         log.warning("retention: readers kept pinning for %g s; retired folders stay until the next pass", PIN_WAIT_S)
         return [u for u in units if u.tier != RETIRED]

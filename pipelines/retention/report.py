@@ -6,6 +6,8 @@ from pathlib import Path
 from . import disk, tiers
 from .tiers import Tier, Unit
 from flowlake.base.disk import human  # noqa: F401  (re-exported: report.human)
+from flowlake.collectors import kafka_retention as topics
+from flowlake.pipelines.retention import readers, run, spool
 
 
 
@@ -13,9 +15,6 @@ from flowlake.base.disk import human  # noqa: F401  (re-exported: report.human)
 def status_summary(cfg) -> dict:
     """Per tier size, oldest day and limit; disk vs high water and floor; the pause; Kafka's
     topic settings. Cheap: directory sizes only, no ledger read."""
-    from flowlake.pipelines.retention import readers, run, spool
-    from flowlake.collectors import kafka_retention as topics
-
     spool_tier = Tier("spool", f"in the lake + {cfg.retention.spool_grace_hours} h")
     spool_tier.units = [Unit("spool", p, tiers.nfcapd_day(p.name), tiers.disk_bytes(p))
                         for p in spool.spool_files(cfg).values()]
@@ -37,7 +36,7 @@ def status_summary(cfg) -> dict:
 
 def tier_table(title: str, summaries: list[dict], show_removal: bool):
     """One row per tier; notes go below the table (80 columns stay readable)."""
-    from rich.table import Table
+    from rich.table import Table  # noqa: PLC0415  (start-up: rich)
 
     t = Table(title=title, caption="\n".join(f"{s['tier']}: {s['note']}" for s in summaries if s.get("note")) or None)
     t.add_column("tier", no_wrap=True)
@@ -76,7 +75,7 @@ def render_status(console, st: dict) -> None:
 
 
 def render_plan(console, plan_json: dict, home: Path, dry_run: bool, limit: int = 30) -> None:
-    from rich.table import Table
+    from rich.table import Table  # noqa: PLC0415  (start-up: rich)
 
     verb = "would remove" if dry_run else "removed"
     console.print(tier_table(f"retention per tier ({'dry run: nothing removed' if dry_run else 'done'})",

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flowlake.collectors import kafka_retention as topics
+
 from . import disk, readers, spool, tiers, today_utc
 from .tiers import Tier, Unit
 
@@ -72,8 +74,6 @@ def plan(cfg, today: dt.date | None = None, now: float | None = None, ledger: di
             p.guard.append(unit)
             need -= unit.bytes
     try:
-        from flowlake.collectors import kafka_retention as topics
-
         p.kafka = topics.apply(cfg, dry_run=not kafka_apply) if spool.broker_up(cfg) else {}
     except Exception as exc:  # an unreachable broker must not stop the lake's retention
         p.kafka_error = str(exc)
@@ -81,8 +81,6 @@ def plan(cfg, today: dt.date | None = None, now: float | None = None, ledger: di
 
 
 def kafka_tier(cfg) -> Tier:
-    from flowlake.collectors import kafka_retention as topics
-
     t = Tier("kafka", topics.limit_text(cfg))
     t.units = [Unit("kafka", cfg.path("kafka", "data", topic), None, size)
                for topic, size in topics.local_bytes(cfg).items()]

@@ -21,6 +21,9 @@ import os
 import time
 from pathlib import Path
 
+from flowlake.base.process import port_open
+from flowlake.collectors import ship
+
 from .tiers import Tier, Unit, disk_bytes, nfcapd_day
 
 log = logging.getLogger("flowlake.retention")
@@ -64,7 +67,7 @@ def lake_committed_offsets(cfg) -> dict[int, int] | None:
     """End offsets (per flows.v1 partition) of the newest micro-batch the ingest wrote into
     the lake: its done-marker exists and Spark's checkpoint holds its offsets (read as the
     ingest reads them, pipelines/batch_offsets.py)."""
-    from flowlake.pipelines.batch_offsets import CheckpointError, end_offsets
+    from flowlake.pipelines.batch_offsets import CheckpointError, end_offsets  # noqa: PLC0415  (start-up: flowlake status)
 
     topic = cfg.kafka.flows_topic
     done_dir = cfg.path("state", "ingest", "flows")
@@ -86,7 +89,7 @@ def lake_committed_offsets(cfg) -> dict[int, int] | None:
 def records_end(cfg, shipped: dict[str, float]) -> dict[str, dict[int, int]]:
     """{file: {partition: offset}} below which all of each file's flows.v1 records lie,
     from the time its ledger entry was written (epoch seconds)."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415  (start-up: confluent_kafka)
 
     topic = cfg.kafka.flows_topic
     consumer = Consumer({**cfg.kafka_client_conf(), "group.id": "flowlake-retention", "enable.auto.commit": False})
@@ -104,8 +107,6 @@ def records_end(cfg, shipped: dict[str, float]) -> dict[str, dict[int, int]]:
 
 
 def broker_up(cfg) -> bool:
-    from flowlake.base.process import port_open
-
     host, _, port = cfg.kafka_bootstrap.split(",")[0].rpartition(":")
     return port_open(host or "127.0.0.1", int(port))
 
@@ -126,8 +127,6 @@ def shipped_at(entry: dict) -> float | None:
 def spool_tier(cfg, now: float | None = None, ledger: dict | None = None) -> Tier:
     """The spool with the files retention may delete (expire) and why the others stay.
     Notes first-seen end offsets in the state file (an observation, also in a dry run)."""
-    from flowlake.collectors import ship
-
     now = time.time() if now is None else now
     grace = float(cfg.retention.spool_grace_hours) * 3600
     files = spool_files(cfg)
