@@ -1,5 +1,5 @@
-"""DuckDB side of the report jobs: the lake's files, an in-process connection, the
-`direction` of flows, and the choice of engine ([reports] engine).
+"""DuckDB side of the report jobs: the lake's files, an in-process connection and the
+`direction` of flows. Which engine runs a report is decided in jobs/engines.py.
 
 Jobs whose Spark plan is dominated by big hash aggregations on one machine also have a
 local implementation writing the very same table: flow_size_dist on DuckDB, top_talkers
@@ -13,20 +13,6 @@ import os
 from pathlib import Path
 
 from flowlake.pipelines.locality import parse_prefixes
-
-ENGINES = ("auto", "spark", "local")
-
-
-def engine(ctx) -> str:
-    """[reports] engine: auto = local (in-process: DuckDB, and the Go kernel for
-    top_talkers) when Spark runs in local mode (one machine), else Spark."""
-    choice = str(getattr(ctx.cfg.reports, "engine", "auto")).lower()
-    if choice not in ENGINES:
-        raise ValueError(f"config [reports] engine = {choice!r}: must be one of {', '.join(ENGINES)}")
-    if choice == "auto":
-        return "local" if ctx.spark.sparkContext.master.startswith("local") else "spark"
-    return choice
-
 
 def parquet_files(part: Path) -> list[str]:
     """The Parquet files Spark would read below `part`: hidden (. or _) paths skipped."""
