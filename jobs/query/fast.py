@@ -11,7 +11,7 @@ error messages stay click's; only errors after the answer has started (a file un
 mid-scan) are printed here, in click's words ("Error: ...", exit status 1).
 `[query] fast_start = false` (FLOWLAKE_QUERY_FAST_START) sends every query through click.
 The options are defined once, by the click command: fast_options.py derives this reader's
-table from it (generated into _options.py at `make setup`).
+table from it into _options.py at `make setup`; without a current table, click answers.
 """
 from __future__ import annotations
 
@@ -19,11 +19,28 @@ import os
 import re
 import sys
 
-from .fast_options import table as _table
+CLI_FILE = os.path.join(os.path.dirname(__file__), "cli.py")
 
-# The option table, derived from the click command (fast_options.py; generated into
-# _options.py by `make setup`, so click is not imported here).
-_T = _table()
+
+def checksum() -> int:
+    """cli.py's CRC-32: the generated option table is current while it matches."""
+    import zlib
+
+    with open(CLI_FILE, "rb") as f:
+        return zlib.crc32(f.read())
+
+
+def _table() -> dict | None:
+    """The option table generated from the click command (_options.py, fast_options.py), or
+    None when missing or older than cli.py: then every command goes to click."""
+    try:
+        from . import _options
+    except ImportError:
+        return None
+    return _options.TABLE if getattr(_options, "CLI_CRC32", None) == checksum() else None
+
+
+_T = _table() or {"value_options": {}, "flags": {}, "choices": {}, "ranges": {}, "multiple": [], "defaults": {}}
 VALUE_OPTIONS = _T["value_options"]  # option string -> name: --from, -s/--stats, -n, --format, ...
 FLAGS = {o: tuple(nv) for o, nv in _T["flags"].items()}  # --progress/--no-progress -> (name, value)
 CHOICES = {k: tuple(v) for k, v in _T["choices"].items()}  # engine spark: click's path
@@ -35,7 +52,9 @@ COUNT = re.compile(r"[0-9]+")
 
 def parse_args(argv: list[str]) -> dict | None:
     """The query command's options as click would read them, or None when click must read
-    them (anything unusual, including every error)."""
+    them (anything unusual, including every error, and everything without the table)."""
+    if not DEFAULTS:
+        return None
     opts = {k: list(v) if isinstance(v, list) else v for k, v in DEFAULTS.items()}
     args = list(argv)
     positional: list[str] = []

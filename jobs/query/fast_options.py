@@ -1,11 +1,12 @@
 """The fast path's option table (fast.py), derived from the click command (cli.py `query`):
 `flowlake query`'s options are defined once, with click.
 
-`python -m flowlake.jobs.query.standalone` (run by `make setup`) writes the table into
-jobs/query/_options.py (generated, not in git) together with a checksum of cli.py; fast.py
-uses the module while the checksum matches, and otherwise derives the table here, which
-imports click (slower, never wrong). tests/test_query_fast.py holds the module, the
-derivation and click's own parsing equal.
+`python -m flowlake.jobs.query.standalone` (run by `make setup`) runs this module, which
+writes the table into jobs/query/_options.py (generated, not in git) together with a
+checksum of cli.py. fast.py reads only that module (it must not import click), and while it
+is missing or older than cli.py the fast path declines every command, so click answers:
+slower, never wrong. tests/test_query_fast.py holds the module current, equal to the
+derivation, and fast.py's reading equal to click's own.
 
 The table holds only the options fast.py answers (HANDLED, the names it gives answer.py);
 the others (CLICK_ONLY) send the command to click, as do values fast.py leaves to click
@@ -15,10 +16,10 @@ derive() fail, so the fast path never silently ignores a new option.
 from __future__ import annotations
 
 import sys
-import zlib
 from pathlib import Path
 
-CLI_FILE = Path(__file__).with_name("cli.py")
+from .fast import checksum
+
 MODULE_FILE = Path(__file__).with_name("_options.py")
 # the click parameters fast.py answers (their click names: fast.py's opts keys)
 HANDLED = ("filter_text", "start", "end", "stats", "top_n", "aggregate_keys", "fmt", "limit", "engine", "progress")
@@ -26,11 +27,6 @@ HANDLED = ("filter_text", "start", "end", "stats", "top_n", "aggregate_keys", "f
 CLICK_ONLY = ("master", "anonymise", "key_file", "help")
 # values of handled options that click's path answers (the Spark engine)
 DECLINED_VALUES = {"engine": ("spark",)}
-
-
-def checksum(text: bytes | None = None) -> int:
-    """cli.py's CRC-32: the generated module is current while it matches."""
-    return zlib.crc32(CLI_FILE.read_bytes() if text is None else text)
 
 
 def derive(command=None) -> dict:
@@ -100,17 +96,6 @@ def build(target: Path = MODULE_FILE) -> bool:
     tmp.write_text(text)
     tmp.replace(target)
     return True
-
-
-def table() -> dict:
-    """The table fast.py uses: the generated module's while current, else derived."""
-    try:
-        from . import _options
-    except ImportError:
-        return derive()
-    if getattr(_options, "CLI_CRC32", None) != checksum():
-        return derive()
-    return _options.TABLE
 
 
 if __name__ == "__main__":

@@ -48,10 +48,10 @@ def build(target: Path = MODULE_FILE) -> bool:
 
 
 if __name__ == "__main__":
-    from . import fast_options
+    import runpy
 
     wrote = build()
     print(f"{MODULE_FILE}: {'written' if wrote else 'current'}", file=sys.stderr)
-    # and the fast path's option table, derived from the click command (fast_options.py)
-    wrote = fast_options.build()
-    print(f"{fast_options.MODULE_FILE}: {'written' if wrote else 'current'}", file=sys.stderr)
+    # then the fast path's option table, derived from the click command: run as its own
+    # entry point (fast_options imports cli.py, which reaches parser.py, which imports this)
+    runpy.run_module("flowlake.jobs.query.fast_options", run_name="__main__", alter_sys=True)
