@@ -83,8 +83,8 @@ def status(cfg) -> dict:
 def status_line(st: dict) -> str:
     """One line for `flowlake status` from status()."""
     parts = []
-    for kind in SETTING:
+    for kind, setting in SETTING.items():
         s = st[kind]
-        parts.append(f"{kind} {s.get('engine', 'error: ' + s.get('error', ''))} ({SETTING[kind]} = {s['setting']})")
+        parts.append(f"{kind} {s.get('engine', 'error: ' + s.get('error', ''))} ({setting} = {s['setting']})")
     where = "on this machine" if st["lake_on_this_machine"] else "not on this machine"
     return f"engines: {', '.join(parts)}; Spark master {st['master']}, lake {where}"

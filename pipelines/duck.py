@@ -13,6 +13,7 @@ from pathlib import Path
 
 from flowlake.pipelines.locality import is_local, parse_prefixes
 
+
 def parquet_files(part: Path) -> list[str]:
     """The Parquet files Spark would read below `part`: hidden (. or _) paths skipped."""
     if not part.exists():

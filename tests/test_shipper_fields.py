@@ -37,14 +37,14 @@ def _diff(want: list[str], got: list[str], what: str) -> str:
 def _block(text: str, start: str) -> str:
     """The text from `start` to its closing bracket (the first line that is only ')' or '}')."""
     i = text.index(start)
-    j = re.compile(r"^[)}]\s*$", re.M).search(text, i).start()
+    j = re.compile(r"^[)}]\s*$", re.MULTILINE).search(text, i).start()
     return text[i:j]
 
 
 def _avro_tables() -> tuple[list[str], dict[str, tuple[str, bool]]]:
     src = (SHIPPER / "avro.go").read_text()
     consts = re.findall(r"^\s*(f[A-Za-z0-9]+)(?:\s+fieldID\s*=\s*iota)?\s*(?://.*)?$",
-                        _block(src, "fTimeStart fieldID = iota"), re.M)
+                        _block(src, "fTimeStart fieldID = iota"), re.MULTILINE)
     assert consts and consts[-1] == "fNull", f"avro.go: the fieldID constants should end with fNull: {consts}"
     known = {name: (ident, flag == "true") for name, ident, flag in
              re.findall(r'"([a-z0-9_]+)":\s*\{(f[A-Za-z0-9]+),\s*(true|false)\}', _block(src, "var knownFields"))}
@@ -68,7 +68,7 @@ def test_json_writer_follows_the_schema():
     body = src[src.index('b = append(b, `{"time_start":`...)'):]
     body = body[:body.index("return append(b, '}'")]
     got = ["time_start integer"] + [f"{name} {'string' if kind == 'str' else 'integer'}"
-                                    for kind, name in re.findall(r'^\s*(num|str)\("([a-z0-9_]+)"', body, re.M)]
+                                    for kind, name in re.findall(r'^\s*(num|str)\("([a-z0-9_]+)"', body, re.MULTILINE)]
     want = _schema_lines()
     assert got == want, _diff(want, got, "collectors/shipper/main.go JSON writer")
 

@@ -8,8 +8,8 @@ def status(cfg) -> dict:
     """For `flowlake status`: the engine queries would use, how many files they open (a
     query's start-up grows with files per hour; compaction keeps it small) and the index."""
     from flowlake.base import parsed_cache
-    from flowlake.jobs import engines
 
+    from .. import engines
     from . import index, parser, server
     from .engines import choose, duck_threads
     from .lake import partitions
