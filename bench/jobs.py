@@ -229,9 +229,9 @@ def main() -> None:
                 sys.exit(f"job failed: {bad}")
             return time.perf_counter() - t, outcomes
 
-        from flowlake.pipelines import duck
+        from flowlake.jobs import engines
 
-        engine = duck.engine(type("Ctx", (), {"cfg": cfg, "spark": spark})())
+        engine = engines.choose(cfg, "reports", master=spark.sparkContext.master)
         fig["daily_set_s"], outcomes = timed(JOBS)
         # then (the JVM done compiling Spark's start-up) nfdump and top_talkers in turns,
         # best of 3 each: on a shared machine whose speed drifts, the ratio compares runs

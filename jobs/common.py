@@ -20,9 +20,17 @@ DAY_HOUR = -1  # stands for "whole day" inside the jobs (joins/partitions on nul
 # ---- direction ------------------------------------------------------------------------
 
 
+# IPv6 text: eight hex groups, or fewer around one :: (at most seven: checked on the split);
+# the same pattern as jobs/toptalkers/locality.go v6Text
+V6_TEXT = (r"^(([0-9a-f]{1,4}:){7}[0-9a-f]{1,4}|"
+           r"(([0-9a-f]{1,4}:)*[0-9a-f]{1,4})?::(([0-9a-f]{1,4}:)*[0-9a-f]{1,4})?)$")
+
+
 def add_local_flag(df: DataFrame, addr_col: str, out: str, prefixes) -> DataFrame:
     """Add boolean column `out`: the text address in `addr_col` (IPv4 dotted, IPv6 text,
-    IPv4-mapped IPv6) lies in one of the prefixes; false for anything unparsable.
+    IPv4-mapped IPv6 dotted or hex) lies in one of the prefixes; false for anything
+    unparsable. The rule is pipelines/locality.py is_local (tests/test_locality.py holds
+    this code to it).
 
     Built in small stages (each a column reused by several tests) so Spark neither
     re-evaluates the parsing per prefix nor generates code too large to compile."""
@@ -38,18 +46,11 @@ def add_local_flag(df: DataFrame, addr_col: str, out: str, prefixes) -> DataFram
     df = df.withColumn(t + "6", c("t").contains(":"))
     temps = ["a", "t", "6"]
     v4_test = F.lit(False)
-    if v4:
-        df = df.withColumn(t + "p", F.when(~c("6"), F.split(c("t"), r"\.")))
-        df = df.withColumns({f"{t}o{i}": F.get(c("p"), i).try_cast("long") for i in range(4)})
-        octets = [c(f"o{i}") for i in range(4)]
-        valid = (F.size(c("p")) == 4) & (F.greatest(*octets) <= 255) & (F.least(*octets) >= 0)
-        df = df.withColumn(t + "ip", F.when(valid, octets[0] * 16777216 + octets[1] * 65536 + octets[2] * 256 + octets[3]))
-        temps += ["p", "o0", "o1", "o2", "o3", "ip"]
-        for n in v4:
-            v4_test = v4_test | c("ip").between(int(n.network_address), int(n.broadcast_address))
     v6_test = F.lit(False)
-    if v6:
-        need = max(max((n.prefixlen + 15) // 16 for n in v6), 1)
+    if v6 or v4:
+        # IPv6 groups: as many as the prefixes test, all eight when an IPv4 prefix may
+        # match the hex form of an IPv4-mapped address (::ffff:a01:203)
+        need = 8 if v4 else max(max((n.prefixlen + 15) // 16 for n in v6), 1)
         empty = F.array().cast("array<string>")
         df = df.withColumn(t + "h", F.when(c("6"), F.split(c("a"), "::", 2)))
         df = df.withColumns({
@@ -59,7 +60,8 @@ def add_local_flag(df: DataFrame, addr_col: str, out: str, prefixes) -> DataFram
         fill = F.array_repeat(F.lit("0"), F.greatest(F.lit(0), 8 - F.size(c("l")) - F.size(c("r"))))
         df = df.withColumn(t + "g", F.when(F.size(c("h")) == 2, F.concat(c("l"), fill, c("r"))).otherwise(F.split(c("a"), ":")))
         df = df.withColumns({f"{t}v{i}": F.conv(F.get(c("g"), i), 16, 10).try_cast("int") for i in range(need)})
-        df = df.withColumn(t + "ok", (F.size(c("g")) == 8) & c("a").rlike("^[0-9a-f:]+$") & ~c("a").rlike("[0-9a-f]{5}|:::"))
+        df = df.withColumn(t + "ok", (F.size(c("g")) == 8) & c("a").rlike(V6_TEXT)
+                           & ((F.size(c("h")) < 2) | (F.size(c("l")) + F.size(c("r")) <= 7)))
         temps += ["h", "l", "r", "g", "ok"] + [f"v{i}" for i in range(need)]
         for n in v6:
             groups = [(int(n.network_address) >> (112 - 16 * i)) & 0xFFFF for i in range(8)]
@@ -71,7 +73,19 @@ def add_local_flag(df: DataFrame, addr_col: str, out: str, prefixes) -> DataFram
                 i = n.prefixlen // 16
                 test = test & (F.shiftright(c(f"v{i}"), 16 - rem) == (groups[i] >> (16 - rem)))
             v6_test = v6_test | test
-    df = df.withColumn(out, F.coalesce(F.when(c("6"), v6_test).otherwise(v4_test), F.lit(False)))
+    if v4:
+        df = df.withColumn(t + "p", F.when(~c("6"), F.split(c("t"), r"\.")))
+        df = df.withColumns({f"{t}o{i}": F.get(c("p"), i).try_cast("long") for i in range(4)})
+        octets = [c(f"o{i}") for i in range(4)]
+        valid = (F.size(c("p")) == 4) & (F.greatest(*octets) <= 255) & (F.least(*octets) >= 0)
+        mapped = c("6") & c("ok") & (c("v0") == 0) & (c("v1") == 0) & (c("v2") == 0) & (c("v3") == 0) \
+            & (c("v4") == 0) & (c("v5") == 0xFFFF)
+        df = df.withColumn(t + "ip", F.when(valid, octets[0] * 16777216 + octets[1] * 65536 + octets[2] * 256 + octets[3])
+                           .when(mapped, c("v6").cast("long") * 65536 + c("v7")))
+        temps += ["p", "o0", "o1", "o2", "o3", "ip"]
+        for n in v4:
+            v4_test = v4_test | c("ip").between(int(n.network_address), int(n.broadcast_address))
+    df = df.withColumn(out, F.coalesce(F.when(c("6"), v6_test | v4_test).otherwise(v4_test), F.lit(False)))
     return df.drop(*[t + x for x in temps])
 
 

@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from flowlake.schemas.reports import FLOW_SIZE_DIST
 
 from flowlake.jobs import common
-from flowlake.pipelines import duck
+from flowlake.jobs import engines
 
 NAME = "flow_size_dist"
 TABLES = (FLOW_SIZE_DIST,)
@@ -155,7 +155,7 @@ def flow_size_dist(flows: DataFrame) -> DataFrame:
 
 
 def run(ctx) -> None:
-    if duck.engine(ctx) == "local":
+    if engines.for_reports(ctx) == "local":
         from . import flow_size_dist_duckdb
 
         if flow_size_dist_duckdb.run(ctx):

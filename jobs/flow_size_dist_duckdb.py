@@ -1,5 +1,5 @@
 """The flow_size_dist table computed by DuckDB: the same rows as
-flow_size_dist.flow_size_dist (Spark), for one machine ([reports] engine, see duck.py).
+flow_size_dist.flow_size_dist (Spark), for one machine ([reports] engine, see jobs/engines.py).
 
 Exact, like the Spark job, but simpler because DuckDB's quantile_disc is the nearest
 rank (numpy's inverted_cdf) and selects rather than sorts:

@@ -220,9 +220,9 @@ def run_cmd(date: dt.date, names: tuple[str, ...], master: str | None, warm: boo
 
     Rerunning a date replaces exactly that date. A date without flows writes empty
     tables and says so. The exit status is non-zero if any job failed; the others
-    still run. With a local master, top_talkers (Go kernel) and flow_size_dist (DuckDB)
-    run in-process: same tables, 10-60x faster on one machine; [reports] engine =
-    auto|spark|local.
+    still run. With a local master, or the lake on this machine's disk, top_talkers (Go
+    kernel) and flow_size_dist (DuckDB) run in-process: same tables, 10-60x faster on one
+    machine; [reports] engine = auto|spark|local (jobs/engines.py).
 
     \b
     Examples:

@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from flowlake.schemas.reports import TOP_TALKERS
 
 from flowlake.jobs import common
-from flowlake.pipelines import duck
+from flowlake.jobs import engines
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ def run(ctx) -> None:
     top_n = int(ctx.cfg.reports.top_n)
     if top_n < 1:
         raise ValueError(f"config [reports] top_n = {top_n}: must be at least 1")
-    if duck.engine(ctx) == "local":
+    if engines.for_reports(ctx) == "local":
         from . import top_talkers_local
 
         log.info("top_talkers for %s on this machine ([reports] engine)", ctx.date)

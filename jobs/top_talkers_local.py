@@ -7,8 +7,8 @@ single-thread rate (6-7M flows/s here), i.e. 10M flows in ~3 s on two cores, for
 lists where nfdump makes one. Spark needs ~130 s for that and DuckDB ~12 s, most of
 both in hashing address text into ~7M hourly pairs. The kernel interns each address
 once into a small integer and from there sorts and sums integers: 2.2 s, 0.64x nfdump
-(bench/jobs.py prints both). `[reports] engine` picks it: `auto` (default) when Spark
-runs in local mode, Spark on a cluster.
+(bench/jobs.py prints both). `[reports] engine` picks it (jobs/engines.py): `auto`
+(default) unless Spark's master is a cluster and the lake is not on this machine.
 
 Same definitions as the Spark job (tests/test_jobs.py checks the engines row for row,
 and the table against nfdump's `-s` statistics): direction from [site] local_prefixes

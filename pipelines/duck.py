@@ -1,5 +1,5 @@
-"""DuckDB side of the report jobs: the lake's files, an in-process connection, the
-`direction` of flows, and the choice of engine ([reports] engine).
+"""DuckDB side of the report jobs: the lake's files, an in-process connection and the
+`direction` of flows. Which engine runs a report is decided in jobs/engines.py.
 
 Jobs whose Spark plan is dominated by big hash aggregations on one machine also have a
 local implementation writing the very same table: flow_size_dist on DuckDB, top_talkers
@@ -8,24 +8,10 @@ else stays on Spark.
 """
 from __future__ import annotations
 
-import ipaddress
 import os
 from pathlib import Path
 
-from flowlake.pipelines.locality import parse_prefixes
-
-ENGINES = ("auto", "spark", "local")
-
-
-def engine(ctx) -> str:
-    """[reports] engine: auto = local (in-process: DuckDB, and the Go kernel for
-    top_talkers) when Spark runs in local mode (one machine), else Spark."""
-    choice = str(getattr(ctx.cfg.reports, "engine", "auto")).lower()
-    if choice not in ENGINES:
-        raise ValueError(f"config [reports] engine = {choice!r}: must be one of {', '.join(ENGINES)}")
-    if choice == "auto":
-        return "local" if ctx.spark.sparkContext.master.startswith("local") else "spark"
-    return choice
+from flowlake.pipelines.locality import is_local, parse_prefixes
 
 
 def parquet_files(part: Path) -> list[str]:
@@ -78,25 +64,16 @@ def flows_view(con, ctx, name: str = "day_flows") -> str | None:
 
 
 def _local_udf(prefixes):
-    """Vectorised DuckDB UDF: non-IPv4 address text -> in a local prefix (ipaddress rules)."""
+    """Vectorised DuckDB UDF: non-IPv4 address text -> in a local prefix, by the reference
+    rule itself (pipelines/locality.py is_local)."""
     import pyarrow as pa
 
     nets = parse_prefixes(prefixes)
 
-    def is_local(arr):
-        out = []
-        for a in arr.to_pylist():
-            try:
-                ip = ipaddress.ip_address(a.strip())
-            except (ValueError, AttributeError):
-                out.append(False)
-                continue
-            if ip.version == 6 and ip.ipv4_mapped:
-                ip = ip.ipv4_mapped
-            out.append(any(ip in n for n in nets if n.version == ip.version))
-        return pa.array(out, pa.bool_())
+    def is_local_arrow(arr):
+        return pa.array([is_local(a, nets) for a in arr.to_pylist()], pa.bool_())
 
-    return is_local
+    return is_local_arrow
 
 
 def _v4_local_sql(prefixes) -> str:
@@ -108,11 +85,14 @@ def _v4_local_sql(prefixes) -> str:
     return f"({valid} AND ({ranges}))" if nets else "false"
 
 
+_V4_OCTET = r"[\x00-\x20]*[+-]?[0-9]+[\x00-\x20]*"  # an integer, as locality._V4_PART (no 1e1, no 1_0)
+
+
 def _local_addresses(con, table: str, addresses: str, prefixes) -> None:
     """Create temp table `table` (a, loc): every distinct address of the relation
     `addresses` (one column `a`) and whether it lies in a local prefix. Same rules as
-    common.add_local_flag: IPv4 text parsed in SQL; anything else (IPv6, IPv4-mapped
-    IPv6) by Python's ipaddress, called once per distinct address."""
+    pipelines/locality.py is_local (the reference): IPv4 text parsed in SQL; anything else
+    (IPv6, IPv4-mapped IPv6) by is_local itself, called once per distinct address."""
     try:  # a previous call on this connection may have registered it with other prefixes
         con.remove_function("flowlake_is_local")
     except Exception:  # noqa: BLE001 - duckdb raises InvalidInputException when absent
@@ -122,7 +102,8 @@ def _local_addresses(con, table: str, addresses: str, prefixes) -> None:
     con.execute(f"""CREATE OR REPLACE TEMP TABLE {table} AS
         WITH a AS (SELECT DISTINCT a FROM {addresses}),
              t AS (SELECT a, lower(trim(a)) AS t FROM a),
-             o AS (SELECT a, list_transform(string_split(t, '.'), x -> TRY_CAST(x AS BIGINT)) AS o
+             o AS (SELECT a, list_transform(string_split(t, '.'), x -> CASE WHEN regexp_full_match(x, '{_V4_OCTET}')
+                                                                             THEN TRY_CAST(x AS BIGINT) END) AS o
                    FROM t WHERE t IS NULL OR t NOT LIKE '%:%')
         SELECT a, coalesce({_v4_local_sql(prefixes)}, false) AS loc FROM o
         UNION ALL SELECT a, coalesce(flowlake_is_local(a), false) FROM t WHERE t LIKE '%:%'""")

@@ -311,14 +311,14 @@ def test_top_talkers_local_engine_bad_input(tmp_path):
 
 
 def test_top_talkers_engine_choice(spark, tmp_path):
-    from flowlake.pipelines import duck
+    from flowlake.jobs import engines
 
     def ctx(**env):
         return type("Ctx", (), {"cfg": private_cfg(tmp_path, **env), "spark": spark})()
-    assert duck.engine(ctx()) == "local"  # auto, and the test session runs Spark in local mode
-    assert duck.engine(ctx(FLOWLAKE_REPORTS_ENGINE="spark")) == "spark"
+    assert engines.for_reports(ctx()) == "local"  # auto, and the test session runs Spark in local mode
+    assert engines.for_reports(ctx(FLOWLAKE_REPORTS_ENGINE="spark")) == "spark"
     with pytest.raises(ValueError, match=r"\[reports\] engine = 'postgres': must be one of auto, spark, local"):
-        duck.engine(ctx(FLOWLAKE_REPORTS_ENGINE="postgres"))
+        engines.for_reports(ctx(FLOWLAKE_REPORTS_ENGINE="postgres"))
 
 
 # ---- protocol and app mix ------------------------------------------------------------------

@@ -116,6 +116,43 @@ def test_fast_path_reads_options_as_click_does():
         assert parse_args(declined) is None, declined
 
 
+def test_fast_path_options_derived_from_click(monkeypatch):
+    """`flowlake query`'s options are defined once (cli.py): the fast path's table is derived
+    from the click command, the generated _options.py is current, and for every argv the fast
+    path accepts it reads what click reads."""
+    import click
+    from flowlake.jobs.query import fast, fast_options
+    from flowlake.jobs.query.cli import query
+    from flowlake.jobs.query.lake import parse_time
+
+    derived = fast_options.derive()
+    assert fast.VALUE_OPTIONS == derived["value_options"] and fast.DEFAULTS == derived["defaults"]
+    assert fast.CHOICES == {k: tuple(v) for k, v in derived["choices"].items()}
+    assert fast.FLAGS == {o: tuple(v) for o, v in derived["flags"].items()}
+    assert fast.RANGES == {k: tuple(v) for k, v in derived["ranges"].items()} and fast.MULTIPLE == {"stats"}
+    assert fast_options.MODULE_FILE.exists() and fast_options.MODULE_FILE.read_text() == fast_options.source(), \
+        "jobs/query/_options.py is missing or stale: run `python -m flowlake.jobs.query.standalone` (make setup)"
+    for argv in (["-sdstip/bytes", "--stats", "srcip", "-n", "3", "-n7", "proto tcp", "--progress", "--limit=0",
+                  "--format", "csv", "-A", "srcip"], [], ["--no-progress", "--engine", "local", "any"],
+                 ["--from", "2026-11-25T10:00", "--to=2026-11-25T11:00", "-n0", "--format=json", "--limit", "5"],
+                 ["--engine=auto", "--aggregate", "srcip,dstport", "--", "-x"]):
+        got = fast.parse_args(argv)
+        assert got is not None, argv
+        ctx = query.make_context("query", list(argv))
+        want = {k: v for k, v in ctx.params.items() if k in fast_options.HANDLED}
+        want["stats"] = list(want["stats"])
+        for k in ("start", "end"):
+            got[k] = parse_time(got[k]) if got[k] is not None else None
+        assert got == want, argv
+    # an option the fast path neither answers nor leaves to click: the derivation refuses it
+    extra = click.Command("query", params=list(query.params) + [click.Option(["--sample"], default=None)])
+    with pytest.raises(RuntimeError, match="--sample"):
+        fast_options.derive(extra)
+    # a generated table older than cli.py is not used: every command goes to click
+    monkeypatch.setattr(fast, "checksum", lambda: -1)
+    assert fast._table() is None
+
+
 def test_index_only_for_hours_not_compacted_and_a_dropped_file_reads_parquet(home):
     from flowlake.jobs.query import index, parse
     from flowlake.jobs.query.duck import DuckEngine

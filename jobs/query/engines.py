@@ -1,31 +1,31 @@
-"""Which engine answers `flowlake query` and `flowlake host`: chosen here, once.
+"""Which engine answers `flowlake query` and `flowlake host`: jobs/engines.py decides, for
+the reports and the queries alike (its docstring has the one `auto` rule).
 
 `[query] engine` (FLOWLAKE_QUERY_ENGINE, or `--engine` for one command):
-- local: DuckDB inside the command (duck.py). Starts in ~0.1 s; the default.
+- local: DuckDB inside the command (duck.py). Starts in ~0.1 s.
 - spark: a Spark session on `[spark] master` (spark_engine.py), for a lake on a cluster.
-- auto:  local when the lake is on this machine's disk; Spark when it is not and Spark's
-         master is a cluster (the executors see the lake), or when --master names one.
+- auto:  jobs/engines.py's rule: local when the lake is on this machine's disk or Spark runs
+         in local mode; Spark when the master is a cluster and the lake is not here.
+`--master` names a Spark master for the command, and so asks for Spark (as --engine spark)
+unless --engine is given.
 Both engines give the same rows (tests/test_query.py holds them equal, and to nfdump).
 """
 from __future__ import annotations
 
 import sys
 
-ENGINES = ("auto", "local", "spark")
+from flowlake.jobs import engines as _engines
+
+ENGINES = _engines.ENGINES
 PROGRESS = ("auto", "always", "never")
 
 
 def choose(cfg, override: str | None = None, master: str | None = None) -> str:
-    choice = str(override or cfg.query.engine).lower()
-    if choice not in ENGINES:
-        raise ValueError(f"query engine {choice!r}: must be one of {', '.join(ENGINES)} "
-                         "(config [query] engine, FLOWLAKE_QUERY_ENGINE or --engine)")
-    if choice != "auto":
-        return choice
-    if master:
-        return "spark"
-    cluster = not str(cfg.spark.master).startswith("local")
-    return "spark" if cluster and not cfg.lake.exists() else "local"
+    """jobs/engines.choose for a query; `master` (--master) asks for Spark unless `override`
+    (--engine) names local or spark."""
+    if master and str(override or cfg.query.engine).lower() == "auto":
+        override = "spark"
+    return _engines.choose(cfg, "query", requested=override)
 
 
 def show_progress(cfg, flag: bool | None, stream=None) -> bool:

@@ -10,6 +10,8 @@ filter, statistic or time, a lake not found, a configuration error). So help tex
 error messages stay click's; only errors after the answer has started (a file unreadable
 mid-scan) are printed here, in click's words ("Error: ...", exit status 1).
 `[query] fast_start = false` (FLOWLAKE_QUERY_FAST_START) sends every query through click.
+The options are defined once, by the click command: fast_options.py derives this reader's
+table from it into _options.py at `make setup`; without a current table, click answers.
 """
 from __future__ import annotations
 
@@ -17,19 +19,43 @@ import os
 import re
 import sys
 
-VALUE_OPTIONS = {"--from": "start", "--to": "end", "-s": "stats", "--stats": "stats", "-n": "top_n",
-                 "-A": "aggregate_keys", "--aggregate": "aggregate_keys", "--format": "fmt",
-                 "--limit": "limit", "--engine": "engine"}
-FLAGS = {"--progress": True, "--no-progress": False}
-CHOICES = {"fmt": ("table", "csv", "json"), "engine": ("auto", "local")}  # spark: click's path
+CLI_FILE = os.path.join(os.path.dirname(__file__), "cli.py")
+
+
+def checksum() -> int:
+    """cli.py's CRC-32: the generated option table is current while it matches."""
+    import zlib
+
+    with open(CLI_FILE, "rb") as f:
+        return zlib.crc32(f.read())
+
+
+def _table() -> dict | None:
+    """The option table generated from the click command (_options.py, fast_options.py), or
+    None when missing or older than cli.py: then every command goes to click."""
+    try:
+        from . import _options
+    except ImportError:
+        return None
+    return _options.TABLE if getattr(_options, "CLI_CRC32", None) == checksum() else None
+
+
+_T = _table() or {"value_options": {}, "flags": {}, "choices": {}, "ranges": {}, "multiple": [], "defaults": {}}
+VALUE_OPTIONS = _T["value_options"]  # option string -> name: --from, -s/--stats, -n, --format, ...
+FLAGS = {o: tuple(nv) for o, nv in _T["flags"].items()}  # --progress/--no-progress -> (name, value)
+CHOICES = {k: tuple(v) for k, v in _T["choices"].items()}  # engine spark: click's path
+RANGES = {k: tuple(v) for k, v in _T["ranges"].items()}  # integer options: (min, max)
+MULTIPLE = frozenset(_T["multiple"])
+DEFAULTS = _T["defaults"]
 COUNT = re.compile(r"[0-9]+")
 
 
 def parse_args(argv: list[str]) -> dict | None:
     """The query command's options as click would read them, or None when click must read
-    them (anything unusual, including every error)."""
-    opts = {"filter_text": None, "start": None, "end": None, "stats": [], "top_n": "10", "aggregate_keys": None,
-            "fmt": "table", "limit": None, "engine": None, "progress": None}
+    them (anything unusual, including every error, and everything without the table)."""
+    if not DEFAULTS:
+        return None
+    opts = {k: list(v) if isinstance(v, list) else v for k, v in DEFAULTS.items()}
     args = list(argv)
     positional: list[str] = []
     while args:
@@ -41,7 +67,8 @@ def parse_args(argv: list[str]) -> dict | None:
             positional.append(tok)
             continue
         if tok in FLAGS:
-            opts["progress"] = FLAGS[tok]
+            name, value = FLAGS[tok]
+            opts[name] = value
             continue
         if tok.startswith("--"):
             name, eq, value = tok.partition("=")
@@ -57,8 +84,8 @@ def parse_args(argv: list[str]) -> dict | None:
                     return None
                 value = args.pop(0)
         key = VALUE_OPTIONS[name]
-        if key == "stats":
-            opts["stats"].append(value)
+        if key in MULTIPLE:
+            opts[key].append(value)
         else:
             opts[key] = value
     if len(positional) > 1:
@@ -67,11 +94,13 @@ def parse_args(argv: list[str]) -> dict | None:
     for key, allowed in CHOICES.items():
         if opts[key] is not None and opts[key] not in allowed:
             return None
-    for key in ("top_n", "limit"):
+    for key, (lo, hi) in RANGES.items():
         if opts[key] is not None:
             if not COUNT.fullmatch(opts[key]):
                 return None
             opts[key] = int(opts[key])
+            if (lo is not None and opts[key] < lo) or (hi is not None and opts[key] > hi):
+                return None
     return opts
 
 

@@ -1,6 +1,7 @@
 """Build the filter parser's stand-alone module: `python -m flowlake.jobs.query.standalone`
 (run by `make setup`) writes jobs/query/_filter_lalr.py, lark's generated parser for
-grammar.lark with its LALR tables built in.
+grammar.lark with its LALR tables built in, and jobs/query/_options.py, the fast path's
+option table derived from the click command (fast_options.py).
 
 Why: a `flowlake query` pays for its parser at every start. Importing lark and loading
 its cached tables took ~0.045 CPU-s a command; the stand-alone module ~0.025 (bench/
@@ -47,5 +48,10 @@ def build(target: Path = MODULE_FILE) -> bool:
 
 
 if __name__ == "__main__":
+    import runpy
+
     wrote = build()
     print(f"{MODULE_FILE}: {'written' if wrote else 'current'}", file=sys.stderr)
+    # then the fast path's option table, derived from the click command: run as its own
+    # entry point (fast_options imports cli.py, which reaches parser.py, which imports this)
+    runpy.run_module("flowlake.jobs.query.fast_options", run_name="__main__", alter_sys=True)

@@ -1,4 +1,6 @@
-"""`flowlake status`'s query lines: the engine, files per hour, the index, the server."""
+"""`flowlake status`'s query lines: the engine, files per hour, the index, the server, and the
+engines the reports and the queries would run on (jobs/engines.py; `engines` holds the
+choice, jobs.engines.status_line(st["query"]["engines"]) says it in one line)."""
 from __future__ import annotations
 
 
@@ -7,6 +9,7 @@ def status(cfg) -> dict:
     query's start-up grows with files per hour; compaction keeps it small) and the index."""
     from flowlake.base import parsed_cache
 
+    from .. import engines
     from . import index, parser, server
     from .engines import choose, duck_threads
     from .lake import partitions
@@ -15,7 +18,9 @@ def status(cfg) -> dict:
            "max_files_per_hour": 0, **index.status(cfg),
            # a command's start: the fast path (fast.py), the pre-built parser (standalone.py), the parse cache
            "fast_start": bool(cfg.query.fast_start), "parser": "pre-built" if parser._STANDALONE else "lark",
-           **parsed_cache.status(), "server": server.status(cfg)}
+           **parsed_cache.status(), "server": server.status(cfg),
+           # what [reports] engine and [query] engine pick here (jobs/engines.py, one rule)
+           "engines": engines.status(cfg)}
     try:
         parts = partitions(cfg.lake)
     except FileNotFoundError:

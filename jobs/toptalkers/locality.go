@@ -1,20 +1,24 @@
 package main
 
 import (
+	"bufio"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
 )
 
-// locality decides whether an address text lies in a local prefix, by the rules of
-// jobs/common.py add_local_flag (Spark), which the three engines share:
+// locality decides whether an address text lies in a local prefix, by the one rule of
+// pipelines/locality.py is_local (the reference; tests/test_locality.py holds this code,
+// Spark's jobs/common.py add_local_flag and DuckDB's pipelines/duck.py equal to it):
 //   - the text is lower-cased and trimmed of spaces;
-//   - ::ffff:a.b.c.d is the IPv4 address a.b.c.d;
+//   - ::ffff:a.b.c.d is the IPv4 address a.b.c.d, and so is its hex form ::ffff:a01:203;
 //   - IPv4: four dot-separated integers 0-255 (leading zeros and signs as Spark's cast
 //     to long reads them);
-//   - IPv6: hex groups and one optional ::, eight groups in all;
+//   - IPv6: hex groups of 1-4 digits, eight in all or fewer around one ::;
 //   - anything else is not local.
 type locality struct {
 	v4 [][2]uint32 // first and last address of each IPv4 prefix
@@ -48,10 +52,9 @@ func ipv4(a netip.Addr) uint32 {
 	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 }
 
-var (
-	hexColons = regexp.MustCompile(`^[0-9a-f:]+$`)
-	badHex    = regexp.MustCompile(`[0-9a-f]{5}|:::`)
-)
+// v6Text is IPv6 text: eight groups, or fewer around one :: (at most seven, checked
+// after the split).
+var v6Text = regexp.MustCompile(`^(([0-9a-f]{1,4}:){7}[0-9a-f]{1,4}|(([0-9a-f]{1,4}:)*[0-9a-f]{1,4})?::(([0-9a-f]{1,4}:)*[0-9a-f]{1,4})?)$`)
 
 func (l *locality) isLocal(text string) bool {
 	a := strings.ToLower(strings.Trim(text, " "))
@@ -61,25 +64,29 @@ func (l *locality) isLocal(text string) bool {
 	}
 	if !strings.Contains(t, ":") {
 		ip, ok := sparkIPv4(t)
-		if !ok {
-			return false
-		}
-		for _, r := range l.v4 {
-			if ip >= r[0] && ip <= r[1] {
-				return true
-			}
-		}
-		return false
+		return ok && l.v4Local(ip)
 	}
-	if len(l.v6) == 0 || !hexColons.MatchString(a) || badHex.MatchString(a) {
+	if !v6Text.MatchString(a) {
 		return false
 	}
 	groups, ok := sparkIPv6Groups(a)
 	if !ok {
 		return false
 	}
+	if groups == [8]int{0, 0, 0, 0, 0, 0xffff, groups[6], groups[7]} { // ::ffff:a01:203: IPv4
+		return l.v4Local(uint32(groups[6])<<16 | uint32(groups[7]))
+	}
 	for _, p := range l.v6 {
 		if groupsIn(groups, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *locality) v4Local(ip uint32) bool {
+	for _, r := range l.v4 {
+		if ip >= r[0] && ip <= r[1] {
 			return true
 		}
 	}
@@ -110,6 +117,9 @@ func sparkIPv6Groups(a string) ([8]int, bool) {
 	var parts []string
 	if h := strings.SplitN(a, "::", 2); len(h) == 2 {
 		left, right := splitNonEmpty(h[0]), splitNonEmpty(h[1])
+		if len(left)+len(right) > 7 { // :: stands for at least one group
+			return g, false
+		}
 		parts = append(append(left, zeros(8-len(left)-len(right))...), right...)
 	} else {
 		parts = strings.Split(a, ":")
@@ -156,4 +166,32 @@ func groupsIn(g [8]int, p netip.Prefix) bool {
 		}
 	}
 	return true
+}
+
+// classifyLines is -classify: the locality of each address text read from in (one JSON
+// string a line; null stands for a null address, which the kernel reads as ""), as 1 or 0
+// a line. tests/test_locality.py holds it equal to pipelines/locality.py is_local.
+func classifyLines(prefixes string, in io.Reader, out io.Writer) error {
+	l, err := newLocality(prefixes)
+	if err != nil {
+		return err
+	}
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1<<16), 1<<20)
+	w := bufio.NewWriter(out)
+	for sc.Scan() {
+		var text *string
+		if err := json.Unmarshal(sc.Bytes(), &text); err != nil {
+			return fmt.Errorf("-classify: line %q: %w", sc.Text(), err)
+		}
+		answer := "0"
+		if text != nil && l.isLocal(*text) {
+			answer = "1"
+		}
+		fmt.Fprintln(w, answer)
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return w.Flush()
 }

@@ -43,7 +43,16 @@ func main() {
 	}
 	verbose = flag.Bool("v", false, "print each phase's time to stderr")
 	profile := flag.String("cpuprofile", "", "write a CPU profile here (development)")
+	classify := flag.Bool("classify", false, "read address texts from stdin, one JSON string (or null) a line, "+
+		"and print 1 (local) or 0 a line: the locality rule alone (tests/test_locality.py)")
 	flag.Parse()
+	if *classify {
+		if err := classifyLines(*local, os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "flowlake-toptalkers:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *profile != "" {
 		f, err := os.Create(*profile)
 		if err == nil {
