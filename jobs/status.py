@@ -3,7 +3,7 @@ the PingER regions, reverse DNS. `sections()` feeds `status --json` and `/metric
 `render()` prints."""
 from __future__ import annotations
 
-from . import pinger_regions, rdns
+from . import engines, pinger_regions, rdns
 from .query.status import status as query_status
 
 
@@ -39,6 +39,8 @@ def render(console, st: dict) -> None:
         console.print(f"flowlake query start: fast path {'on' if qs['fast_start'] else 'off ([query] fast_start)'}, "
                       f"{qs['parser']} filter parser; cache {qs['cache_files']} files, {qs['cache_bytes']:,} bytes "
                       f"in {qs['cache_dir']} (parsed config files, at most 8)")
+        if "engines" in qs:
+            console.print(engines.status_line(qs["engines"]))
         sv = qs["server"]
         console.print("flowlake query server: " + (
             f"running, {sv['answered'] or 0:,} questions taken (help and errors go back to the command), "

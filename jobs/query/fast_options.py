@@ -34,10 +34,10 @@ def derive(command=None) -> dict:
     value_options {option string: name}, flags {option string: [name, value]},
     choices {name: allowed values}, ranges {name: [min, max]} (integer options),
     multiple [names], defaults {name: default as the fast path holds it (text)}."""
-    import click
+    import click  # noqa: PLC0415  (start-up: click, only when the table is generated)
 
     if command is None:
-        from .cli import query as command
+        from .cli import query as command  # noqa: PLC0415  (cycle: cli -> server -> fast reads this module's output)
     table = {"value_options": {}, "flags": {}, "choices": {}, "ranges": {}, "multiple": [], "defaults": {}}
     unknown = []
     for p in command.params:
