@@ -95,7 +95,7 @@ def status(cfg) -> dict:
 def status_line(st: dict) -> str:
     if st.get("error"):
         return f"[red]pinger regions: {st['error']}[/red]"
-    src = st["regions_file"] or "not set ([pinger] regions)"
+    src = st["regions_file"] or "not set (\\[pinger] regions)"  # "\\[": a literal bracket in rich markup
     line = f"pinger regions: {src}, {st['hosts_in_file']} hosts"
     if st["date"]:
         line += f"; active results of {st['date']}: {st['mapped']} of {st['hosts_seen']} hosts mapped"

@@ -40,7 +40,7 @@ def render(console, st: dict) -> None:
                       f"{qs['parser']} filter parser; cache {qs['cache_files']} files, {qs['cache_bytes']:,} bytes "
                       f"in {qs['cache_dir']} (parsed config files, at most 8)")
         if "engines" in qs:
-            console.print(engines.status_line(qs["engines"]))
+            console.print(engines.status_line(qs["engines"]), markup=False)
         sv = qs["server"]
         console.print("flowlake query server: " + (
             f"running, {sv['answered'] or 0:,} questions taken (help and errors go back to the command), "

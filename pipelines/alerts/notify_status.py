@@ -26,7 +26,7 @@ def render(console, st: dict) -> None:
         console.print(f"[bold red]notifications: configuration error: {st['config_error']}[/]")
     names = list(dict.fromkeys([*st["configured"], *st["channels"]]))
     if not names:
-        console.print("notifications: none configured ([notify] webhook_url / smtp_host)")
+        console.print("notifications: none configured ([notify] webhook_url / smtp_host)", markup=False)
         return
     t = Table(title=f"notifications (counters as of {st['updated'] or 'never'})")
     for col in ("channel", "target", "sent", "failed", "retrying", "dropped", "queued", "last error"):
