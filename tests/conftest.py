@@ -19,9 +19,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-from flowlake.services.ports import free_port, private_env  # noqa: E402,F401
 from _tier_guard import flowlake_tier_guard as tier_guard  # noqa: E402
-
+from flowlake.services.ports import free_port, private_env  # noqa: E402,F401
 
 # ---- tiers -------------------------------------------------------------------------------
 
@@ -31,6 +30,8 @@ _CHILD_LOG_OFFSET = 0
 
 def pytest_configure(config):
     global _GUARD
+    if os.environ.get(tier_guard.ENV_ACTIVE) == "0":  # a guarded test's own inner pytest
+        del os.environ[tier_guard.ENV_ACTIVE]      # (tests/test_tiers.py): guard its children
     if not tier_guard.enabled():
         return
     log_dir = Path(os.environ.get("TMPDIR", "/tmp"))

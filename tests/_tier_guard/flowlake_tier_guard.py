@@ -154,7 +154,7 @@ class Guard:
         if self.in_child:
             return  # children: processes only (importing aiosmtpd would slow every child)
         try:  # an in-process SMTP server (aiosmtpd's controller thread)
-            from aiosmtpd.controller import Controller
+            from aiosmtpd.controller import Controller  # noqa: PLC0415  only when installed, not in children
         except ImportError:
             pass
         else:
@@ -176,6 +176,8 @@ class Guard:
         if self.in_child or self.child_log is None:
             return env  # children of children inherit the variables already set
         env = dict(os.environ if env is None else env)
+        if env.get(ENV_ACTIVE) == "0":
+            return env  # a child that runs its own guarded pytest (tests/test_tiers.py)
         env[ENV_ACTIVE] = "1"
         env[ENV_LOG] = str(self.child_log)
         pp = env.get("PYTHONPATH", "")
