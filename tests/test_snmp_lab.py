@@ -27,7 +27,7 @@ from flowlake.collectors.active.lab import Lab, _sh
 from flowlake.services.ports import free_port
 from flowlake.services.snmpd import Snmpd, V3User
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.root]  # network namespaces
 
 
 @pytest.fixture(autouse=True, scope="module")
