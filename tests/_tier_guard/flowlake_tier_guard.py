@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
-import threading
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -170,7 +170,12 @@ class Guard:
     def watching(self) -> bool:
         # In the test process only the main thread: a thread left running by an earlier
         # integration test (a supervisor restarting a daemon) is not the unit test's doing.
-        return self.active and (self.in_child or threading.current_thread() is threading.main_thread())
+        if not self.active:
+            return False
+        if self.in_child:
+            return True
+        threading = sys.modules["threading"]  # imported by pytest; never imported here for a child
+        return threading.current_thread() is threading.main_thread()
 
     def child_env(self, env):
         if self.in_child or self.child_log is None:
