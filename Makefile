@@ -3,11 +3,16 @@ SHELL := /bin/bash
 VENV  := .venv
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-unit soak bench clean help docs docs-serve docs-screenshots
+# Tiers (markers, tests/_tier_guard/flowlake_tier_guard.py): unit (automatic, guarded: no
+# services, no root), integration, e2e, browser, root; slow is orthogonal.
+UNIT_TIER := unit and not slow
+
+.PHONY: setup demo check lint lint-imports test test-unit test-integration soak bench clean help docs docs-serve docs-screenshots
 
 help:
 	@echo "make demo   set up, start the stack, fill the lake with a day of traffic, run the reports, open Superset"
-	@echo "make test   set up and run the whole test suite (real Kafka, nfcapd, Spark, Superset, Chromium)"
+	@echo "make check  lint (ruff), import contracts and the unit tests: no services, no root, under 3 minutes"
+	@echo "make test   set up and run the whole test suite (real Kafka, nfcapd, Spark, Superset, Chromium); lint first"
 	@echo "make soak   long fault-injection run (>= 1M flows, 20 faults)"
 	@echo "make bench  run the benchmarks in bench/ (print figures, no assertions)"
 	@echo "make setup  idempotent set-up only"
@@ -20,11 +25,27 @@ setup:
 demo: setup
 	$(VENV)/bin/flowlake demo
 
-test: setup
+lint:
+	$(VENV)/bin/ruff check .
+
+lint-imports:
+	$(VENV)/bin/python scripts/lint_imports.py
+
+check: setup
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory lint lint-imports && \
+	$(VENV)/bin/python -m pytest -m "$(UNIT_TIER)" $(PYTEST_ARGS); rc=$$?; \
+	echo "make check: $$(( $$(date +%s) - start )) s (set-up excluded)"; exit $$rc
+
+test: setup lint lint-imports
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 
+# The unit tier alone (what make check runs after the linters).
 test-unit: setup
-	$(VENV)/bin/python -m pytest -m "not integration and not e2e and not browser" $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -m "$(UNIT_TIER)" $(PYTEST_ARGS)
+
+test-integration: setup
+	$(VENV)/bin/python -m pytest -m integration $(PYTEST_ARGS)
 
 soak: setup
 	$(VENV)/bin/python -m flowlake.faults --soak

@@ -1,11 +1,17 @@
 """Shared fixtures. Real components, started here and stopped at the end:
 one Kafka broker and one Spark session per test run, on free ports, under a
-temporary FLOWLAKE_HOME so a developer's running stack is never touched."""
+temporary FLOWLAKE_HOME so a developer's running stack is never touched.
+The service fixtures are lazy: only tests that request them start them.
+
+Tiers: a test without an `integration`, `e2e`, `browser` or `root` marker is marked
+`unit`, and a guard fails it if it starts a service (Spark, Kafka, nfcapd, ...): see
+tests/_tier_guard/flowlake_tier_guard.py. `make check` runs `-m "unit and not slow"`."""
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,7 +19,111 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
+from _tier_guard import flowlake_tier_guard as tier_guard  # noqa: E402
 from flowlake.base.ports import free_port, private_env  # noqa: E402,F401
+
+# ---- tiers -------------------------------------------------------------------------------
+
+_GUARD: tier_guard.Guard | None = None
+_CHILD_LOG_OFFSET = 0
+
+
+def pytest_configure(config):
+    global _GUARD
+    if os.environ.get(tier_guard.ENV_ACTIVE) == "0":  # a guarded test's own inner pytest
+        del os.environ[tier_guard.ENV_ACTIVE]      # (tests/test_tiers.py): guard its children
+    if not tier_guard.enabled():
+        return
+    log_dir = Path(os.environ.get("TMPDIR", "/tmp"))
+    fd, name = tempfile.mkstemp(prefix="flowlake-tier-guard-", suffix=".log", dir=log_dir)
+    os.close(fd)
+    _GUARD = tier_guard.Guard(Path(name), on_violation=lambda msg: pytest.fail(msg, pytrace=False))
+    _GUARD.install()
+
+
+def pytest_unconfigure(config):
+    if _GUARD is not None and _GUARD.child_log is not None:
+        _GUARD.child_log.unlink(missing_ok=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Unmarked tests are unit tests; e2e, browser and root tests are integration tests too
+    (so `-m "not integration"` leaves them all out). Markers come from the module or the
+    function, never from the folder: moving a file keeps its tier."""
+    for item in items:
+        names = {m.name for m in item.iter_markers()}
+        if not names & set(tier_guard.SERVICE_MARKERS):
+            item.add_marker(pytest.mark.unit)
+        elif "integration" not in names:
+            item.add_marker(pytest.mark.integration)
+
+
+def _is_unit(item) -> bool:
+    return item.get_closest_marker("unit") is not None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("root") is not None and os.geteuid() != 0:
+        pytest.fail("this test needs root (network namespaces, tc, mounts): run it as root, as CI does, "
+                    "or leave it out with -m 'not root'", pytrace=False)
+    if _GUARD is None or not _is_unit(item):
+        return
+    wanted = sorted(set(item.fixturenames) & set(tier_guard.SERVICE_FIXTURES))
+    if wanted:
+        pytest.fail(tier_guard.message(tier_guard.SERVICE_FIXTURES[wanted[0]],
+                                       f" (it requests the `{wanted[0]}` fixture)"), pytrace=False)
+
+
+def _guarded(item):
+    """Around a unit test's set-up and call: the guard watches what it starts."""
+    global _CHILD_LOG_OFFSET
+    if _GUARD is None or not _is_unit(item):
+        yield
+        return
+    outer = not _GUARD.active
+    if outer:
+        _, _CHILD_LOG_OFFSET = _GUARD.child_violations(_CHILD_LOG_OFFSET)  # earlier leftovers
+        _GUARD.active = True
+    try:
+        yield
+    finally:
+        if outer:
+            _GUARD.active = False
+    if not outer:
+        return
+    found, _CHILD_LOG_OFFSET = _GUARD.child_violations(_CHILD_LOG_OFFSET)
+    if found:
+        item.stash[_CHILD_FOUND] = item.stash.get(_CHILD_FOUND, []) + found
+
+
+_CHILD_FOUND = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    yield from _guarded(item)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    # Fixtures are set up for the unit test that asks for them first: watch them too.
+    node = getattr(request, "_pyfuncitem", None)
+    if node is None:
+        yield
+        return
+    yield from _guarded(node)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    found = item.stash.get(_CHILD_FOUND, None)
+    if found and call.when in ("setup", "call") and not report.failed:
+        item.stash[_CHILD_FOUND] = []
+        report.outcome = "failed"
+        report.longrepr = "\n".join(dict.fromkeys(found))
 
 
 @pytest.fixture(scope="session")

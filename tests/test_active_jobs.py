@@ -46,6 +46,7 @@ def flow(start_s, end_s, src, dst, sport, dport, nbytes, proto=6, exporter="192.
 
 
 # ---- active_summary ----------------------------------------------------------------------
+@pytest.mark.integration
 def test_active_summary_bands_mathis_and_responsiveness(spark):
     rows = [rtt_row("a", 0, 10, 10, 10, 100.0, jitter=2.0, rtt_min=90, rtt_max=120),
             rtt_row("a", 1800, 10, 10, 10, 140.0, jitter=4.0, rtt_min=130, rtt_max=150),
@@ -75,6 +76,7 @@ def test_active_summary_bands_mathis_and_responsiveness(spark):
 
 @pytest.mark.parametrize("loss,band", [(0.0, "0-0.1%"), (0.0009, "0-0.1%"), (0.005, "0.1-1%"), (0.02, "1-2.5%"),
                                        (0.03, "2.5-5%"), (0.1, "5-12%"), (0.5, ">12%")])
+@pytest.mark.integration
 def test_loss_band_edges(spark, loss, band):
     sent = 10000
     rows = [rtt_row("x", 0, 10, sent, round(sent * (1 - loss)), 600.0)]
@@ -83,6 +85,7 @@ def test_loss_band_edges(spark, loss, band):
 
 
 # ---- bulk_transfers ----------------------------------------------------------------------
+@pytest.mark.integration
 def test_bulk_transfers_thresholds_ports_and_link_share(spark):
     flows = spark.createDataFrame([
         flow(0, 100, "10.0.0.1", "10.0.0.2", 40000, 443, 2_000_000_000),   # 160 Mbit/s for 100 s: thresholds
@@ -101,12 +104,14 @@ def test_bulk_transfers_thresholds_ports_and_link_share(spark):
     assert got[2811].reason == "thresholds+port" and got[2811].link_speed_bps == 1e10
 
 
+@pytest.mark.integration
 def test_bulk_transfers_bad_speed_entry(spark):
     with pytest.raises(ValueError, match="interface_speeds"):
         bulk_transfers.parse_speeds(["192.0.2.1=10"])
 
 
 # ---- bulk_impact -------------------------------------------------------------------------
+@pytest.mark.integration
 def test_bulk_impact_loaded_vs_unloaded_with_mann_whitney(spark):
     unloaded = [0.5, 0.6, 0.55, 0.7, 0.52, 0.58]
     loaded = [8.0, 12.0, 9.5, 15.0]
@@ -142,6 +147,7 @@ def steady(shift=0.0, n=20):
     return [10.0 + 0.0005 * i + shift for i in range(n)]
 
 
+@pytest.mark.integration
 def test_bulk_impact_tiny_shifts_are_not_significant(spark):
     per = {"up": (steady(), steady(+0.02)), "down": (steady(), steady(-0.02))}
     for unloaded, loaded in per.values():  # the old verdict (two-sided, p < 0.05) flagged both
@@ -155,6 +161,7 @@ def test_bulk_impact_tiny_shifts_are_not_significant(spark):
     assert floorless["up"].significant and floorless["down"].significant is False
 
 
+@pytest.mark.integration
 def test_bulk_impact_real_degradation_is_significant_improvement_is_not(spark):
     rng = np.random.default_rng(3)
     noisy = lambda shift: list(10.0 + shift + rng.normal(0, 0.5, 12))  # noqa: E731
@@ -166,6 +173,7 @@ def test_bulk_impact_real_degradation_is_significant_improvement_is_not(spark):
     assert rows["same"].significant is False
 
 
+@pytest.mark.integration
 def test_bulk_impact_holm_correction_for_the_day_s_targets(spark):
     # 3 vs 3 tests, completely separated by 3 ms: exact one-sided p = 1/C(6,3) = 0.05 each
     per = {f"m{k}": ([10.0, 11.0, 12.0], [13.0, 14.0, 15.0]) for k in range(4)}
@@ -183,6 +191,7 @@ def test_bulk_impact_holm_correction_for_the_day_s_targets(spark):
                                                           pytest.approx(0.06)]
 
 
+@pytest.mark.integration
 def test_mark_loaded_uses_interval_overlap(spark):
     tests = spark.createDataFrame([("a", at(0), at(5)), ("a", at(9), at(12)), ("a", at(30), at(31))],
                                   "target string, start timestamp, end timestamp")
@@ -191,6 +200,7 @@ def test_mark_loaded_uses_interval_overlap(spark):
     assert [f for _, f in flags] == [False, True, False]
 
 
+@pytest.mark.integration
 def test_throughput_against_cross_traffic(spark):
     act = active_df(spark, [rtt_row("198.51.100.7", 0, 10, 0, 0, None, test_type="throughput",
                                     metrics={"throughput_bps": 4e8})])
@@ -206,6 +216,7 @@ def test_throughput_against_cross_traffic(spark):
 
 
 # ---- path_models -------------------------------------------------------------------------
+@pytest.mark.integration
 def test_path_fit_matches_numpy_polyfit(spark):
     rng = np.random.default_rng(7)
     rows, truth = [], {"A": (7e-5, 2.0), "B": (2e-5, 10.0)}
@@ -242,6 +253,7 @@ def test_best_path_ranges_and_split():
 
 
 # ---- whole runs on a small lake ------------------------------------------------------------
+@pytest.mark.integration
 def test_active_summary_and_path_models_runs_write_their_tables(spark, cfg, tmp_path):
     from flowlake.impact_lab import _LabConfig
     from flowlake.collectors.active.parsers import parse_file

@@ -88,6 +88,7 @@ def test_import_publishes_and_round_trips(kafka, cfg):
     probe.close()
 
 
+@pytest.mark.integration
 def test_spark_ingest_decoder_reads_our_messages(spark):
     """The lead's ingest decodes active.v1 with Spark's from_avro: our fastavro bytes must
     come out as the same records, landing in the `date` of `start` (UTC)."""

@@ -33,6 +33,7 @@ def test_nfdump_flows_reads_an_interval_without_flows(tmp_path):
     assert lab.nfdump_flows(empty.parent) == []
 
 
+@pytest.mark.root
 def test_lab_bulk_impact_short(root, spark, cfg, tmp_path):
     fig = lab.run_lab(seconds=20, rate="50mbit", lake=tmp_path / "lake", cfg=cfg)
     assert fig["bulk_flows_detected"] >= 1
@@ -48,6 +49,7 @@ def test_lab_bulk_impact_short(root, spark, cfg, tmp_path):
     assert not (set(fig["namespaces"]) & _lab_namespaces()), "lab namespaces left behind"
 
 
+@pytest.mark.root
 def test_lab_cleans_up_when_interrupted(root, cfg):
     before = _lab_namespaces()
     proc = subprocess.Popen([sys.executable, "-m", "flowlake.cli", "lab", "bulk-impact", "--seconds", "60"],

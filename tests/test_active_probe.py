@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from flowlake.collectors.active.parsers.ping import parse_ping
@@ -32,6 +33,7 @@ def test_probe_without_targets_is_a_usage_error():
     assert res.exit_code == 2 and "no targets" in res.output
 
 
+@pytest.mark.integration
 def test_probe_iperf3_sweep_over_streams_and_windows():
     import socket
     import subprocess

@@ -40,6 +40,7 @@ def test_ranges_follow_the_checkpoint(tmp_path):
         batch_ranges(cp, 3)
 
 
+@pytest.mark.integration
 def test_read_range_reads_exactly_the_committed_messages_of_the_range(cfg, kafka):
     topic = "flows.test-batch-offsets"
     admin = AdminClient({"bootstrap.servers": kafka})

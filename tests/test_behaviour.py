@@ -34,6 +34,7 @@ def model_lake(tmp_path_factory):
     return cfg, f, p, events
 
 
+@pytest.mark.integration
 def test_classifier_matches_the_model_truth(spark, model_lake, figure):
     cfg, f, p, _ = model_lake
     ctx = JobContext(spark=spark, cfg=cfg, date=DAY)
@@ -62,6 +63,7 @@ def test_classifier_matches_the_model_truth(spark, model_lake, figure):
         assert r >= 0.8, (n, r, cm[names.index(n)])
 
 
+@pytest.mark.integration
 def test_daily_table_counts_flows_packets_bytes_hosts(spark, model_lake):
     cfg, f, p, events = model_lake
     ctx = JobContext(spark=spark, cfg=cfg, date=DAY)
@@ -138,6 +140,7 @@ def needs_rows(spark, v4=24, v6=48):
     return {(r["class"], r.target): r for r in rows}
 
 
+@pytest.mark.integration
 def test_needs_per_class_on_the_paths_that_carry_it(spark):
     rows = needs_rows(spark)
     # only class x path pairs with traffic; the named and the idle target carry none
@@ -158,6 +161,7 @@ def test_needs_per_class_on_the_paths_that_carry_it(spark):
     assert near.latency_need_ms is None and near.meets is None and "throughput" in near.source
 
 
+@pytest.mark.integration
 def test_needs_prefix_32_keeps_the_target_itself_only(spark):
     rows = needs_rows(spark, v4=32, v6=128)
     assert set(rows) == {("avatar", NEAR), ("large_bulk", NEAR), ("large_bulk", FAR)}
@@ -172,6 +176,7 @@ def test_needs_prefix_checked():
         bn.target_networks([NEAR], 33, 48)
 
 
+@pytest.mark.integration
 def test_needs_job_from_the_lake(spark, tmp_path, caplog):
     """run(): the day's active results from the lake, the classes from behaviour_classes;
     the named target and the idle path are named in the log."""
@@ -198,6 +203,7 @@ def test_needs_job_from_the_lake(spark, tmp_path, caplog):
 REALTIME = ("avatar", "audio", "video", "realtime_state", "state_update")
 
 
+@pytest.mark.integration
 def test_needs_on_a_modelled_day(spark, model_lake, tmp_path, figure):
     """The model's collaborating sites are its RTT test targets: the tele-immersion peers sit
     in the targets' /24s (truth: peer_targets, flows_per_path). On the modelled day with the

@@ -65,6 +65,7 @@ def test_names_reduce_to_registered_domain_and_tld():
     assert rdns.split_name(None) == (None, None)
 
 
+@pytest.mark.integration
 def test_lookups_cache_and_timeouts_against_dnsmasq(dns_server, tmp_path):
     cache = tmp_path / "state" / rdns.CACHE_FILE
     addrs = ["203.0.113.1", "2a00:1450::5", "203.0.113.77", "198.51.66.7", "not-an-address", "198.18.0.9"]
@@ -90,6 +91,7 @@ def test_lookups_cache_and_timeouts_against_dnsmasq(dns_server, tmp_path):
     assert set(kept) == {"203.0.113.2", "203.0.113.1"}
 
 
+@pytest.mark.integration
 def test_budget_and_rate_bound_a_report(dns_server):
     """50 names that time out, 10 lookups/s for at most 1 s: the run ends with most never
     asked (unknown), whatever the load, and says how many of each."""
@@ -139,6 +141,7 @@ def model_day(tmp_path_factory):
             "bytes": f["bytes"].astype(np.int64) * rates, "packets": f["packets"].astype(np.int64) * rates}
 
 
+@pytest.mark.integration
 def test_remote_domains_against_the_model(spark, model_day, tmp_path_factory, silent_port):
     from flowlake.jobs import runner
 
@@ -197,6 +200,7 @@ def test_remote_domains_against_the_model(spark, model_day, tmp_path_factory, si
     assert "reverse DNS (remote_domains): cache 39 of 200,000" in text and "30 resolved, 9 unknown, 1 timed out" in text
 
 
+@pytest.mark.integration
 def test_flow_durations_against_the_model(spark, model_day):
     from flowlake.jobs import runner
 

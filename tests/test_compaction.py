@@ -188,6 +188,7 @@ def _duck_count(cfg, eng=None) -> int:
             eng.close()
 
 
+@pytest.mark.integration
 def test_reads_planned_before_a_swap_stay_exact(home, spark):
     """The defect, made deterministic: a read lists an hour, every hour is swapped, then the
     read runs. Unpinned (plain Spark over the folder) it fails on the vanished files; the
@@ -227,6 +228,7 @@ def test_reads_planned_before_a_swap_stay_exact(home, spark):
     assert unfinished.exists()
 
 
+@pytest.mark.integration
 def test_readers_never_see_a_row_twice_or_missing(home, spark):
     """The query's DuckDB engine and the jobs' Spark reads count rows in loops while every
     hour is compacted again and again (forced, back to back), one hour with an unfinished

@@ -57,6 +57,7 @@ def private_cfg(tmp_path: Path, **env):
 
 
 # ---- direction --------------------------------------------------------------------------
+@pytest.mark.integration
 def test_spark_driver_works_in_flowlake_s_scratch_folder(spark, cfg):
     """Spark 4.0 puts a folder per session under ./artifacts of the driver's working
     directory; the driver starts in $FLOWLAKE_HOME/tmp/spark, so the folder a user runs
@@ -69,6 +70,7 @@ def test_spark_driver_works_in_flowlake_s_scratch_folder(spark, cfg):
     assert Path.cwd() != scratch
 
 
+@pytest.mark.integration
 def test_spark_driver_logs_warnings_without_start_up_noise(spark):
     """The driver logs with flowlake/log4j2.properties: warnings and errors, less two
     start-up notes printed at every run (no native Hadoop library; the spark.local.dir
@@ -94,6 +96,7 @@ def test_spark_driver_logs_warnings_without_start_up_noise(spark):
     assert scheduler.isWarnEnabled() and not scheduler.isInfoEnabled()
 
 
+@pytest.mark.integration
 def test_direction_matches_ipaddress(spark, tmp_path):
     from flowlake.jobs import common
 
@@ -149,6 +152,7 @@ def test_direction_matches_ipaddress(spark, tmp_path):
     assert kernel == spark_local
 
 
+@pytest.mark.integration
 def test_direction_labels(spark):
     df = frame(spark, [{"src_addr": "10.1.1.1", "dst_addr": "8.8.8.8"}, {"src_addr": "8.8.8.8", "dst_addr": "2001:db8::5"},
                        {"src_addr": "192.0.2.1", "dst_addr": "10.0.0.9"}, {"src_addr": "1.1.1.1", "dst_addr": "2001:db9::1"}])
@@ -180,6 +184,7 @@ def test_port_map_defaults_and_errors(tmp_path):
         assert str(bad) in str(err.value) and line in str(err.value) and word in str(err.value), str(err.value)
 
 
+@pytest.mark.integration
 def test_app_labels(spark):
     from flowlake.jobs import common
     from flowlake.pipelines import port_map
@@ -194,6 +199,7 @@ def test_app_labels(spark):
 
 
 # ---- top talkers ------------------------------------------------------------------------
+@pytest.mark.integration
 def test_top_talkers_rank_share_ties_and_change(spark):
     from flowlake.jobs import top_talkers as tt
 
@@ -225,6 +231,7 @@ def test_top_talkers_rank_share_ties_and_change(spark):
     assert sorted((r.rank, r.src_addr, r.rank_change) for r in out2) == [(1, "10.0.0.3", None), (2, "10.0.0.1", -1)]
 
 
+@pytest.mark.integration
 def test_top_talkers_local_engine_equals_spark(spark, tmp_path):
     """Both engines of top_talkers write the same rows: ranks, ties, shares, pairs,
     'all' lists, day rows and rank change, on flows with many ties, IPv6, IPv4-mapped,
@@ -292,6 +299,7 @@ def test_top_talkers_local_engine_equals_spark(spark, tmp_path):
     assert any(r["rank_change"] not in (None, 0) for r in out) and any(r["rank_change"] is None for r in out)
 
 
+@pytest.mark.integration
 def test_top_talkers_local_engine_bad_input(tmp_path):
     """A corrupt or mislaid flow file stops the kernel with a message naming it."""
     from flowlake.jobs import top_talkers_local as ttl
@@ -310,6 +318,7 @@ def test_top_talkers_local_engine_bad_input(tmp_path):
         ttl.lists([str(stray)], LOCAL, 0, tmp_path / "out.parquet")
 
 
+@pytest.mark.integration
 def test_top_talkers_engine_choice(spark, tmp_path):
     from flowlake.jobs import engines
 
@@ -322,6 +331,7 @@ def test_top_talkers_engine_choice(spark, tmp_path):
 
 
 # ---- protocol and app mix ------------------------------------------------------------------
+@pytest.mark.integration
 def test_protocol_and_app_mix(spark):
     from flowlake.jobs import app_mix, protocol_mix
     from flowlake.pipelines import port_map
@@ -342,6 +352,7 @@ def test_protocol_and_app_mix(spark):
 
 
 # ---- traffic time series -----------------------------------------------------------------------
+@pytest.mark.integration
 def test_traffic_ts_spreads_and_summarises(spark):
     from flowlake.jobs import traffic_ts
 
@@ -382,6 +393,7 @@ def test_traffic_ts_spreads_and_summarises(spark):
 
 
 # ---- flow size distribution -----------------------------------------------------------------
+@pytest.mark.integration
 def test_flow_size_dist_exact_vs_numpy(spark):
     """Both engines (Spark; DuckDB) against numpy, for every hour/day x direction x class."""
     import duckdb
@@ -473,6 +485,7 @@ def test_runner_orders_by_depends():
 MY_JOBS = ["top_talkers", "protocol_mix", "app_mix", "traffic_ts", "flow_size_dist"]
 
 
+@pytest.mark.integration
 def test_empty_date_writes_empty_tables_and_failures_are_isolated(spark, tmp_path):
     from flowlake.jobs import runner
     from flowlake.schemas import registry

@@ -17,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from lab_home import lab_home  # noqa: E402
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.root]  # network namespaces
 DELAY_MS, RATE_BPS, WINDOW = 20.0, 20e6, 16384
 SPEC = f"""
 study = "delay"

@@ -49,6 +49,7 @@ def _committed(cfg, topic: str, key_prefix: str) -> list[bytes]:
         cons.close()
 
 
+@pytest.mark.integration
 def test_rows_and_ledger_record_commit_together_and_a_rerun_reads_them(kafka, cfg):
     study = f"t{uuid.uuid4().hex[:8]}"
     done, stopped = _spec(study).runs
@@ -71,6 +72,8 @@ def test_rows_and_ledger_record_commit_together_and_a_rerun_reads_them(kafka, cf
     assert Ledger(cfg, study).recorded() == {}
 
 
+@pytest.mark.integration
+@pytest.mark.root
 def test_fresh_without_publishing_keeps_older_records_from_coming_back(kafka, cfg, tmp_path):
     """`lab run --fresh --no-publish` cannot tombstone the ledger; a publishing rerun after
     it must not take back the records from before the fresh start as its own results. The

@@ -82,6 +82,7 @@ def lab_env(tmp_path_factory):
     return lab_home(tmp_path_factory, "lab-leftovers", SPEC)
 
 
+@pytest.mark.root
 def test_a_killed_lab_is_cleaned_up_by_the_rerun_which_resumes(lab_env):
     env, spec = lab_env
     home = Path(env["FLOWLAKE_HOME"])
@@ -141,6 +142,7 @@ def test_a_killed_lab_is_cleaned_up_by_the_rerun_which_resumes(lab_env):
     assert json.loads(status.stdout)["lab"]["leftover_namespaces"] == []
 
 
+@pytest.mark.root
 def test_lab_clean_removes_what_a_killed_lab_left(lab_env):
     env, spec = lab_env
     _, rec = _kill_mid_run(env, spec, 0, "--fresh")

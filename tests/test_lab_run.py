@@ -19,7 +19,7 @@ from needs import require, sctp_unsupported
 
 from flowlake.base.ports import private_env
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.root]  # network namespaces
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = REPO / "examples" / "lab" / "smoke.toml"
 FLOWLAKE = [sys.executable, "-m", "flowlake.cli"]

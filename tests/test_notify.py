@@ -240,6 +240,7 @@ def smtp_cfg(home: Path, smtp, **over):
                                 "smtp_cafile": str(smtp.ca), "smtp_min_severity": "warning", **over})
 
 
+@pytest.mark.integration
 def test_email_over_starttls_with_auth(tmp_path, smtp):
     from flowlake.pipelines.alerts import notify as n
 
@@ -270,6 +271,7 @@ def test_email_over_starttls_with_auth(tmp_path, smtp):
     ({"smtp_password": "wrong"}, "AUTH as 'flowlake' refused: 535"),
     ({"smtp_cafile": ""}, "certificate does not verify"),  # the private CA is not the system's
 ])
+@pytest.mark.integration
 def test_email_permanent_failures_are_counted_not_retried(tmp_path, smtp, over, error):
     from flowlake.pipelines.alerts import notify as n
 
@@ -281,6 +283,7 @@ def test_email_permanent_failures_are_counted_not_retried(tmp_path, smtp, over, 
     assert len(smtp.messages) == before
 
 
+@pytest.mark.integration
 def test_notify_test_command_reports_each_channel(tmp_path, smtp, receiver):
     _, env = smtp_cfg(tmp_path, smtp, webhook_url=receiver.url, webhook_secret=SECRET, smtp_min_severity="critical")
     before = len(smtp.messages)

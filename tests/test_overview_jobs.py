@@ -59,6 +59,7 @@ def flows(spark):
     return rows, df
 
 
+@pytest.mark.integration
 def test_traffic_totals_every_level_exact(flows):
     from flowlake.jobs import traffic_totals
 
@@ -84,6 +85,7 @@ def test_traffic_totals_every_level_exact(flows):
     assert sum(g.src_addrs for g in day) > got[(None, "all", "all")].src_addrs  # shared sources counted twice
 
 
+@pytest.mark.integration
 def test_largest_flows_top_n_per_direction_and_exporter(flows):
     from flowlake.jobs import largest_flows
 
@@ -113,6 +115,7 @@ def test_largest_flows_top_n_per_direction_and_exporter(flows):
         largest_flows.largest_flows(df, 0)
 
 
+@pytest.mark.integration
 def test_empty_day_gives_empty_tables_with_declared_columns(spark):
     from flowlake.jobs import common, largest_flows, traffic_totals
     from flowlake.schemas import FLOWS_TABLE, registry

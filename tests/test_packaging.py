@@ -69,6 +69,7 @@ def test_schema_views_are_generated_from_one_declaration():
         assert name in FLOW.names
 
 
+@pytest.mark.integration
 def test_spark_schema_agrees_with_the_ddl_view(spark):
     from pyspark.sql.types import StructType
 

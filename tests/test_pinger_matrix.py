@@ -61,6 +61,7 @@ def lake_cfg(spark, tmp_path):
     return cfg
 
 
+@pytest.mark.integration
 def test_matrix_from_a_small_lake(spark, lake_cfg, caplog):
     ctx = JobContext(spark=spark, cfg=lake_cfg, date=DAY)
     ctx.shared = {}
@@ -126,6 +127,7 @@ CITED = {
 }
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("metric", sorted(CITED))
 def test_default_bands_are_the_cited_ones(spark, cfg, metric):
     """The defaults are the cited edges and names, and the band expression puts each of the
@@ -168,6 +170,7 @@ def test_regions_file_errors_name_file_and_line(tmp_path):
         pinger_regions.read(tmp_path / "missing.csv")
 
 
+@pytest.mark.integration
 def test_status_counts_mapped_and_unknown_hosts(spark, lake_cfg, tmp_path):
     import json
     import subprocess
@@ -188,6 +191,7 @@ def test_status_counts_mapped_and_unknown_hosts(spark, lake_cfg, tmp_path):
     assert "5 of 6 hosts mapped" in table.stdout and "mystery.example.org" in table.stdout
 
 
+@pytest.mark.integration
 def test_daily_set_runs_them_on_an_empty_date(spark, tmp_path):
     """In the daily job set: a date without flows or active results writes empty tables
     (behaviour_classes: every class with zeros), and nothing fails."""

@@ -148,6 +148,7 @@ def test_dry_run_lists_exactly_what_the_run_removes(tmp_path):
     assert json.loads(cli(home, "retention", "--dry-run", "--json", env=env).stdout)["remove"] == []
 
 
+@pytest.mark.root
 def test_disk_guard_frees_the_oldest_expendable_first_on_a_small_filesystem(tmp_path):
     """On a 32 MiB tmpfs above the high-water mark: expired data goes first, then the
     oldest raw flow day that has rollups, and no more than needed; a day without rollups,

@@ -12,6 +12,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent))
 import smallfs  # noqa: E402
 from test_compaction import DAY, _lake_with_hours, _swap_all, home  # noqa: E402,F401
@@ -136,6 +138,7 @@ def test_a_reader_pinning_across_the_swap_keeps_its_retired_folder(home, monkeyp
     reader.close()
 
 
+@pytest.mark.root
 def test_disk_guard_takes_retired_folders_first(tmp_path):
     """Above the high-water mark, swapped-out hours still in their grace go before anything
     else the guard may take (a raw flow day that has rollups stays when they are enough)."""

@@ -16,6 +16,9 @@ from flowlake.schemas.rollups import P95_RANK
 
 from test_compaction import stage, writer_for  # the ingest's own BatchWriter path
 
+# A year of modelled flows built once for the module: 12-40 s on 2 cores (idle to loaded).
+pytestmark = pytest.mark.slow
+
 FIRST = dt.date(2025, 11, 21)
 DAYS = 365
 RAW_DAYS = 2  # the last ones, also as raw flows

@@ -28,7 +28,7 @@ from flowlake.impact_lab import Lab, _sh
 from flowlake.base.ports import free_port
 from services.snmpd import Snmpd, V3User
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.root]  # network namespaces
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -115,6 +115,7 @@ def test_jobs_run_refills_the_emptied_cache(superset, cfg):
 
 
 @pytest.mark.integration
+@pytest.mark.browser
 @pytest.mark.parametrize("slug", ["daily-operations", "flow-sizes", "active-vs-passive", "capacity", "collection",
                                   "pinger-regions", "behaviour-classes", "experiments", "border",
                                   "traffic-by-network", "alerts"])
@@ -175,6 +176,7 @@ TABLE_TEXT = """e => { const t = e.querySelector('table');
 
 
 @pytest.mark.integration
+@pytest.mark.browser
 def test_report_tables_show_the_lake_formatted(page, superset, cfg):
     """What the operator reads: the Totals table shows the day's totals from the lake,
     with SI prefixes; Largest flows shows the biggest flow's start in UTC, to the second."""
@@ -204,6 +206,7 @@ def test_report_tables_show_the_lake_formatted(page, superset, cfg):
 
 
 @pytest.mark.integration
+@pytest.mark.browser
 def test_collection_shows_every_exporter_and_flags_the_silent(page, superset, cfg):
     """The Collection dashboard's "Exporters now": one row per export process in the lake's
     exporter_health (address, observation domain, version), its latest interval's sequence
@@ -231,6 +234,7 @@ def test_collection_shows_every_exporter_and_flags_the_silent(page, superset, cf
 
 
 @pytest.mark.integration
+@pytest.mark.browser
 def test_pinger_regions_show_the_newest_month(page, superset, cfg):
     """The PingER dashboard opens on the newest month of the lake's matrices (the month
     picker's first value): the table lists exactly that month's cells as of its newest
@@ -256,6 +260,7 @@ def test_pinger_regions_show_the_newest_month(page, superset, cfg):
 
 
 @pytest.mark.integration
+@pytest.mark.browser
 def test_alerts_dashboard_lists_the_open_alerts(page, superset, cfg):
     """The Alerts dashboard's "Open alerts": the lake's alerts that are not resolved, most
     recently updated first, whatever the time filter (an alert open for days stays listed)."""
@@ -275,6 +280,7 @@ def test_alerts_dashboard_lists_the_open_alerts(page, superset, cfg):
 
 
 @pytest.mark.integration
+@pytest.mark.browser
 def test_dashboards_open_from_the_dashboard_list(page, superset, figure):
     """How operators move around: log in once, pick each dashboard from the list; the
     app navigates in place (no page load, so no second start of Superset's scripts).
@@ -296,6 +302,7 @@ def test_dashboards_open_from_the_dashboard_list(page, superset, figure):
 
 
 @pytest.mark.integration
+@pytest.mark.browser
 def test_superset_log_has_no_warnings(page, superset, cfg):
     """After the REST and browser tests above, Superset's log holds nothing to alarm an
     operator: no warning, error or traceback (it once logged a missing spinner on every
@@ -309,6 +316,7 @@ def test_superset_log_has_no_warnings(page, superset, cfg):
 
 
 @pytest.mark.integration
+@pytest.mark.browser
 def test_capacity_shows_snmp_utilisation_and_flow_coverage(page, superset, cfg):
     """The SNMP counters on the Capacity dashboard, as the interface_capacity job wrote them
     over the demo's counters: each interface's coverage of the day (the demo's half-covered

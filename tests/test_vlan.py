@@ -75,6 +75,7 @@ def truth_vlans(truth: dict, side: str, times: int = 1) -> dict[int, tuple[int, 
             for v, c in truth["per_vlan"][side].items()}
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("protocol", ["ipfix", "v9"])
 def test_nfcapd_stores_the_model_s_vlans_and_the_shipper_reads_them(captures, protocol):
     nf, truth = captures[protocol]
@@ -91,6 +92,7 @@ def test_nfcapd_stores_the_model_s_vlans_and_the_shipper_reads_them(captures, pr
     assert truth["per_vlan"]["in"]["0"]["flows"] if protocol == "ipfix" else "0" not in truth["per_vlan"]["in"]
 
 
+@pytest.mark.integration
 def test_avro_and_flowbatch_carry_vlans_old_revision_messages_land_as_vlan_0(captures, kafka, spark, tmp_path_factory):
     from flowlake.base import config
     from flowlake.collectors import ship as ship_mod
