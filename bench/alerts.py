@@ -103,14 +103,13 @@ def print_scores(title: str, scores: list[dict]) -> dict:
 
 
 def live_run(flows: int, seconds: float) -> None:
-    from flowlake.base import config
     from flowlake import components
-    from flowlake.collectors import nfcapd
+    from flowlake.base import config
+    from flowlake.base.ports import private_env
+    from flowlake.collectors import kafka, nfcapd
     from flowlake.collectors.traffic import alert_truth, api, model
     from flowlake.pipelines.alerts import service
     from flowlake.pipelines.alerts.store import AlertStore
-    from flowlake.collectors import kafka
-    from flowlake.base.ports import private_env
 
     home = Path(tempfile.mkdtemp(prefix="flowlake-bench-alerts-"))
     os.environ.update(private_env(home))

@@ -83,8 +83,8 @@ def main() -> None:
 
     home = Path(tempfile.mkdtemp(prefix="flowlake-bench-capacity-"))
     os.environ.update(private_env(home))
-    from flowlake.base import config
     from flowlake import superset_cli
+    from flowlake.base import config
 
     config.reset()
     cfg = config.get()

@@ -113,10 +113,9 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="flowlake-bench-import-"))
     os.environ.update({**private_env(work / "home"), "FLOWLAKE_KAFKA_HEAP": "1g"})
-    from flowlake.base import config
     from flowlake import importer as archive
-    from flowlake.collectors import ship
-    from flowlake.collectors import kafka
+    from flowlake.base import config
+    from flowlake.collectors import kafka, ship
 
     ship.build_binary()
     cfg = config.get()

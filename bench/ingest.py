@@ -173,9 +173,8 @@ def main() -> None:
     import ship as ship_bench  # bench/ship.py: the same real nfcapd file
 
     from flowlake.base import config
-    from flowlake.collectors import ship
+    from flowlake.collectors import kafka, ship
     from flowlake.pipelines import ingest
-    from flowlake.collectors import kafka
 
     cfg = config.get()
     ship_bench.BINARY = ship.build_binary()

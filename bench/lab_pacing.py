@@ -15,8 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from flowlake.collectors.lab import metrics
 from flowlake.base.ports import free_port
+from flowlake.collectors.lab import metrics
 
 
 def main() -> None:

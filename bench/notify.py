@@ -18,10 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from flowlake.pipelines.alerts.notify import Notifier, Retry
-from flowlake.pipelines.alerts.webhook import Webhook
 from flowlake.base.ports import free_port
 from flowlake.base.process import port_open, wait_until
+from flowlake.pipelines.alerts.notify import Notifier, Retry
+from flowlake.pipelines.alerts.webhook import Webhook
 
 RECEIVER = Path(__file__).resolve().parent.parent / "tests" / "webhook_receiver.py"
 SECRET = b"bench-secret"

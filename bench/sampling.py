@@ -45,9 +45,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--flows", type=int, default=300_000)
     args = ap.parse_args()
+    from flowlake.base.gobuild import SHIPPER
     from flowlake.collectors.traffic import api, exporter, model
     from flowlake.collectors.traffic.sampling import Sampler, SamplingPlan
-    from flowlake.base.gobuild import SHIPPER
 
     binary = str(SHIPPER.build())
     start = datetime(2026, 11, 20, tzinfo=timezone.utc)

@@ -97,8 +97,7 @@ def main() -> None:
         "FLOWLAKE_KAFKA_HEAP": "1g",
     })
     from flowlake.base import config
-    from flowlake.collectors import ship
-    from flowlake.collectors import kafka
+    from flowlake.collectors import kafka, ship
 
     global BINARY
     BINARY = ship.build_binary()

@@ -196,8 +196,8 @@ def main() -> int:
     os.environ.update({**private_env(home), "FLOWLAKE_COLLECTOR_ROTATE_SECONDS": str(args.rotate),
                        "FLOWLAKE_SPARK_TRIGGER_SECONDS": str(args.trigger), "FLOWLAKE_KAFKA_HEAP": "1g",
                        "FLOWLAKE_SPARK_DRIVER_MEMORY": "2g"})
-    from flowlake.base import config
     from flowlake import stack
+    from flowlake.base import config
     from flowlake.collectors import nfcapd, ship
 
     config.reset()

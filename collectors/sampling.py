@@ -30,8 +30,8 @@ import sys
 from pathlib import Path
 
 from flowlake.base import config as _config
-from flowlake.base.gobuild import SHIPPER
 from flowlake.base.component import Component
+from flowlake.base.gobuild import SHIPPER
 from flowlake.base.process import Managed, wait_until
 
 KEYS = ("sampling", "force_sampling")

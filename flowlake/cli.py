@@ -10,10 +10,10 @@ import sys
 import click
 
 from flowlake.base import quick_exit
+from flowlake.base.config import ConfigError
 from flowlake.collectors.commands import COMMANDS as COLLECTOR_COMMANDS
 from flowlake.jobs.commands import COMMANDS as JOB_COMMANDS
 from flowlake.pipelines.commands import COMMANDS as PIPELINE_COMMANDS
-from flowlake.base.config import ConfigError
 
 # name -> (module:attribute, one-line help). Each attribute is a click command or group.
 # Each stage owns its commands (collectors/commands.py, pipelines/commands.py,

@@ -23,17 +23,17 @@ from pathlib import Path
 
 import click
 
-from flowlake.base import config, spark as spark_factory
+from flowlake.base import config
+from flowlake.base import spark as spark_factory
 from flowlake.base.config import Section
 from flowlake.collectors.active import pinger
 from flowlake.collectors.active.parsers import iperf3 as iperf3_parser
 from flowlake.collectors.active.parsers.ping import PING_REPLY
 from flowlake.collectors.active.publish import publish as to_kafka
 from flowlake.collectors.active.result import make
-
-
 from flowlake.collectors.lab.leftovers import owners_dir
-from flowlake.collectors.lab.netns import Namespaces, free_udp_port, sh as _sh, signals_raise, tc_rate_bps
+from flowlake.collectors.lab.netns import Namespaces, free_udp_port, signals_raise, tc_rate_bps
+from flowlake.collectors.lab.netns import sh as _sh
 from flowlake.jobs import bulk_impact, bulk_transfers
 from flowlake.jobs.context import JobContext
 from flowlake.schemas import FLOWS_TABLE, registry
@@ -109,7 +109,7 @@ def nfdump_flows(spool: Path) -> list[dict]:
             if r.get("type", "FLOW") != "FLOW":
                 continue
             def t(key):
-                return dt.datetime.fromisoformat(r[key]).replace(tzinfo=dt.timezone.utc)
+                return dt.datetime.fromisoformat(r[key]).replace(tzinfo=dt.UTC)
             ts = t("first")
             rows.append({
                 "time_start": ts, "time_end": t("last"), "exporter": str(r.get("ip4_router", r.get("exporter", ""))),
@@ -231,15 +231,15 @@ def analyse(flows: list[dict], tests: list[dict], lake: Path, cfg, target: str,
     lake.mkdir(parents=True, exist_ok=True)
     active_rows = []
     for t in tests:
-        start = dt.datetime.fromtimestamp(t["start"] / 1000, dt.timezone.utc)
-        active_rows.append({**t, "start": start, "end": dt.datetime.fromtimestamp(t["end"] / 1000, dt.timezone.utc),
+        start = dt.datetime.fromtimestamp(t["start"] / 1000, dt.UTC)
+        active_rows.append({**t, "start": start, "end": dt.datetime.fromtimestamp(t["end"] / 1000, dt.UTC),
                             "date": start.strftime("%Y-%m-%d")})
     active_schema = registry()["active"].spark_schema()
     (spark.createDataFrame(active_rows, active_schema).write.mode("overwrite")
      .partitionBy("date").parquet(str(lake / "active")))
     (spark.createDataFrame(flows, FLOWS_TABLE.spark_schema()).write.mode("overwrite")
      .partitionBy("date", "hour").parquet(str(lake / "flows")))
-    day = dt.datetime.fromtimestamp(tests[0]["start"] / 1000, dt.timezone.utc).date() if tests else dt.date.today()
+    day = dt.datetime.fromtimestamp(tests[0]["start"] / 1000, dt.UTC).date() if tests else dt.date.today()
     ctx = JobContext(spark=spark, cfg=_LabConfig(cfg, lake, link_bps), date=day)
     bulk_transfers.run(ctx)
     bulk_impact.run(ctx)

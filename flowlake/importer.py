@@ -21,7 +21,6 @@ import click
 
 from flowlake import components
 from flowlake.base import config as _config
-
 from flowlake.base.process import port_open
 from flowlake.collectors import kafka, ship
 from flowlake.pipelines import retention
@@ -263,8 +262,7 @@ def import_cmd(paths: tuple[Path, ...], no_reports: bool, jobs: tuple[str, ...],
 
 def run_import(cfg, paths, console, throttle: int = 0) -> dict:
     """Run the Go importer with a progress bar; return its totals."""
-    from rich.progress import (BarColumn, Progress, TextColumn, TimeElapsedColumn,  # noqa: PLC0415  (start-up: rich)
-                               TimeRemainingColumn)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn  # noqa: PLC0415  (start-up: rich)
 
     argv = import_argv(cfg, paths, throttle)
     out = {"days": {}, "earlier_days": set(), "shipped": 0, "skipped": 0, "quarantined": [], "flows": 0, "rc": 0, "error": ""}

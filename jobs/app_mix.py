@@ -6,10 +6,9 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from flowlake.schemas.reports import APP_MIX
-
 from flowlake.jobs import common
 from flowlake.pipelines import port_map
+from flowlake.schemas.reports import APP_MIX
 
 NAME = "app_mix"
 TABLES = (APP_MIX,)

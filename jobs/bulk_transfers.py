@@ -8,8 +8,8 @@ The link is the flow's output interface; its speed comes from [active] interface
 """
 from __future__ import annotations
 
-from flowlake.schemas.active_reports import BULK_TRANSFERS
 from flowlake.pipelines.interface_speeds import parse_speeds  # noqa: F401  (shared with the stream's volume detector)
+from flowlake.schemas.active_reports import BULK_TRANSFERS
 
 NAME = "bulk_transfers"
 TABLES = (BULK_TRANSFERS,)

@@ -12,8 +12,8 @@ import math
 import numpy as np
 
 from flowlake.pipelines import duck
-from flowlake.schemas.rollups import CAPACITY_FORECAST
 from flowlake.pipelines.interface_speeds import speed_of  # noqa: F401  (shared with the stream's volume detector)
+from flowlake.schemas.rollups import CAPACITY_FORECAST
 
 from .bulk_transfers import parse_speeds
 

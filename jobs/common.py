@@ -6,9 +6,9 @@ round trip per row would cost more than the whole report.
 """
 from __future__ import annotations
 
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+
 from flowlake.pipelines.locality import parse_prefixes  # noqa: F401  (the one definition; re-exported)
 from flowlake.schemas.protocols import PROTO_NAMES  # noqa: F401  (re-exported for the jobs)
 

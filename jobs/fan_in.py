@@ -8,9 +8,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from flowlake.schemas.security import FAN_IN
-
 from flowlake.pipelines.security_rules import MAD_TO_SIGMA, MEANAD_TO_SIGMA, FanInRule, robust_scale  # noqa: F401 (one definition)
+from flowlake.schemas.security import FAN_IN
 
 NAME = "fan_in"
 TABLES = (FAN_IN,)

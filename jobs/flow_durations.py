@@ -5,10 +5,9 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from flowlake.schemas.border import DURATION_CLASSES, FLOW_DURATIONS
-
 from flowlake.jobs import common
 from flowlake.pipelines import port_map
+from flowlake.schemas.border import DURATION_CLASSES, FLOW_DURATIONS
 
 NAME = "flow_durations"
 TABLES = (FLOW_DURATIONS,)

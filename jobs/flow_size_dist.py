@@ -19,10 +19,8 @@ import itertools
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from flowlake.jobs import common, engines
 from flowlake.schemas.reports import FLOW_SIZE_DIST
-
-from flowlake.jobs import common
-from flowlake.jobs import engines
 
 NAME = "flow_size_dist"
 TABLES = (FLOW_SIZE_DIST,)

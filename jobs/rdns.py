@@ -41,7 +41,7 @@ class Settings:
     cache_max_entries: int = 200000
 
     @classmethod
-    def from_config(cls, cfg) -> "Settings":
+    def from_config(cls, cfg) -> Settings:
         values = cfg.rdns.as_dict()
         s = cls(**{k: values[k] for k in cls.__dataclass_fields__})
         for key in ("port", "timeout_seconds", "rate", "concurrency", "budget_seconds", "cache_max_entries"):

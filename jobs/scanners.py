@@ -8,9 +8,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from flowlake.schemas.security import SCANNERS
-
 from flowlake.pipelines.security_rules import ScanRule
+from flowlake.schemas.security import SCANNERS
 
 NAME = "scanners"
 TABLES = (SCANNERS,)

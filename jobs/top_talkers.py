@@ -18,10 +18,8 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from flowlake.jobs import common, engines
 from flowlake.schemas.reports import TOP_TALKERS
-
-from flowlake.jobs import common
-from flowlake.jobs import engines
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,6 @@ import tempfile
 from pathlib import Path
 
 from flowlake.base.gobuild import TOPTALKERS
-
 from flowlake.jobs import common
 from flowlake.pipelines import duck
 

@@ -22,7 +22,7 @@ class ScanRule:
     min_small_share: float = 0.8
 
     @classmethod
-    def from_config(cls, cfg) -> "ScanRule":
+    def from_config(cls, cfg) -> ScanRule:
         s = cfg.security
         return cls(int(s.scan_small_packets), int(s.scan_min_destinations), int(s.scan_min_ports),
                    float(s.scan_min_small_share))
@@ -43,7 +43,7 @@ class FanInRule:
     min_z: float = 3.5
 
     @classmethod
-    def from_config(cls, cfg) -> "FanInRule":
+    def from_config(cls, cfg) -> FanInRule:
         return cls(int(cfg.security.fan_in_min_sources), float(cfg.security.fan_in_min_z))
 
 

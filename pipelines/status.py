@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from .alerts import notify_status, service as alerts_service
+from .alerts import notify_status
+from .alerts import service as alerts_service
 from .enrich import status as enrich
 from .retention import report
 

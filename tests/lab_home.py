@@ -4,9 +4,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from needs import require
-
 from flowlake.base.ports import private_env
+from needs import require
 
 
 def lab_home(tmp_path_factory, name: str, spec_text: str) -> tuple[dict[str, str], Path]:

@@ -149,7 +149,6 @@ def test_lifecycle_end_to_end(engine_cfg):
 
 def test_detectors_on_hand_made_intervals(engine_cfg, tmp_path):
     """Each detector on a few intervals whose answer is known by construction."""
-    from flowlake.pipelines.security_rules import FanInRule, ScanRule
     from flowlake.pipelines.alerts.base import Interval
     from flowlake.pipelines.alerts.blocklist import BlocklistDetector
     from flowlake.pipelines.alerts.fan_in import FanInDetector
@@ -157,6 +156,7 @@ def test_detectors_on_hand_made_intervals(engine_cfg, tmp_path):
     from flowlake.pipelines.alerts.silent import SilentDetector
     from flowlake.pipelines.alerts.talkers import NewTalkerDetector
     from flowlake.pipelines.alerts.volume import ExporterVolumeDetector, InterfaceSpeeds, InterfaceVolumeDetector
+    from flowlake.pipelines.security_rules import FanInRule, ScanRule
 
     t0 = 1_764_000_000_000
 
@@ -274,11 +274,11 @@ def test_busy_interval_paths():
 
     import pyarrow.compute as pc
 
-    from flowlake.pipelines.security_rules import FanInRule, ScanRule
     from flowlake.pipelines.alerts.base import Interval
     from flowlake.pipelines.alerts.fan_in import FanInDetector, distinct_sources
     from flowlake.pipelines.alerts.scans import ScanDetector
     from flowlake.pipelines.alerts.source import LedgerIntervals
+    from flowlake.pipelines.security_rules import FanInRule, ScanRule
     from flowlake.schemas import FLOW
     from flowlake.schemas.messages import encode_flow_batch
 

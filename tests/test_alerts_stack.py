@@ -42,8 +42,8 @@ def _wait(check, timeout: float, what: str):
 
 
 def test_detectors_find_the_model_truth_through_kafka(kafka, flowlake_home, monkeypatch, figure):
-    from flowlake.base import config
     from flowlake import components
+    from flowlake.base import config
     from flowlake.collectors import nfcapd
     from flowlake.collectors.traffic import alert_truth, api, model
     from flowlake.pipelines.alerts import service

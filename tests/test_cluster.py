@@ -46,9 +46,8 @@ def home_env(home: Path) -> dict[str, str]:
 def homes(kafka, tmp_path_factory):
     """(local cfg, cluster cfg, cluster env, nfcapd flow count); the cluster starts in the
     background while the flows are captured and shipped, and stops at the end."""
-    from flowlake.base import config
+    from flowlake.base import config, spark_cluster
     from flowlake.collectors import kafka as kafka_service
-    from flowlake.base import spark_cluster
 
     local_env = home_env(tmp_path_factory.mktemp("cluster-local-home"))
     cluster_env = home_env(tmp_path_factory.mktemp("cluster-home"))
@@ -107,9 +106,9 @@ def report_rows(lake: Path, table: str) -> list[tuple]:
 
 @pytest.mark.integration
 def test_ingest_and_job_on_cluster_equal_local_mode(homes, spark):
+    from flowlake.base import spark_cluster
     from flowlake.jobs import runner
     from flowlake.pipelines import ingest
-    from flowlake.base import spark_cluster
 
     local_cfg, cluster_cfg, env, flows = homes
     st = json.loads(flowlake("cluster", "status", "--json", env=env).stdout)
@@ -182,8 +181,7 @@ def test_submit_carries_the_session_settings(tmp_path):
 
 
 def test_event_logs_keep_the_newest(tmp_path):
-    from flowlake.base import config
-    from flowlake.base import spark_cluster
+    from flowlake.base import config, spark_cluster
 
     cfg = config.load(env={**os.environ, "FLOWLAKE_HOME": str(tmp_path), "FLOWLAKE_CLUSTER_EVENT_LOGS": "3"})
     events = tmp_path / "cluster" / "events"
@@ -201,8 +199,7 @@ def test_event_logs_keep_the_newest(tmp_path):
 def test_cluster_up_names_a_busy_port(tmp_path):
     import socket
 
-    from flowlake.base import config
-    from flowlake.base import spark_cluster
+    from flowlake.base import config, spark_cluster
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

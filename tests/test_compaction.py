@@ -194,11 +194,11 @@ def test_reads_planned_before_a_swap_stay_exact(home, spark):
     read runs. Unpinned (plain Spark over the folder) it fails on the vanished files; the
     project's readers (JobContext for Spark, the query's DuckDB engine) pin their files
     and count exactly, and so do the query's Spark engine and the jobs' DuckDB file list."""
-    from flowlake.pipelines import duck as jobs_duck
     from flowlake.jobs.context import JobContext
     from flowlake.jobs.query import parse
     from flowlake.jobs.query.duck import DuckEngine
     from flowlake.jobs.query.spark_engine import SparkEngine
+    from flowlake.pipelines import duck as jobs_duck
 
     cfg = home
     w, expected, unfinished = _lake_with_hours(cfg)

@@ -3,9 +3,9 @@ the settings' errors, and what `flowlake status` is given. Pure: no Spark, no se
 from __future__ import annotations
 
 import pytest
-from flowlake.jobs import engines
 
 from flowlake.base import config
+from flowlake.jobs import engines
 
 
 def _cfg(tmp_path, lake: bool = False, **env):

@@ -68,9 +68,9 @@ def lake_rows(cfg, source: str) -> list[tuple]:
 def test_topic_with_both_formats_lands_every_flow_once(fcfg, nffile, spark):
     from confluent_kafka import Consumer
 
+    from flowlake.collectors import kafka as kafka_service
     from flowlake.pipelines import ingest
     from flowlake.schemas import FLOW, Field, Record, messages
-    from flowlake.collectors import kafka as kafka_service
 
     cfg = fcfg
     spool = cfg.path("nfcapd")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from needs import require, sctp_unsupported
 
 from flowlake.base.ports import private_env
+from needs import require, sctp_unsupported
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]  # network namespaces
 REPO = Path(__file__).resolve().parent.parent

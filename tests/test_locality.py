@@ -12,6 +12,7 @@ import subprocess
 from collections import defaultdict
 
 import pytest
+
 from flowlake.pipelines.locality import VECTORS, is_local, parse_prefixes
 
 
@@ -29,8 +30,9 @@ def _by_prefixes():
 
 
 def _spark(spark) -> list[bool]:
-    from flowlake.jobs import common
     from pyspark.sql import types as T
+
+    from flowlake.jobs import common
 
     got = [None] * len(VECTORS)
     schema = T.StructType([T.StructField("i", T.IntegerType()), T.StructField("a", T.StringType())])
@@ -43,6 +45,7 @@ def _spark(spark) -> list[bool]:
 
 def _duckdb() -> list[bool]:
     import duckdb
+
     from flowlake.pipelines import duck
 
     got = [None] * len(VECTORS)

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from flowlake.pipelines import port_map
 from flowlake.base.operator_files import OperatorFileError
+from flowlake.pipelines import port_map
 from flowlake.pipelines.enrich import networks
 
 

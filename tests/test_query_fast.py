@@ -121,6 +121,7 @@ def test_fast_path_options_derived_from_click(monkeypatch):
     from the click command, the generated _options.py is current, and for every argv the fast
     path accepts it reads what click reads."""
     import click
+
     from flowlake.jobs.query import fast, fast_options
     from flowlake.jobs.query.cli import query
     from flowlake.jobs.query.lake import parse_time

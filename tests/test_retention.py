@@ -76,8 +76,8 @@ def test_expired_dates_use_the_flows_own_day():
 
 
 def test_import_warns_before_it_starts_about_days_older_than_flows_days(tmp_path):
-    from flowlake.base import config
     from flowlake import importer as archive
+    from flowlake.base import config
 
     cfg = config.load(env={"FLOWLAKE_RETENTION_FLOWS_DAYS": "3"})
     old = (TODAY - dt.timedelta(days=10)).strftime("%Y%m%d")

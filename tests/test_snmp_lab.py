@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from needs import require
 
-from flowlake.impact_lab import Lab, _sh
 from flowlake.base.ports import free_port
+from flowlake.impact_lab import Lab, _sh
+from needs import require
 from services.snmpd import Snmpd, V3User
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]  # network namespaces
@@ -307,10 +307,10 @@ def test_poller_service_is_supervised_like_the_others(tmp_path, monkeypatch):
     """What `flowlake up` / `down` do with the poller when an exporter has SNMP: a managed
     service with a pid file and log, idempotent start, a line in status, a clean stop.
     (An agent on loopback in this namespace: it serves this host's interfaces.)"""
-    from flowlake.base import config
     from flowlake import stack
-    from flowlake.collectors.snmp import service
+    from flowlake.base import config
     from flowlake.base.ports import private_env
+    from flowlake.collectors.snmp import service
 
     agent = Snmpd(tmp_path / "agent", address="127.0.0.2").start()
     cfg = None

@@ -115,9 +115,9 @@ def _write_race_day(lake: Path, hours=(0, 1, 2, 3), batches: int = 12, rows: int
 
 @pytest.mark.integration
 def test_superset_and_flowlake_query_count_exactly_while_hours_are_swapped(api, superset, cfg, figure):
-    from flowlake.pipelines import compact
     from flowlake.jobs.query import parse
     from flowlake.jobs.query.duck import DuckEngine
+    from flowlake.pipelines import compact
 
     lake = cfg.lake
     expected = _write_race_day(lake)

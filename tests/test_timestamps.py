@@ -30,8 +30,8 @@ def test_uptime_wrap_reboot_and_impossible_times(tmp_path, nfdump_bin):
     import json
     import subprocess
 
-    from flowlake.collectors.traffic import api, model
     from flowlake.base.gobuild import SHIPPER
+    from flowlake.collectors.traffic import api, model
 
     t0 = int(START.timestamp() * 1000)
     half = t0 + DURATION_S * 500

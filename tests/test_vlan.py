@@ -95,12 +95,12 @@ def test_nfcapd_stores_the_model_s_vlans_and_the_shipper_reads_them(captures, pr
 @pytest.mark.integration
 def test_avro_and_flowbatch_carry_vlans_old_revision_messages_land_as_vlan_0(captures, kafka, spark, tmp_path_factory):
     from flowlake.base import config
+    from flowlake.collectors import kafka as kafka_service
     from flowlake.collectors import ship as ship_mod
     from flowlake.jobs import runner
     from flowlake.pipelines import ingest
     from flowlake.schemas import avro, messages
     from flowlake.schemas.flow import FLOW_REV1
-    from flowlake.collectors import kafka as kafka_service
 
     cfg = config.load(env={**os.environ, "FLOWLAKE_HOME": str(tmp_path_factory.mktemp("vlan-home")),
                            "FLOWLAKE_KAFKA_FLOWS_TOPIC": "flows.test-vlan",

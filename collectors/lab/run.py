@@ -20,8 +20,8 @@ from pathlib import Path
 
 import click
 
-from flowlake.base import faultpoints as faults
 from flowlake.base import config
+from flowlake.base import faultpoints as faults
 
 from . import leftovers, results
 from .export import FlowExport

@@ -23,6 +23,7 @@ import urllib.request
 from pathlib import Path
 
 from flowlake.base import config as _config
+
 from .ports import free_port
 from .process import Managed, port_open, wait_until
 

@@ -4,5 +4,5 @@
     res = fit(Sample.from_values(sizes), discrete=True)
     res.xmin, res.alpha, res.sigma, res.n_tail, res.D
 """
+from .fit import DEFAULT_MIN_TAIL, PowerLawFit, fit  # noqa: F401
 from .sample import Sample, SampleError  # noqa: F401
-from .fit import PowerLawFit, fit, DEFAULT_MIN_TAIL  # noqa: F401

@@ -51,9 +51,9 @@ def powerlaw(file, discrete, scale, replicates, xmin, min_tail, seed, spark, no_
       flowlake powerlaw blackouts.txt --continuous --scale 1e-3 --bootstrap 1000
       flowlake powerlaw flow_bytes.txt --json | jq .alpha
     """
-    from .compare import compare_all  # noqa: PLC0415  (start-up: scipy)
-
     import numpy as np  # noqa: PLC0415  (start-up: numpy)
+
+    from .compare import compare_all  # noqa: PLC0415  (start-up: scipy)
 
     try:
         x = read_numbers(file, scale)

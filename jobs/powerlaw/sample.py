@@ -32,14 +32,14 @@ class Sample:
         return np.repeat(self.values, self.counts)
 
     @classmethod
-    def from_values(cls, data, what: str = "data") -> "Sample":
+    def from_values(cls, data, what: str = "data") -> Sample:
         x = np.asarray(data, dtype=np.float64).ravel()
         _check(x, what)
         values, counts = np.unique(x, return_counts=True)
         return cls(values, counts.astype(np.int64))
 
     @classmethod
-    def from_pairs(cls, values, counts, what: str = "data") -> "Sample":
+    def from_pairs(cls, values, counts, what: str = "data") -> Sample:
         """From (value, count) pairs in any order, duplicates allowed (e.g. a Spark groupBy)."""
         v = np.asarray(values, dtype=np.float64).ravel()
         c = np.asarray(counts, dtype=np.int64).ravel()

@@ -5,8 +5,8 @@ import json
 
 import click
 
-from flowlake.jobs import anonymise
 from flowlake.base.quick_exit import quick_exit
+from flowlake.jobs import anonymise
 
 ENGINE_HELP = ("Engine for this command: local (DuckDB in this process), spark, or auto "
                "(default: config [query] engine, FLOWLAKE_QUERY_ENGINE).")

@@ -41,7 +41,7 @@ def signature(files: list[str]) -> str:
 
 
 def _hour_of(part: Path) -> dt.datetime:
-    day = dt.datetime.strptime(part.parent.name[5:], "%Y-%m-%d").replace(tzinfo=dt.timezone.utc)
+    day = dt.datetime.strptime(part.parent.name[5:], "%Y-%m-%d").replace(tzinfo=dt.UTC)
     return day + dt.timedelta(hours=int(part.name[5:]))
 
 
@@ -64,7 +64,7 @@ def lookup(cfg, part: Path, files: list[str]) -> Path | None:
 def build(cfg, now: dt.datetime | None = None, log=None) -> dict:
     """Index every closed hour of the last index_days days that has no current index;
     drop index files of rewritten hours and of days past the bound."""
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     days = int(cfg.query.index_days)
     oldest = (now - dt.timedelta(days=days)).replace(hour=0, minute=0, second=0, microsecond=0)
     out = {"built": 0, "fresh": 0, "removed": 0, "flows": 0}

@@ -26,10 +26,10 @@ def parse_time(text: str) -> dt.datetime:
     Unix time in seconds; always UTC."""
     t = text.strip().rstrip("Z")
     if re.fullmatch(r"\d{9,11}(\.\d+)?", t):
-        return dt.datetime.fromtimestamp(float(t), dt.timezone.utc)
+        return dt.datetime.fromtimestamp(float(t), dt.UTC)
     for fmt in _FORMATS:
         try:
-            return dt.datetime.strptime(t, fmt).replace(tzinfo=dt.timezone.utc)
+            return dt.datetime.strptime(t, fmt).replace(tzinfo=dt.UTC)
         except ValueError:
             continue
     raise TimeError(f"'{text}' is not a time (use 2026-11-25, 2026-11-25T10:00:00 or 2026/11/25.10:00:00, UTC)")
@@ -52,7 +52,7 @@ def partitions(lake: Path, start: dt.datetime | None = None, end: dt.datetime | 
         if not _DAY.fullmatch(day.name[5:]):
             continue  # not a partition (e.g. a staging folder)
         try:
-            d = dt.datetime.fromisoformat(day.name[5:]).replace(tzinfo=dt.timezone.utc)
+            d = dt.datetime.fromisoformat(day.name[5:]).replace(tzinfo=dt.UTC)
         except ValueError:
             continue
         if (end is not None and d >= end) or (start is not None and d + dt.timedelta(days=1) <= start):

@@ -14,7 +14,7 @@ import sys
 def jsonable(v):
     if isinstance(v, dt.datetime):
         if v.tzinfo is None:
-            v = v.replace(tzinfo=dt.timezone.utc)
+            v = v.replace(tzinfo=dt.UTC)
         return v.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     if isinstance(v, float) and v != v:
         return None

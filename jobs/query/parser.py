@@ -37,8 +37,14 @@ if _STANDALONE is not None:  # the same classes, from the module's copy of lark'
         _STANDALONE.UnexpectedInput, _STANDALONE.UnexpectedToken, _STANDALONE.VisitError)
 else:
     from lark import Token, Transformer, v_args
-    from lark.exceptions import (LarkError, UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken,
-                                 VisitError)
+    from lark.exceptions import (
+        LarkError,
+        UnexpectedCharacters,
+        UnexpectedEOF,
+        UnexpectedInput,
+        UnexpectedToken,
+        VisitError,
+    )
 
 # nfdump's symbolic protocol names (a subset of its table; numbers always work).
 PROTOCOLS = {

@@ -8,8 +8,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from .spec import (AGG_KEYS, ORDERS, RECORD_KEYS, STAT_KEYS, TOP_COLUMNS, StatError,  # noqa: F401 (re-exported)
-                   parse_aggregate, parse_stat)
+from .spec import AGG_KEYS, ORDERS, RECORD_KEYS, STAT_KEYS, TOP_COLUMNS, StatError, parse_aggregate, parse_stat  # noqa: F401 (re-exported)
 
 
 def _measures(df: DataFrame, group: list) -> DataFrame:

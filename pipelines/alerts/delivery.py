@@ -18,8 +18,8 @@ def iso(value) -> str | None:
         return value
     if isinstance(value, dt.datetime):
         if value.tzinfo is None:  # the lake's timestamps are naive UTC
-            value = value.replace(tzinfo=dt.timezone.utc)
-        return value.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+            value = value.replace(tzinfo=dt.UTC)
+        return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
     if isinstance(value, dt.date):
         return value.isoformat()
     return str(value)

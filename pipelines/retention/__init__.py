@@ -23,12 +23,12 @@ from typing import Iterable
 
 
 def today_utc() -> dt.date:
-    return dt.datetime.now(dt.timezone.utc).date()
+    return dt.datetime.now(dt.UTC).date()
 
 
 def as_date(value) -> dt.date:
     if isinstance(value, dt.datetime):
-        return value.astimezone(dt.timezone.utc).date() if value.tzinfo else value.date()
+        return value.astimezone(dt.UTC).date() if value.tzinfo else value.date()
     if isinstance(value, dt.date):
         return value
     return dt.date.fromisoformat(str(value).removeprefix("date="))

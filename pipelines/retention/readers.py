@@ -43,7 +43,7 @@ def freed_bytes(path: Path) -> int:
 
 
 def _day(ts: float) -> dt.date:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).date()
+    return dt.datetime.fromtimestamp(ts, dt.UTC).date()
 
 
 def grace_s(cfg) -> float:

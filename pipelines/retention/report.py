@@ -3,13 +3,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import disk, tiers
-from .tiers import Tier, Unit
 from flowlake.base.disk import human  # noqa: F401  (re-exported: report.human)
 from flowlake.collectors import kafka_retention as topics
 from flowlake.pipelines.retention import readers, run, spool
 
-
+from . import disk, tiers
+from .tiers import Tier, Unit
 
 
 def status_summary(cfg) -> dict:

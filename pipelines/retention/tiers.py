@@ -15,8 +15,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import as_date, is_expired
 from flowlake.base.disk import disk_bytes  # noqa: F401  (re-exported: tiers.disk_bytes)
+
+from . import as_date, is_expired
 
 DATE_DIR = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$")
 NFCAPD_STAMP = re.compile(r"^nfcapd\.(\d{8})(\d{4,6})?")
@@ -102,7 +103,7 @@ def quarantine_units(root: Path) -> list[Unit]:
             day = nfcapd_day(f)
             if day is None:
                 try:
-                    day = dt.datetime.fromtimestamp(p.stat().st_mtime, dt.timezone.utc).date()
+                    day = dt.datetime.fromtimestamp(p.stat().st_mtime, dt.UTC).date()
                 except OSError:
                     continue
             out.append(Unit("quarantine", p, day, disk_bytes(p)))

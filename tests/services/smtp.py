@@ -66,7 +66,7 @@ class SmtpServer:
             self._arrived.wait_for(lambda: len(self.messages) >= n, timeout)
             return list(self.messages)
 
-    def __enter__(self) -> "SmtpServer":
+    def __enter__(self) -> SmtpServer:
         self.controller.start()
         return self
 

@@ -81,7 +81,7 @@ class Snmpd:
         cmd = [exe, "-f", "-C", "-c", str(self.conf), "-Lf", str(self.log), self.endpoint]
         return (["ip", "netns", "exec", self.netns] if self.netns else []) + cmd
 
-    def start(self, timeout: float = 15.0) -> "Snmpd":
+    def start(self, timeout: float = 15.0) -> Snmpd:
         if not (shutil.which("snmpd") or Path("/usr/sbin/snmpd").exists()):
             raise RuntimeError("snmpd is not installed (Debian package snmpd; `make setup` installs it)")
         if not self.port:
