@@ -7,7 +7,7 @@ it. With --home it measures the Superset of an existing FLOWLAKE_HOME instead (e
 the one `make demo` left running) and starts nothing.
 
 Per dashboard and round, three figures (seconds from navigation to the last chart
-settled, with the same predicate as tests/test_superset_browser.py):
+settled, with the same predicate as tests/hub/test_superset_browser.py):
   cold    fresh browser context (empty HTTP cache) and Superset's data cache emptied
           (own scratch home only; with --home the server cache is left alone)
   fresh   fresh browser context, Superset's data cache already filled

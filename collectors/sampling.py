@@ -1,7 +1,7 @@
 """Sampling, per exporter and per sampler (issue 20): the tap service, the settings the
 shipper resolves rates with, and the figures `flowlake status` shows.
 
-What nfcapd 1.7.1 does with each form (measured with real nfcapd, tests/test_sampling.py
+What nfcapd 1.7.1 does with each form (measured with real nfcapd, tests/collectors/test_sampling.py
 repeats the measurements that matter):
 
 | form                                                    | nfcapd 1.7.1 records        | applies        |

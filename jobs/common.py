@@ -29,7 +29,7 @@ V6_TEXT = (r"^(([0-9a-f]{1,4}:){7}[0-9a-f]{1,4}|"
 def add_local_flag(df: DataFrame, addr_col: str, out: str, prefixes) -> DataFrame:
     """Add boolean column `out`: the text address in `addr_col` (IPv4 dotted, IPv6 text,
     IPv4-mapped IPv6 dotted or hex) lies in one of the prefixes; false for anything
-    unparsable. The rule is pipelines/locality.py is_local (tests/test_locality.py holds
+    unparsable. The rule is pipelines/locality.py is_local (tests/pipelines/test_locality.py holds
     this code to it).
 
     Built in small stages (each a column reused by several tests) so Spark neither

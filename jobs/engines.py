@@ -19,7 +19,7 @@ and `flowlake host`: auto, local or spark. One rule decides `auto`, for both:
 for that command, and naming one asks for Spark: it counts as `--engine spark` unless
 `--engine` is given (see jobs/query/engines.py).
 
-tests/test_engines.py pins the rule; tests/test_jobs.py and tests/test_query.py hold the
+tests/jobs/test_engines.py pins the rule; tests/jobs/test_jobs.py and tests/jobs/test_query.py hold the
 engines equal, row for row, to each other and to nfdump.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ once into a small integer and from there sorts and sums integers: 2.2 s, 0.64x n
 (bench/jobs.py prints both). `[reports] engine` picks it (jobs/engines.py): `auto`
 (default) unless Spark's master is a cluster and the lake is not on this machine.
 
-Same definitions as the Spark job (tests/test_jobs.py checks the engines row for row,
+Same definitions as the Spark job (tests/jobs/test_jobs.py checks the engines row for row,
 and the table against nfdump's `-s` statistics): direction from [site] local_prefixes
 with common.add_local_flag's text rules; rank ties broken by the other metrics
 descending, then address text ascending; share against the hour's and direction's

@@ -40,7 +40,7 @@ def is_local(address_text, nets) -> bool:
     - With a colon, IPv6 as Python's ipaddress reads it, hex digits and colons only.
     - Anything unparsable is not local.
     Every engine applies this rule in its own code (Spark: jobs/common.py add_local_flag;
-    DuckDB: pipelines/duck.py; Go: jobs/toptalkers/locality.go); tests/test_locality.py
+    DuckDB: pipelines/duck.py; Go: jobs/toptalkers/locality.go); tests/pipelines/test_locality.py
     runs VECTORS through each and asserts it equals this function."""
     if not isinstance(address_text, str):
         return False
@@ -69,7 +69,7 @@ def is_local(address_text, nets) -> bool:
     return any(ip in n for n in nets if n.version == ip.version)
 
 
-# The shared table of cases: (address text, prefixes, local?, why). tests/test_locality.py
+# The shared table of cases: (address text, prefixes, local?, why). tests/pipelines/test_locality.py
 # checks is_local against the table, then runs every case through each engine's own code
 # (Spark, DuckDB, the Go kernel) and asserts it answers as is_local does.
 SITE = ("10.0.0.0/8", "192.0.2.0/24", "198.51.100.0/24", "2001:db8::/32")

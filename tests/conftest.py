@@ -11,12 +11,21 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+# Tests live by stage (tests/base, collectors, pipelines, jobs, hub); the shared helpers
+# (pcapgen, flow_rows, nfcapd_capture, services/, ...) sit in tests/ itself, and some test
+# modules reuse another's fixtures (`from test_shipper import collect`): every folder is on
+# the path, whatever order pytest collects them in.
+for _folder in (TESTS, *(TESTS / stage for stage in ("base", "collectors", "pipelines", "jobs", "hub"))):
+    if str(_folder) not in sys.path:
+        sys.path.insert(0, str(_folder))
 
 
 from _tier_guard import flowlake_tier_guard as tier_guard  # noqa: E402
@@ -31,7 +40,7 @@ _CHILD_LOG_OFFSET = 0
 def pytest_configure(config):
     global _GUARD
     if os.environ.get(tier_guard.ENV_ACTIVE) == "0":  # a guarded test's own inner pytest
-        del os.environ[tier_guard.ENV_ACTIVE]      # (tests/test_tiers.py): guard its children
+        del os.environ[tier_guard.ENV_ACTIVE]      # (tests/hub/test_tiers.py): guard its children
     if not tier_guard.enabled():
         return
     log_dir = Path(os.environ.get("TMPDIR", "/tmp"))

@@ -11,7 +11,7 @@ import (
 )
 
 // Real nfcapd files with dropped datagrams, silent exporters and skewed clocks are checked
-// in tests/test_health.py; these pin the record layout, the silent rule and the bound.
+// in tests/collectors/test_health.py; these pin the record layout, the silent rule and the bound.
 
 func TestHealthRowsFromASyntheticFile(t *testing.T) {
 	_, st, err := readAll(t, writeTemp(t, buildFile(t, 10, compNone)))

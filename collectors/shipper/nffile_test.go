@@ -15,7 +15,7 @@ import (
 
 // synthetic nfdump 1.7 file: one exporter (192.0.2.1, sysid 1), a 1:100 sampler, and
 // n V3 flows alternating IPv4 / IPv6. Real-file checks against nfdump live in
-// tests/test_shipper.py; these pin the layout and the error paths.
+// tests/collectors/test_shipper.py; these pin the layout and the error paths.
 func buildFile(t *testing.T, n int, compression uint8) []byte {
 	t.Helper()
 	le := binary.LittleEndian

@@ -127,7 +127,7 @@ def default_routers() -> list[Router]:
 # Information elements per Router.vlan_ie. nfcapd 1.7.1 stores SRC_VLAN/DST_VLAN (58/59) of
 # v9 and vlanId/postVlanId (58/59) of IPFIX as the flow's VLANs, and dot1qVlanId/
 # postDot1qVlanId (243/254) of v9 too, but drops 243/254 of IPFIX: measured, pinned by
-# tests/test_vlan.py. landed_vlans() is what reaches the lake.
+# tests/collectors/test_vlan.py. landed_vlans() is what reaches the lake.
 VLAN_IES = {"vlan": ((58, 2), (59, 2)), "dot1q": ((243, 2), (254, 2)), "": ()}
 NFCAPD_KEEPS_VLAN_IES = {(9, "vlan"), (10, "vlan"), (9, "dot1q")}  # (NetFlow version, Router.vlan_ie)
 

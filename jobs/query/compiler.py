@@ -26,7 +26,7 @@ def to_column(node) -> Column:
             # nfdump evaluates `flags XY` as a chain "TCP and X set" and "TCP and Y set" and
             # `not` inverts each link: not flags XY = not TCP, or TCP with none of X, Y set
             # (hence its documented "flags S and not flags AFRPU" = SYN only). Measured on
-            # nfdump 1.7.1: tests/test_query.py and bench/query.py compare with it.
+            # nfdump 1.7.1: tests/jobs/test_query.py and bench/query.py compare with it.
             return (F.col("proto") != 6) | (F.col("tcp_flags").bitwiseAND(F.lit(node.item.mask)) == F.lit(0))
         return ~to_column(node.item)
     if isinstance(node, ast.And):

@@ -1,6 +1,6 @@
 """The embedded engine of `flowlake query` and `flowlake host`: DuckDB in this process.
 
-Same answers as the Spark engine (stats.py, host.py), row for row (tests/test_query.py
+Same answers as the Spark engine (stats.py, host.py), row for row (tests/jobs/test_query.py
 pins both, and both to nfdump), from SQL over the lake's Parquet files:
 - only the date/hour folders the time window can touch are listed (lake.partitions);
 - DuckDB reads only the columns a query names, and pushes the filter into the scan;

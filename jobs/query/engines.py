@@ -8,7 +8,7 @@ the reports and the queries alike (its docstring has the one `auto` rule).
          in local mode; Spark when the master is a cluster and the lake is not here.
 `--master` names a Spark master for the command, and so asks for Spark (as --engine spark)
 unless --engine is given.
-Both engines give the same rows (tests/test_query.py holds them equal, and to nfdump).
+Both engines give the same rows (tests/jobs/test_query.py holds them equal, and to nfdump).
 """
 from __future__ import annotations
 

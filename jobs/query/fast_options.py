@@ -5,7 +5,7 @@
 writes the table into jobs/query/_options.py (generated, not in git) together with a
 checksum of cli.py. fast.py reads only that module (it must not import click), and while it
 is missing or older than cli.py the fast path declines every command, so click answers:
-slower, never wrong. tests/test_query_fast.py holds the module current, equal to the
+slower, never wrong. tests/jobs/test_query_fast.py holds the module current, equal to the
 derivation, and fast.py's reading equal to click's own.
 
 The table holds only the options fast.py answers (HANDLED, the names it gives answer.py);

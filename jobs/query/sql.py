@@ -4,7 +4,7 @@ The tree holds only ints, known field names and `ipaddress` networks (the parser
 them), so every literal here is generated, never user text. Address logic is the one of
 compiler.py, written in SQL: canonical text for hosts, whole-octet text prefix plus one
 octet as a number for IPv4 networks, the 32-digit expanded hex string as a range for
-IPv6 networks. tests/test_query.py holds both compilers equal, row for row, and to nfdump.
+IPv6 networks. tests/jobs/test_query.py holds both compilers equal, row for row, and to nfdump.
 """
 from __future__ import annotations
 

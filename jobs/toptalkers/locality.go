@@ -12,7 +12,7 @@ import (
 )
 
 // locality decides whether an address text lies in a local prefix, by the one rule of
-// pipelines/locality.py is_local (the reference; tests/test_locality.py holds this code,
+// pipelines/locality.py is_local (the reference; tests/pipelines/test_locality.py holds this code,
 // Spark's jobs/common.py add_local_flag and DuckDB's pipelines/duck.py equal to it):
 //   - the text is lower-cased and trimmed of spaces;
 //   - ::ffff:a.b.c.d is the IPv4 address a.b.c.d, and so is its hex form ::ffff:a01:203;
@@ -170,7 +170,7 @@ func groupsIn(g [8]int, p netip.Prefix) bool {
 
 // classifyLines is -classify: the locality of each address text read from in (one JSON
 // string a line; null stands for a null address, which the kernel reads as ""), as 1 or 0
-// a line. tests/test_locality.py holds it equal to pipelines/locality.py is_local.
+// a line. tests/pipelines/test_locality.py holds it equal to pipelines/locality.py is_local.
 func classifyLines(prefixes string, in io.Reader, out io.Writer) error {
 	l, err := newLocality(prefixes)
 	if err != nil {

@@ -4,7 +4,7 @@
 //
 // jobs/top_talkers_local.py runs it and adds rank_change; the table definition is
 // schemas/reports.py TOP_TALKERS and the reference implementation is Spark's
-// jobs/top_talkers.py (tests/test_jobs.py checks both give the same rows and that they
+// jobs/top_talkers.py (tests/jobs/test_jobs.py checks both give the same rows and that they
 // equal nfdump's -s statistics). Why Go: the list set of 10M flows costs DuckDB ~12 s
 // on two cores against a target of ~3 s (half nfdump's single-thread rate); most of
 // that is hashing address text. Here every address is interned once into a small
@@ -44,7 +44,7 @@ func main() {
 	verbose = flag.Bool("v", false, "print each phase's time to stderr")
 	profile := flag.String("cpuprofile", "", "write a CPU profile here (development)")
 	classify := flag.Bool("classify", false, "read address texts from stdin, one JSON string (or null) a line, "+
-		"and print 1 (local) or 0 a line: the locality rule alone (tests/test_locality.py)")
+		"and print 1 (local) or 0 a line: the locality rule alone (tests/pipelines/test_locality.py)")
 	flag.Parse()
 	if *classify {
 		if err := classifyLines(*local, os.Stdin, os.Stdout); err != nil {

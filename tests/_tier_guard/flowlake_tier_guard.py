@@ -182,9 +182,10 @@ class Guard:
             return env  # children of children inherit the variables already set
         env = dict(os.environ if env is None else env)
         if env.get(ENV_ACTIVE) == "0":
-            return env  # a child that runs its own guarded pytest (tests/test_tiers.py)
+            return env  # a child that runs its own guarded pytest (tests/hub/test_tiers.py)
         env[ENV_ACTIVE] = "1"
         env[ENV_LOG] = str(self.child_log)
+        env["FLOWLAKE_TIER_GUARD_PREFIX"] = sys.prefix  # only flowlake's interpreter installs it
         pp = env.get("PYTHONPATH", "")
         env["PYTHONPATH"] = str(HERE) + (os.pathsep + pp if pp else "")
         return env
