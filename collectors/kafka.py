@@ -4,13 +4,14 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from flowlake.base import config as _config
-from flowlake.base.component import Component
+from flowlake.base.component import ModuleComponent
 from flowlake.base.process import Managed, port_open, wait_until
 from flowlake.collectors import kafka_retention as retention
 
@@ -279,23 +280,15 @@ class BrokerSettings:
     bootstrap: str
 
 
-class KafkaBroker(Component):
+class KafkaBroker(ModuleComponent):
     """The single-node KRaft broker (storage formatted and topics created on first start)."""
     name = "kafka"
     settings_type = BrokerSettings
     section = "kafka"
-
-    def managed(self) -> Managed:
-        return managed(self.cfg)
+    functions = sys.modules[__name__]
 
     def port(self) -> int:
         return self.settings.port
 
     def healthy_port(self) -> bool:
         return port_open(self.settings.host, self.settings.port)
-
-    def start(self) -> int:
-        return start(self.cfg)
-
-    def stop(self) -> bool:
-        return stop(self.cfg)

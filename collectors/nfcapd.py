@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import re
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from flowlake.base import config as _config
-from flowlake.base.component import Component
+from flowlake.base.component import ModuleComponent
 from flowlake.base.process import Managed, udp_bound, wait_until
 
 STAT_LINE = re.compile(
@@ -143,20 +144,15 @@ class CollectorSettings:
     spool_warn_bytes: int
 
 
-class Nfcapd(Component):
+class Nfcapd(ModuleComponent):
     """nfdump's collector on the collector port, rotating files into the spool."""
     name = "nfcapd"
     settings_type = CollectorSettings
     section = "collector"
-
-    def managed(self) -> Managed:
-        return managed(self.cfg)
+    functions = sys.modules[__name__]
 
     def port(self) -> int:
         return self.settings.port
-
-    def start(self) -> int:
-        return start(self.cfg)
 
     def stop(self) -> bool:
         stopped = stop(self.cfg)

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 from flowlake.base import config as _config
-from flowlake.base.component import Component
+from flowlake.base.component import ModuleComponent
 from flowlake.base.gobuild import SHIPPER
 from flowlake.base.process import Managed, wait_until
 
@@ -220,22 +220,11 @@ def main() -> None:  # pragma: no cover - debugging aid: python -m flowlake.coll
     json.dump(status(), sys.stdout, indent=1)
 
 
-class SamplingTap(Component):
+class SamplingTap(ModuleComponent):
     """A copy of every datagram nfcapd receives: sampler announcements, exporter health."""
     name = "sampling-tap"
     stop_timeout = 10.0
-
-    def managed(self) -> Managed:
-        return managed(self.cfg)
+    functions = sys.modules[__name__]
 
     def enabled(self) -> bool:
         return True  # start() itself returns None when [sampling] tap is off (and logs legacy settings)
-
-    def start(self) -> int | None:
-        return start(self.cfg)
-
-    def stop(self) -> bool:
-        return stop(self.cfg)
-
-    def status(self) -> dict:
-        return status(self.cfg)

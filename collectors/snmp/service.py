@@ -15,7 +15,7 @@ import sys
 import time
 
 from flowlake.base import config as _config
-from flowlake.base.component import Component
+from flowlake.base.component import ModuleComponent
 from flowlake.base.process import Managed, wait_until
 
 from . import deltas, query, settings, store
@@ -269,24 +269,10 @@ def print_status(console, st: dict) -> None:
         console.print(f"[bold red]WARNING: {w}[/]")
 
 
-class SnmpPoller(Component):
+class SnmpPoller(ModuleComponent):
     """Interface names and counters of every exporter with SNMP ([exporters."ADDR"] snmp)."""
     name = "snmp"
-
-    def managed(self) -> Managed:
-        return managed(self.cfg)
+    functions = sys.modules[__name__]
 
     def enabled(self) -> bool:
         return settings.enabled(self.cfg)
-
-    def start(self) -> int | None:
-        return start(self.cfg)
-
-    def stop(self) -> bool:
-        return stop(self.cfg)
-
-    def status(self) -> dict:
-        try:
-            return status(self.cfg)
-        except Exception as exc:  # status must never crash on a damaged poller state
-            return {"error": str(exc), "exporters": {}, "errors": 0}

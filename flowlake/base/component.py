@@ -120,6 +120,32 @@ class Component:
                                    {"component": self.name})
 
 
+class ModuleComponent(Component):
+    """A component whose module already has `managed(cfg)`, `start(cfg)`, `stop(cfg)` and,
+    optionally, `status(cfg)` (the services written before the contract): the class names the
+    module and adds only what differs. A status that raises reports its error instead."""
+
+    functions: ClassVar[Any] = None  # the module: ModuleComponent subclasses set it to sys.modules[__name__]
+
+    def managed(self) -> Managed:
+        return self.functions.managed(self.cfg)
+
+    def start(self) -> int | None:
+        return self.functions.start(self.cfg)
+
+    def stop(self) -> bool:
+        return self.functions.stop(self.cfg)
+
+    def status(self) -> dict:
+        fn = getattr(self.functions, "status", None)
+        if fn is None:
+            return {}
+        try:
+            return fn(self.cfg)
+        except Exception as exc:  # noqa: BLE001  (status and metrics must never crash on a damaged state file)
+            return {"error": str(exc)}
+
+
 def metric_name(text: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", str(text)).strip("_").lower()
 
@@ -142,4 +168,5 @@ def numeric_samples(prefix: str, data: Any, labels: dict[str, str], depth: int =
                 yield from numeric_samples(prefix, value, {**labels, f"key{depth}": str(key)}, depth + 1)
 
 
-__all__ = ["Component", "Sample", "Managed", "port_open", "typed_settings", "numeric_samples", "metric_name"]
+__all__ = ["Component", "ModuleComponent", "Sample", "Managed", "port_open", "typed_settings", "numeric_samples",
+           "metric_name"]

@@ -2,27 +2,16 @@
 `flowlake query` imports first: it must stay free of the stack's imports (start-up cost)."""
 from __future__ import annotations
 
-from flowlake.base.component import Component
+from flowlake.base.component import ModuleComponent
 
-from .server import managed, start, status, stop
+from . import server
 
 
-class QueryServer(Component):
+class QueryServer(ModuleComponent):
     """Answers `flowlake query` from a warm process over a Unix socket ([query] server)."""
     name = "query-server"
     stop_timeout = 10.0
-
-    def managed(self):
-        return managed(self.cfg)
+    functions = server
 
     def enabled(self) -> bool:
         return bool(self.cfg.query.server)
-
-    def start(self) -> int | None:
-        return start(self.cfg)
-
-    def stop(self) -> bool:
-        return stop(self.cfg)
-
-    def status(self) -> dict:
-        return status(self.cfg)

@@ -9,7 +9,7 @@ import signal
 import sys
 import time
 
-from flowlake.base.component import Component
+from flowlake.base.component import ModuleComponent
 from flowlake.base.process import Managed, wait_until
 from flowlake.schemas.alerts import SEVERITIES
 
@@ -154,24 +154,10 @@ def _s(v) -> str:
     return "-" if v is None else f"{v:.1f} s"
 
 
-class Alerts(Component):
+class Alerts(ModuleComponent):
     """The live detectors on the flows stream ([alerts] enabled)."""
     name = "alerts"
-
-    def managed(self) -> Managed:
-        return managed(self.cfg)
+    functions = sys.modules[__name__]
 
     def enabled(self) -> bool:
         return bool(self.cfg.alerts.enabled)
-
-    def start(self) -> int | None:
-        return start(self.cfg)
-
-    def stop(self) -> bool:
-        return stop(self.cfg)
-
-    def status(self) -> dict:
-        try:
-            return status(self.cfg)
-        except Exception as exc:  # status must never crash on a bad alerts table
-            return {"enabled": True, "error": str(exc)}
