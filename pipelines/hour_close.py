@@ -17,6 +17,7 @@ import os
 import shutil
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -192,14 +193,24 @@ def compact_cmd(day: str | None, watch: bool, force: bool, no_rollups: bool) -> 
         time.sleep(cfg.compaction.interval_seconds)
 
 
+@dataclass(frozen=True)
+class CompactorSettings:
+    """[compaction] as the service uses it."""
+    enabled: bool
+    interval_seconds: int
+    settle_minutes: int
+
+
 class Compactor(Component):
     """Hour close (`flowlake compact --watch`): compaction and rollups as hours close."""
     name = "compactor"
     stop_timeout = 60.0
     pausable = True
+    settings_type = CompactorSettings
+    section = "compaction"
 
     def enabled(self) -> bool:
-        return bool(self.cfg.compaction.enabled)
+        return self.settings.enabled
 
     def start(self) -> int | None:
         if not self.enabled():

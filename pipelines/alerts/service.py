@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 
 from flowlake.base.component import ModuleComponent
 from flowlake.base.process import Managed, wait_until
@@ -154,10 +155,19 @@ def _s(v) -> str:
     return "-" if v is None else f"{v:.1f} s"
 
 
+@dataclass(frozen=True)
+class AlertsSettings:
+    """[alerts] as the service's start uses it."""
+    enabled: bool
+
+
 class Alerts(ModuleComponent):
     """The live detectors on the flows stream ([alerts] enabled)."""
     name = "alerts"
     functions = sys.modules[__name__]
 
+    settings_type = AlertsSettings
+    section = "alerts"
+
     def enabled(self) -> bool:
-        return bool(self.cfg.alerts.enabled)
+        return self.settings.enabled

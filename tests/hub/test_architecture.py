@@ -100,3 +100,21 @@ def test_component_settings_are_typed_and_checked():
         typed_settings(CollectorSettings, bad, "collector")
     with pytest.raises(TypeError, match="expected int"):
         typed_settings(CollectorSettings, Section("collector", {**good.as_dict(), "port": True}), "collector")
+
+
+def test_every_typed_component_reads_its_settings_from_the_defaults(tmp_path, monkeypatch):
+    from flowlake.base import config
+
+    monkeypatch.setenv("FLOWLAKE_HOME", str(tmp_path))
+    config.reset()
+    try:
+        cfg = config.get()
+        typed = [c for c in components.all_components(cfg) if c.settings_type is not None]
+        assert {c.name for c in typed} >= {"nfcapd", "kafka", "superset", "metrics", "query-server",
+                                           "compactor", "alerts"}
+        for comp in typed:
+            s = comp.settings
+            assert type(s) is comp.settings_type
+            assert comp.enabled() in (True, False)
+    finally:
+        config.reset()
