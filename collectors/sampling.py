@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from flowlake.base import config as _config
@@ -220,10 +221,20 @@ def main() -> None:  # pragma: no cover - debugging aid: python -m flowlake.coll
     json.dump(status(), sys.stdout, indent=1)
 
 
+@dataclass(frozen=True)
+class TapSettings:
+    """[sampling] as the tap uses it."""
+    tap: bool
+    keep_minutes: int
+    unannounced: int
+
+
 class SamplingTap(ModuleComponent):
     """A copy of every datagram nfcapd receives: sampler announcements, exporter health."""
     name = "sampling-tap"
     stop_timeout = 10.0
+    settings_type = TapSettings
+    section = "sampling"
     functions = sys.modules[__name__]
 
     def enabled(self) -> bool:

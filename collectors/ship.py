@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -245,11 +246,23 @@ def ship(files: tuple[Path, ...], pending: bool, force: bool, build_only: bool) 
         raise click.ClickException(run.error)
 
 
+@dataclass(frozen=True)
+class ShipperSettings:
+    """[shipper] as the service passes it to the Go binary (serve_argv)."""
+    message_format: str
+    flows_per_message: int
+    compression: str
+    poll_seconds: float
+    txn_timeout_seconds: int
+
+
 class Shipper(Component):
     """The Go shipper: each nfcapd file into Kafka in one transaction with its ledger record."""
     name = "shipper"
     stop_timeout = 60.0
     pausable = True
+    settings_type = ShipperSettings
+    section = "shipper"
 
     def start(self) -> int:
         proc = self.managed()

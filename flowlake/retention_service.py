@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import time
+from dataclasses import dataclass
 
 from flowlake import components
 from flowlake.base.component import Component
@@ -94,9 +95,20 @@ def _paused_all(cfg) -> bool:
     return not any(components.get(cfg, name).managed().running() for name in ("shipper", "ingest"))
 
 
+@dataclass(frozen=True)
+class RetentionSettings:
+    """[retention] bounds the service enforces (the tiers read the rest)."""
+    flows_days: int
+    spool_grace_hours: int
+    disk_high_water_pct: int
+    disk_floor_pct: int
+
+
 class Retention(Component):
     """The retention service: scheduled passes and the disk guard (pipelines/retention/)."""
     name = "retention"
+    settings_type = RetentionSettings
+    section = "retention"
 
     def start(self) -> int:
         proc = self.managed()

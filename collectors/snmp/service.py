@@ -13,6 +13,7 @@ import logging
 import signal
 import sys
 import time
+from dataclasses import dataclass
 
 from flowlake.base import config as _config
 from flowlake.base.component import ModuleComponent
@@ -269,9 +270,19 @@ def print_status(console, st: dict) -> None:
         console.print(f"[bold red]WARNING: {w}[/]")
 
 
+@dataclass(frozen=True)
+class PollerSettings:
+    """[snmp] defaults of the poller (per exporter: [exporters."ADDR"] snmp)."""
+    poll_seen: bool
+    version: str
+    port: int
+
+
 class SnmpPoller(ModuleComponent):
     """Interface names and counters of every exporter with SNMP ([exporters."ADDR"] snmp)."""
     name = "snmp"
+    settings_type = PollerSettings
+    section = "snmp"
     functions = sys.modules[__name__]
 
     def enabled(self) -> bool:
