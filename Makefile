@@ -68,7 +68,8 @@ docs-serve:
 	$(MKDOCS) serve
 
 # Screenshots for docs/dashboards.md: the browser tests save one PNG per dashboard (Superset on
-# a synthetic lake, headless Chromium). Not committed (docs/screenshots/ is git-ignored).
+# a synthetic lake, headless Chromium), shrunk for the site and committed in docs/screenshots/.
 docs-screenshots: setup
-	mkdir -p docs/screenshots
-	FLOWLAKE_DOCS_SCREENSHOTS=$(CURDIR)/docs/screenshots $(VENV)/bin/python -m pytest tests -k test_dashboard_renders_every_chart $(PYTEST_ARGS)
+	rm -rf test-output/docs-screenshots && mkdir -p test-output/docs-screenshots
+	FLOWLAKE_DOCS_SCREENSHOTS=$(CURDIR)/test-output/docs-screenshots $(VENV)/bin/python -m pytest tests -k test_dashboard_renders_every_chart $(PYTEST_ARGS)
+	$(VENV)/bin/python scripts/shrink_screenshots.py test-output/docs-screenshots docs/screenshots

@@ -28,8 +28,6 @@ from pathlib import Path
 
 import duckdb
 
-from flowlake.base import config as flowlake_config
-
 SWAP_RETRIES = 3  # the compactor swaps an hour once as it closes (again after a late batch)
 SWAP_RETRIED = {"statements": 0}  # how many statements met a swap (for tests and logs)
 _LOG = logging.getLogger("flowlake.lake")
@@ -151,6 +149,9 @@ def duckdb_connect(home: str | os.PathLike | None = None, config: dict | None = 
     CLI resolves it) whose statements rerun when a compaction swap removed a file they had
     listed. `config`: DuckDB settings (e.g. {"threads": 2})."""
     if home is None:
+        # not at the top: Superset's virtualenv loads this file by path and has no flowlake
+        from flowlake.base import config as flowlake_config  # noqa: PLC0415  (optional: not in Superset's venv)
+
         lake = flowlake_config.get().lake
     else:
         lake = Path(home).expanduser() / "lake"

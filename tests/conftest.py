@@ -176,10 +176,24 @@ def spark(cfg):
     """The one Spark session of the run (start-up costs 15-20 s on 2 cores)."""
     from flowlake.base import spark as spark_factory
 
+    # 2g: one JVM serves every module of the run (the stacks' ingest keeps private_env's 1g)
     session = spark_factory.session("flowlake-tests", master="local[2]", cfg=cfg,
-                                    extra={"spark.sql.shuffle.partitions": "2"})
+                                    extra={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"})
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _spark_cache_per_module():
+    """A module's cached DataFrames go with the module: the run's one Spark JVM otherwise
+    carries every earlier module's cache (an OutOfMemoryError in a later module's job)."""
+    yield
+    if "pyspark" in sys.modules:  # never start Spark for this
+        from pyspark.sql import SparkSession  # noqa: PLC0415  (start-up: pyspark, only when loaded)
+
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            active.catalog.clearCache()
 
 
 @pytest.fixture

@@ -209,11 +209,19 @@ def flows(spark, nf_file):
 
 @pytest.fixture(scope="module")
 def lake(cfg, flows):
-    """The same flows as a lake partition under FLOWLAKE_HOME, for the CLI."""
+    """The same flows as the only days of lake/flows under FLOWLAKE_HOME, for the CLI. The
+    session's lake may hold other modules' days (the Superset tests' demo lake): they are set
+    aside for this module, whose answers are over the whole lake, and put back after."""
     base = Path(cfg.lake) / "flows"
-    shutil.rmtree(base / f"date={DAY.isoformat()}", ignore_errors=True)
+    aside = Path(cfg.lake) / ".flows-aside-test-query"
+    shutil.rmtree(aside, ignore_errors=True)
+    if base.exists():
+        base.rename(aside)
     flows.write.mode("overwrite").partitionBy("date", "hour").parquet(str(base))
-    return base
+    yield base
+    shutil.rmtree(base, ignore_errors=True)
+    if aside.exists():
+        aside.rename(base)
 
 
 ENGINE_NAMES = ["spark", "local"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -123,3 +124,21 @@ def test_every_notebook_reads_through_duckdb_connect():
         code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
         assert "duckdb_connect()" in code and "duckdb.connect(" not in code, path.name
         assert "flowlake.pipelines.lake.duckdb_connect()" in "".join(cells[0]["source"]), path.name  # documented up front
+
+
+def test_the_lake_module_loads_without_flowlake():
+    """Superset's virtualenv loads pipelines/lake.py by path (superset/superset_config.py) and
+    has DuckDB but not flowlake: a flowlake import at its top silently switched off the
+    rerun on a swap inside Superset. Only the standard library and DuckDB at the top."""
+    import ast
+    import sys as _sys
+
+    path = Path(__file__).resolve().parents[2] / "pipelines" / "lake.py"
+    tree = ast.parse(path.read_text())
+    top = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            top |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            top.add(node.module.split(".")[0])
+    assert top - {"__future__", "duckdb"} <= set(_sys.stdlib_module_names), top
