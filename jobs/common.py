@@ -83,8 +83,14 @@ def add_local_flag(df: DataFrame, addr_col: str, out: str, prefixes) -> DataFram
         df = df.withColumn(t + "ip", F.when(valid, octets[0] * 16777216 + octets[1] * 65536 + octets[2] * 256 + octets[3])
                            .when(mapped, c("v6").cast("long") * 65536 + c("v7")))
         temps += ["p", "o0", "o1", "o2", "o3", "ip"]
-        for n in v4:
-            v4_test = v4_test | c("ip").between(int(n.network_address), int(n.broadcast_address))
+        # one reference to `ip` for all prefixes: an OR per prefix copied the whole parse
+        # (now with the mapped form's eight groups) into the plan once per prefix, and the
+        # optimizer ran out of heap on a site's few dozen prefixes
+        ranges = F.array(*[F.struct(F.lit(int(n.network_address)).alias("s"), F.lit(int(n.broadcast_address)).alias("e"))
+                           for n in v4])
+        df = df.withColumn(t + "in4", F.exists(ranges, lambda r: c("ip").between(r["s"], r["e"])))
+        temps.append("in4")
+        v4_test = c("in4")
     df = df.withColumn(out, F.coalesce(F.when(c("6"), v6_test | v4_test).otherwise(v4_test), F.lit(False)))
     return df.drop(*[t + x for x in temps])
 

@@ -213,15 +213,19 @@ def lake(cfg, flows):
     session's lake may hold other modules' days (the Superset tests' demo lake): they are set
     aside for this module, whose answers are over the whole lake, and put back after."""
     base = Path(cfg.lake) / "flows"
-    aside = Path(cfg.lake) / ".flows-aside-test-query"
-    shutil.rmtree(aside, ignore_errors=True)
-    if base.exists():
-        base.rename(aside)
+    moved = []
+    for table in ("flows", "reports"):  # reports too: new_talkers reads earlier days' daily_hosts
+        here, aside = Path(cfg.lake) / table, Path(cfg.lake) / f".{table}-aside-test-query"
+        shutil.rmtree(aside, ignore_errors=True)
+        if here.exists():
+            here.rename(aside)
+            moved.append((here, aside))
     flows.write.mode("overwrite").partitionBy("date", "hour").parquet(str(base))
     yield base
-    shutil.rmtree(base, ignore_errors=True)
-    if aside.exists():
-        aside.rename(base)
+    shutil.rmtree(base, ignore_errors=True)  # this module's day
+    for here, aside in moved:
+        shutil.rmtree(here, ignore_errors=True)  # its reports
+        aside.rename(here)
 
 
 ENGINE_NAMES = ["spark", "local"]
