@@ -16,12 +16,8 @@ cron or the hour-close job); `flowlake status` shows its size.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import os
 from pathlib import Path
-
-from flowlake.pipelines.compact import COMPACT_FILE
-from flowlake.pipelines.lake_snapshot import Snapshot
 
 from .lake import partitions
 
@@ -33,6 +29,8 @@ def root(cfg) -> Path:
 
 
 def signature(files: list[str]) -> str:
+    import hashlib  # noqa: PLC0415  (start-up: flowlake query's fast path)
+
     h = hashlib.sha256()
     for f in sorted(files):
         st = os.stat(f)
@@ -74,6 +72,8 @@ def build(cfg, now: dt.datetime | None = None, log=None) -> dict:
             parts = partitions(cfg.lake, oldest, now - CLOSE_MARGIN)
         except FileNotFoundError:
             parts = []
+        from flowlake.pipelines.lake_snapshot import Snapshot  # noqa: PLC0415  (start-up: flowlake query's fast path)
+
         with Snapshot(cfg.lake) as snap:
             _build_parts(cfg, parts, now, snap, keep, out, log)
     if root(cfg).exists():
@@ -132,6 +132,8 @@ def compacted(files) -> bool:
     dictionary-encoded files cost DuckDB no more to scan than an index file (bench/query.py:
     the index took 1.1x their CPU, ATTACH included). The index is for hours still in the
     ingest's many small files (closed, not compacted yet: ~4x less CPU than their Parquet)."""
+    from flowlake.pipelines.compact import COMPACT_FILE  # noqa: PLC0415  (start-up: flowlake query's fast path)
+
     return bool(files) and all(COMPACT_FILE.match(Path(f).name) for f in files)
 
 

@@ -8,8 +8,6 @@ import datetime as dt
 import re
 from pathlib import Path
 
-from flowlake.schemas import FLOWS_TABLE
-
 _FORMATS = ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S",
             "%Y/%m/%d.%H:%M:%S", "%Y/%m/%d.%H:%M", "%Y/%m/%d")
 
@@ -85,6 +83,8 @@ def read_flows(spark, lake: Path, start: dt.datetime | None = None, end: dt.date
         if files:
             base = root / base.relative_to(lake)
             paths = [str(root / p.relative_to(lake)) for p in parts if (root / p.relative_to(lake)).is_dir()]
+    from flowlake.schemas import FLOWS_TABLE  # noqa: PLC0415  (start-up: flowlake query's fast path)
+
     df = spark.read.schema(FLOWS_TABLE.spark_schema()).option("basePath", str(base)).parquet(*paths)
     if start is not None:
         df = df.where((F.col("date") > start.strftime("%Y-%m-%d")) | (

@@ -6,13 +6,10 @@ token, as nfdump's "syntax error at 'x'" does, but pointing at it.
 """
 from __future__ import annotations
 
-import hashlib
 import ipaddress
 import re
 from functools import lru_cache
 from pathlib import Path
-
-from flowlake.base import parsed_cache
 
 from . import ast
 
@@ -102,7 +99,11 @@ def _cache_file(grammar: str) -> str | bool:
     own cache folder: building the LALR tables costs more than DuckDB's whole scan of a
     day. (Lark's default cache file lives in the shared /tmp, and it is a pickle.) False,
     no cache, if the folder is unusable."""
+    import hashlib  # noqa: PLC0415  (start-up: flowlake query's fast path)
+
     from lark import __version__ as lark_version  # noqa: PLC0415  (start-up: lark)
+
+    from flowlake.base import parsed_cache  # noqa: PLC0415  (start-up: flowlake query's fast path)
 
     base = parsed_cache.folder()
     if base is None:

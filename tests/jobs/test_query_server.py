@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from test_query_fast import PROBE, QUESTIONS, _bench, _env
+from test_query_fast import QUESTIONS, _bench, _env, probe
 
 FLOWLAKE = str(Path(sys.executable).with_name("flowlake"))
 # the console script, reporting whether it loaded DuckDB itself before its process ended
-PROBE = PROBE.replace("('click', 'lark', 'rich', 'pyarrow')", "('click', '_duckdb')")
+PROBE = probe(("click", "_duckdb"))
 
 
 @pytest.fixture(scope="module")
