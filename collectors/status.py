@@ -1,8 +1,8 @@
 """The collection stage's part of `flowlake status`: sampling, exporters' health, the SNMP
-poller, the lab. `sections()` feeds `status --json` and `/metrics`; `render()` prints."""
+poller, the lab, the spool's bytes per flow. `sections()` feeds `status --json` and `/metrics`; `render()` prints."""
 from __future__ import annotations
 
-from . import health, sampling
+from . import health, nfcapd, sampling
 from .lab.status import status as lab_status
 from .snmp import service as snmp_service
 
@@ -15,12 +15,30 @@ def _snmp(cfg) -> dict:
         return {"error": str(exc), "exporters": {}, "errors": 0}
 
 
+def _spool(cfg) -> dict:
+    """nfcapd's files: configured compression and bytes per flow of the newest files."""
+    try:
+        return nfcapd.spool_stats(cfg)
+    except Exception as exc:  # noqa: BLE001  (status must never crash on a damaged spool file)
+        return {"error": str(exc)}
+
+
+def spool_line(sp: dict) -> str:
+    if "error" in sp:
+        return f"[bold red]spool: {sp['error']}[/]"
+    held = ", ".join(f"{n} {c}" for c, n in sorted(sp["file_compression"].items())) or "no closed files"
+    bpf = f"{sp['bytes_per_flow']:g} bytes/flow" if sp["bytes_per_flow"] is not None else "bytes/flow unknown"
+    return (f"spool: {bpf} over the newest {sp['files_read']} files ({sp['flows']:,} flows, {sp['bytes']:,} bytes); "
+            f"nfcapd writes {sp['compression']} (collector.spool_compression); files: {held}")
+
+
 def sections(cfg) -> dict:
     return {"sampling": sampling.status(cfg), "exporters": health.status(cfg), "snmp": _snmp(cfg),
-            "lab": lab_status(cfg)}
+            "lab": lab_status(cfg), "spool": _spool(cfg)}
 
 
 def render(console, st: dict) -> None:
+    console.print(spool_line(st["spool"]))
     sampling.print_status(console, st["sampling"])
     exporters = st["exporters"]
     if exporters["exporters"]:

@@ -90,7 +90,8 @@ def test_component_settings_are_typed_and_checked():
     from flowlake.collectors.nfcapd import CollectorSettings
 
     good = Section("collector", {"bind": "127.0.0.1", "port": 2055, "rotate_seconds": 10,
-                                 "socket_buffer": 1 << 23, "spool_warn_bytes": 1 << 30, "extra": "ignored"})
+                                 "socket_buffer": 1 << 23, "spool_warn_bytes": 1 << 30, "spool_compression": "lz4",
+                                 "extra": "ignored"})
     s = typed_settings(CollectorSettings, good, "collector")
     assert (s.port, s.bind) == (2055, "127.0.0.1")
     with pytest.raises(dataclasses.FrozenInstanceError):
