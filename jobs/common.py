@@ -179,3 +179,10 @@ def shared_flows(ctx) -> DataFrame:
     if cache is not None:
         cache[key] = df
     return df
+
+
+def with_columns_or_null(flows: DataFrame, columns: dict[str, str]) -> DataFrame:
+    """flows with each of `columns` (name -> Spark SQL type): a frame read from a lake, or
+    declared, before the flow record's revision 3 lacks them, and they read as null."""
+    missing = {c: F.lit(None).cast(t) for c, t in columns.items() if c not in flows.columns}
+    return flows.withColumns(missing) if missing else flows

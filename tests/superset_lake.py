@@ -41,7 +41,12 @@ VOCAB = {
     "duration_class": ["all", "0-1 s", "1-10 s", "10-60 s", "1-5 min"],
     "detector": ["scan", "fan_in", "exporter_silent"], "severity": ["warning", "critical"],  # lake/alerts
     "state": ["open", "acknowledged", "resolved"],
+    "status_class": ["forwarded", "dropped", "consumed", "not exported"],  # forwarding_status
+    "reason_name": ["ACL deny", "bad TTL", "policer", "unroutable"],
+    "value_label": ["label 16004", "label 24001", "vrf 7", "(none)"],  # mpls_vrf_mix
 }
+# Tables whose `side` is not vlan_mix's in/out.
+SIDES = {"mpls_vrf_mix": ["mpls", "vrf_in", "vrf_out"]}
 # Enrichment of the demo flows (schemas/enrich.py), by exporter and interface index.
 EXPORTER_NAMES = {"192.0.2.1": "border-1", "192.0.2.2": "border-2"}
 INTERFACES = {1: ("et-0/0/1", "Transit: Cogent 1-38", 100000, "external", "transit", "cogent"),
@@ -112,7 +117,7 @@ def _enrichment(cols: dict, rng, n: int) -> dict:
 
 def _column(f, n, rng, day):
     day0 = int(dt.datetime.combine(day, dt.time(), dt.timezone.utc).timestamp() * 1000)
-    if f.name in VOCAB:
+    if f.name in VOCAB and f.type == "string":  # a name shared with another table's number (reason) is a number
         return [str(x) for x in rng.choice(VOCAB[f.name], n)]
     if f.name == "hour":
         return [None if rng.random() < 0.5 else int(rng.integers(0, 24)) for _ in range(n)]
@@ -177,6 +182,8 @@ def write_reports(lake: Path, rows: int = 600, seed: int = 11) -> list[str]:
             cols = _coherent({f.name: _column(f, rows, rng, day) for f in fields})
             if name in ("behaviour_classes", "behaviour_needs"):  # the EVL classes, real-time ones included
                 cols["class"] = [BEHAVIOUR_CLASSES[i % len(BEHAVIOUR_CLASSES)] for i in range(rows)]
+            if name in SIDES:
+                cols["side"] = [SIDES[name][i % len(SIDES[name])] for i in range(rows)]
             data = {f.name: pa.array(cols[f.name], type=ARROW[f.type]) for f in fields}
             part = base / f"date={day.isoformat()}"
             part.mkdir(parents=True, exist_ok=True)
