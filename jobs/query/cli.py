@@ -118,15 +118,23 @@ def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, eng
 @click.option("--from", "start", callback=_time, help="First time to read (UTC).")
 @click.option("--to", "end", callback=_time, help="Read flows starting before this time (UTC).")
 @click.option("-n", "top_n", type=click.IntRange(min=1), default=10, show_default=True, help="Peers and ports to list.")
+@click.option("--nat-rows", type=click.IntRange(min=0), default=50, show_default=True,
+              help="NAT translations to list, earliest first (0: count them only).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @_engine_options
-def host(address, start, end, top_n, fmt, engine, master, progress):
-    """Profile one host: peers, ports, volume by hour, first and last seen.
+def host(address, start, end, top_n, nat_rows, fmt, engine, master, progress):
+    """Profile one host: peers, ports, volume by hour, first and last seen, NAT translations.
+
+    NAT translations (flows exported by a NAT device, NSEL/NEL or IPFIX postNAT elements):
+    every inside <-> outside address and port pair where ADDRESS is the inside or the
+    outside address, with the NAT event, first and last seen and flows, in the window of
+    --from/--to. The outside address of a public IP answers "who was behind it at 14:02".
 
     \b
     Examples:
       flowlake host 198.51.100.66
       flowlake host 2001:db8::1 --from 2026-11-25 --to 2026-11-26 --format json
+      flowlake host 203.0.113.7 --from 2026-11-25T14:00 --to 2026-11-25T14:05   # who was behind it
     """
     import ipaddress
 
@@ -138,7 +146,7 @@ def host(address, start, end, top_n, fmt, engine, master, progress):
 
     eng = _open(start, end, engine, master, progress)
     try:
-        prof = eng.host(address, top_n)
+        prof = eng.host(address, top_n, nat_rows)
     except RuntimeError as exc:  # duck.LakeReadError
         raise click.ClickException(str(exc)) from None
     finally:
@@ -146,17 +154,26 @@ def host(address, start, end, top_n, fmt, engine, master, progress):
     if fmt == "json":
         click.echo(json.dumps(output.deep(prof), indent=1))
         return
-    if not prof["flows"]:
+    if not prof["flows"] and not prof["nat_total"]:
         click.echo(f"{address}: no flows in the selected time range")
         return
-    click.echo(f"{address}: {prof['flows']} flows with {prof['peers']} peers, first seen "
-               f"{output.jsonable(prof['first_seen'])}, last seen {output.jsonable(prof['last_seen'])}; "
-               f"{prof['bytes_out']} bytes out, {prof['bytes_in']} bytes in")
-    output.table(prof["top_peers"], ["peer", "flows", "bytes", "bytes_out", "bytes_in", "packets", "ports",
-                                     "first_seen", "last_seen"], "Top peers by bytes")
-    output.table(prof["top_ports"], ["proto", "port", "role", "flows", "bytes", "peers"],
-                 "Ports (role out: host is client, in: host serves)")
-    output.table(prof["hourly"], ["hour", "flows", "bytes_out", "bytes_in", "peers"], "By hour")
+    if prof["flows"]:
+        click.echo(f"{address}: {prof['flows']} flows with {prof['peers']} peers, first seen "
+                   f"{output.jsonable(prof['first_seen'])}, last seen {output.jsonable(prof['last_seen'])}; "
+                   f"{prof['bytes_out']} bytes out, {prof['bytes_in']} bytes in")
+        output.table(prof["top_peers"], ["peer", "flows", "bytes", "bytes_out", "bytes_in", "packets", "ports",
+                                         "first_seen", "last_seen"], "Top peers by bytes")
+        output.table(prof["top_ports"], ["proto", "port", "role", "flows", "bytes", "peers"],
+                     "Ports (role out: host is client, in: host serves)")
+        output.table(prof["hourly"], ["hour", "flows", "bytes_out", "bytes_in", "peers"], "By hour")
+    else:
+        click.echo(f"{address}: no flows of its own in the selected time range, only NAT translations")
+    if prof["nat_total"]:
+        shown = f", the first {len(prof['nat'])} by first seen" if len(prof["nat"]) < prof["nat_total"] else ""
+        output.table(prof["nat"], ["kind", "inside_addr", "inside_port", "outside_addr", "outside_port", "nat_event",
+                                   "first_seen", "last_seen", "flows"],
+                     f"NAT translations ({prof['nat_total']}{shown}; kind source: inside = flow's source, "
+                     "destination: inside = the translated destination)")
     if eng.name == "local":
         quick_exit()
 

@@ -245,14 +245,17 @@ class DuckEngine:
             FROM (SELECT *, {RATES} FROM (SELECT {group}, {SUMS} FROM {sel} GROUP BY ALL))
             ORDER BY {order} DESC, {', '.join(keys)}{cap}""")
 
-    def host(self, address: str, n: int = 10) -> dict:
+    def host(self, address: str, n: int = 10, nat_rows: int = 50) -> dict:
         """The host profile of host.profile, in SQL."""
         net = sql.host_net(address)
         src = self._source()
         empty = {"address": address, "flows": 0, "first_seen": None, "last_seen": None, "bytes_out": 0,
-                 "bytes_in": 0, "packets": 0, "peers": 0, "top_peers": [], "top_ports": [], "hourly": []}
+                 "bytes_in": 0, "packets": 0, "peers": 0, "top_peers": [], "top_ports": [], "hourly": [],
+                 "nat": [], "nat_total": 0}
         if src is None:
             return empty
+        nat, nat_total = self._nat(src, address, nat_rows)
+        empty.update(nat=nat, nat_total=nat_total)
         is_src, is_dst = sql.address_in("src_addr", net), sql.address_in("dst_addr", net)
         self._exec(f"""CREATE OR REPLACE TEMP TABLE hf AS
             SELECT time_start, time_end, proto, packets, bytes,
@@ -280,7 +283,21 @@ class DuckEngine:
         hourly = self._run(f"""SELECT CAST(date_trunc('hour', time_start) AS TIMESTAMP) AS hour, count(*) AS flows,
             {out_b} AS bytes_out, {in_b} AS bytes_in, count(DISTINCT peer) AS peers
             FROM hf GROUP BY 1 ORDER BY 1""")
-        return {"address": address, **totals, "top_peers": peers, "top_ports": ports, "hourly": hourly}
+        return {"address": address, **totals, "top_peers": peers, "top_ports": ports, "hourly": hourly,
+                "nat": nat, "nat_total": nat_total}
+
+    def _nat(self, src: str, address: str, limit: int) -> tuple[list[dict], int]:
+        """NAT translations of the address (jobs/query/nat.py); a lake from before the flow
+        record's revision 3 has none (its files lack the columns: NULL)."""
+        from .nat import COLUMNS, translations_sql  # noqa: PLC0415  (start-up: only for `flowlake host`)
+
+        have = {r[0] for r in self._exec(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+        extra = "".join(f", CAST(NULL AS {t}) AS {c}" for c, (t, _) in COLUMNS.items() if c not in have)
+        query, order = translations_sql(f"(SELECT *{extra} FROM {src})", address)
+        self._exec(f"CREATE OR REPLACE TEMP TABLE nat AS {query}")
+        total = self._run("SELECT count(*) AS n FROM nat")[0]["n"]
+        rows = self._run(f"SELECT * FROM nat ORDER BY {order} LIMIT {int(limit)}") if limit else []
+        return rows, total
 
     def close(self) -> None:
         self.con.close()

@@ -1,4 +1,5 @@
-"""Host profile: who a host talks to, on which ports, how much per hour, first/last seen.
+"""Host profile: who a host talks to, on which ports, how much per hour, first/last seen,
+and its NAT translations (jobs/query/nat.py).
 
 `profile()` is pure (flows DataFrame in, plain dict out) so tests and notebooks call it
 on small frames; the CLI only adds reading the lake and printing.
@@ -11,6 +12,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from .compiler import address_in
+from .nat import translations
 
 
 def host_flows(flows: DataFrame, address: str) -> DataFrame:
@@ -29,7 +31,8 @@ def _rows(df: DataFrame) -> list[dict]:
     return [r.asDict() for r in df.collect()]
 
 
-def profile(flows: DataFrame, address: str, top_n: int = 10) -> dict:
+def profile(flows: DataFrame, address: str, top_n: int = 10, nat_rows: int = 50) -> dict:
+    nat, nat_total = translations(flows, address, nat_rows)
     hf = host_flows(flows, address).cache()
     try:
         totals = hf.agg(
@@ -41,7 +44,7 @@ def profile(flows: DataFrame, address: str, top_n: int = 10) -> dict:
         ).first().asDict()
         if not totals["flows"]:
             return {"address": address, **totals, "bytes_out": 0, "bytes_in": 0, "packets": 0,
-                    "top_peers": [], "top_ports": [], "hourly": []}
+                    "top_peers": [], "top_ports": [], "hourly": [], "nat": nat, "nat_total": nat_total}
         peers = (hf.groupBy("peer").agg(
             F.count(F.lit(1)).alias("flows"), F.sum("bytes").alias("bytes"), F.sum("packets").alias("packets"),
             F.sum(F.when(F.col("role") == "out", F.col("bytes")).otherwise(0)).alias("bytes_out"),
@@ -62,6 +65,6 @@ def profile(flows: DataFrame, address: str, top_n: int = 10) -> dict:
                        F.countDistinct("peer").alias("peers"))
                   .orderBy("hour"))
         return {"address": address, **totals, "top_peers": _rows(peers), "top_ports": _rows(ports),
-                "hourly": _rows(hourly)}
+                "hourly": _rows(hourly), "nat": nat, "nat_total": nat_total}
     finally:
         hf.unpersist()

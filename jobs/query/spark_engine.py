@@ -47,10 +47,10 @@ class SparkEngine:
         df = aggregate(self._where(tree), keys, order)
         return [r.asDict() for r in (df.limit(limit) if limit else df).collect()]
 
-    def host(self, address: str, n: int = 10) -> dict:
+    def host(self, address: str, n: int = 10, nat_rows: int = 50) -> dict:
         from .host import profile  # noqa: PLC0415  (start-up: pyspark)
 
-        return profile(self.flows, address, n)
+        return profile(self.flows, address, n, nat_rows)
 
     def close(self) -> None:
         self.snapshot.close()  # the session is the process's (tests share one); it ends with the process
