@@ -33,10 +33,14 @@ import pcapgen  # noqa: E402
 pytestmark = pytest.mark.integration
 
 
+def private_env(tmp_path: Path, name: str, env: dict) -> dict:
+    return {**os.environ, "FLOWLAKE_HOME": str(tmp_path / name),
+            "FLOWLAKE_COLLECTOR_PORT": str(free_port(socket.SOCK_DGRAM)),
+            "FLOWLAKE_COLLECTOR_ROTATE_SECONDS": "60", **env}
+
+
 def private_cfg(tmp_path: Path, name: str, env: dict):
-    return config.load(env={**os.environ, "FLOWLAKE_HOME": str(tmp_path / name),
-                            "FLOWLAKE_COLLECTOR_PORT": str(free_port(socket.SOCK_DGRAM)),
-                            "FLOWLAKE_COLLECTOR_ROTATE_SECONDS": "60", **env})
+    return config.load(env=private_env(tmp_path, name, env))
 
 
 def collect_with_nfcapd(cfg, pcap: Path) -> list[Path]:
@@ -112,7 +116,9 @@ def test_lz4_by_default_at_most_30_bytes_per_flow_and_shipped_exactly_once(kafka
 
 
 def test_none_writes_plain_files_and_status_shows_their_size(tmp_path, pcap):
-    cfg = private_cfg(tmp_path, "plain", {"FLOWLAKE_COLLECTOR_SPOOL_COMPRESSION": "none"})
+    env = private_env(tmp_path, "plain", {"FLOWLAKE_COLLECTOR_SPOOL_COMPRESSION": "none",
+                                          "FLOWLAKE_KAFKA_PORT": "1"})  # status: no broker there
+    cfg = config.load(env=env)
     assert "-y" not in nfcapd.argv(cfg)
     files = collect_with_nfcapd(cfg, pcap)
     assert {nfdump_says(f) for f in files} == {"2 - not compressed"}
@@ -122,3 +128,12 @@ def test_none_writes_plain_files_and_status_shows_their_size(tmp_path, pcap):
     st = nfcapd.spool_stats(cfg)
     assert st["bytes_per_flow"] == round(size / flows, 1) and st["file_compression"] == {"none": len(files)}
     assert f"{round(size / flows, 1):g} bytes/flow" in spool_line(st) and "writes none" in spool_line(st)
+    # `flowlake status`: the collector section's line and its key in --json
+    res = subprocess.run([sys.executable, "-m", "flowlake.cli", "status", "--json"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["spool"]["bytes_per_flow"] == round(size / flows, 1)
+    res = subprocess.run([sys.executable, "-m", "flowlake.cli", "status"], env={**env, "COLUMNS": "300"},
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and f"spool: {round(size / flows, 1):g} bytes/flow" in res.stdout, res.stdout
+
