@@ -216,11 +216,17 @@ def spool_stats(cfg=None, newest: int = 100) -> dict:
     seconds), the configured compression and what those files hold."""
     cfg = cfg or _config.get()
     spool = spool_dir(cfg)
-    files = sorted((p for p in spool.rglob("nfcapd.*") if p.is_file() and ".current." not in p.name),
-                   key=lambda p: p.stat().st_mtime, reverse=True)[:newest]
-    flows = size = 0
+    dated = []
+    for p in spool.rglob("nfcapd.*"):
+        if ".current." in p.name:
+            continue
+        try:
+            dated.append((p.stat().st_mtime, p))
+        except OSError:  # shipped and removed by retention meanwhile
+            continue
+    files = [p for _, p in sorted(dated, reverse=True)[:newest]]
+    flows = size = read = unreadable = 0
     seen: dict[str, int] = {}
-    unreadable = 0
     for f in files:
         try:
             summary = file_summary(f)
@@ -231,9 +237,10 @@ def spool_stats(cfg=None, newest: int = 100) -> dict:
         if summary["flows"] is None:
             unreadable += 1
             continue
+        read += 1
         flows += summary["flows"]
         size += nbytes
-    return {"compression": cfg.collector.spool_compression, "files_read": len(files) - unreadable,
+    return {"compression": cfg.collector.spool_compression, "files_read": read,
             "files_unreadable": unreadable, "file_compression": seen, "flows": flows, "bytes": size,
             "bytes_per_flow": round(size / flows, 1) if flows else None}
 
