@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import struct
 import subprocess
 from collections import Counter
 from pathlib import Path
@@ -20,6 +21,7 @@ from confluent_kafka import Producer
 from test_shipper import dump
 
 import nfcapd_capture
+import pcapgen
 from conftest import run
 from flowlake.base import config
 from flowlake.collectors import kafka as kafka_service
@@ -232,3 +234,55 @@ def test_revision_2_is_frozen_and_3_appends_the_contract_columns():
                 ("dst_port_nat", "int"), ("nat_event", "int"), ("biflow_half", "int")]
     assert [(f.name, f.type) for f in FLOW.fields[21:]] == contract
     assert all(f.nullable and f.default is None for f in FLOW.fields[21:])
+
+
+def conversations_pcap(path: Path, n: int) -> dict[tuple[str, int], tuple[int, int]]:
+    """n TCP conversations, 3 packets of 100 bytes each way out and 3 of 1,000 back, an hour
+    ago: (client, client port) -> (bytes out, bytes back)."""
+    t = float(int(dt.datetime.now(dt.UTC).timestamp()) - 3600)
+    with open(path, "wb") as out:
+        out.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        for i in range(n):
+            a, b = f"10.1.{i // 250}.{i % 250 + 1}", "192.0.2.7"
+            for _ in range(3):
+                for s, d, sp, dp, size in ((a, b, 40000 + i, 443, 100), (b, a, 443, 40000 + i, 1000)):
+                    pkt = pcapgen.packet(s, d, 6, sp, dp, size)
+                    t += 0.001
+                    out.write(struct.pack("<IIII", int(t), int((t % 1) * 1e6), len(pkt), len(pkt)) + pkt)
+    return {(f"10.1.{i // 250}.{i % 250 + 1}", 40000 + i): (300, 3000) for i in range(n)}
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("version", [9, 10])
+@pytest.mark.parametrize("rate", [1, 10])
+def test_softflowd_biflows_land_as_both_halves(tmp_path, version, rate):
+    """Real `softflowd -b` from a pcap of known conversations, real nfcapd (`-s` for the
+    sampled case): every conversation's two directions land with the bytes the pcap
+    moved (times the rate). softflowd -b exports IPFIX as one record with reverse counters
+    (nfcapd keeps them: two rows, biflow_half 1 and 2) and v9 as two records, one per
+    direction (flow_direction 0 and 1: biflow_half 0)."""
+    ship_mod.build_binary()
+    truth = conversations_pcap(tmp_path / "bi.pcap", 100)
+
+    def feed(port: int) -> None:
+        run(["softflowd", "-b", "-r", str(tmp_path / "bi.pcap"), "-n", f"127.0.0.1:{port}", "-v", str(version),
+             "-m", "100000"])
+        wait_drained(port)  # nfcapd has read every datagram before it is stopped
+
+    # nfcapd must be listening before softflowd's one burst (its template first): settle longer
+    extra = ["-B", str(8 << 20), *(["-s", str(rate)] if rate > 1 else [])]
+    nf, _ = nfcapd_capture.capture(tmp_path / "spool", feed, extra, settle=1.5)
+    rows = dump(nf)
+    got: dict[tuple[str, int], list[int]] = {}
+    for r in rows:
+        out = r["src_port"] != 443
+        key = (r["src_addr"], r["src_port"]) if out else (r["dst_addr"], r["dst_port"])
+        got.setdefault(key, [0, 0])[0 if out else 1] += r["bytes"]
+    assert got == {k: [o * rate, b * rate] for k, (o, b) in truth.items()}
+    halves = Counter(r["biflow_half"] for r in rows)
+    if version == 10:
+        assert halves == {1: len(truth), 2: len(truth)}
+        assert len({r["file_seq"] for r in rows}) == len(rows)
+    else:
+        assert halves == {0: 2 * len(truth)}
+        assert Counter(r["flow_direction"] for r in rows) == {0: len(truth), 1: len(truth)}
