@@ -118,7 +118,7 @@ type Flow struct {
 	BiFlowDir, FwdStatus      uint8 // EXflowMisc's biFlowDir (IE 239), EXgenericFlow's fwdStatus (IE 89)
 	NextHop, BGPNextHop       [16]byte
 	NextHopV6, BGPNextHopV6   bool
-	SrcMAC, DstMAC            uint64 // 48-bit MAC in the low bytes; 0: none
+	SrcMAC, DstMAC            uint64             // 48-bit MAC in the low bytes; 0: none
 	MPLS                      [mplsLabels]uint32 // label values, top of stack first
 	NMPLS                     uint8
 	IngressVRF, EgressVRF     uint32
@@ -129,12 +129,12 @@ type Flow struct {
 	NATEvent                  uint8
 	OutPackets, OutBytes      uint64 // EXcntFlow: the reverse direction of a biflow (as nfcapd applied sampling)
 	BiflowHalf                uint8  // 0 one-way, 1 a biflow's initiator half, 2 its reverse half (reverse())
-	Received           int64  // ms since epoch: when nfcapd received the datagram
-	NfcapdSetting      bool   // SamplingRate came from nfcapd's -s, not from the router
-	Seq                int64  // position of the flow in its file, from 0
-	Layout             uint64 // bit per extension element type present (health: template layouts)
-	NfVersion          uint8  // NetFlow version of the record (5, 9, 10)
-	Dropped            bool   // set by a ReadFile callback that does not pass the flow on (quarantined)
+	Received                  int64  // ms since epoch: when nfcapd received the datagram
+	NfcapdSetting             bool   // SamplingRate came from nfcapd's -s, not from the router
+	Seq                       int64  // position of the flow in its file, from 0
+	Layout                    uint64 // bit per extension element type present (health: template layouts)
+	NfVersion                 uint8  // NetFlow version of the record (5, 9, 10)
+	Dropped                   bool   // set by a ReadFile callback that does not pass the flow on (quarantined)
 }
 
 // Exporter is an exporter info record: the router's address as text.
