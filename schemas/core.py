@@ -21,6 +21,7 @@ TYPES = {
     "map_string_double": ({"type": "map", "values": "double"}, "map<string,double>", "MAP(VARCHAR, DOUBLE)"),
     "map_string_string": ({"type": "map", "values": "string"}, "map<string,string>", "MAP(VARCHAR, VARCHAR)"),
     "array_double": ({"type": "array", "items": "double"}, "array<double>", "DOUBLE[]"),
+    "array_int": ({"type": "array", "items": "int"}, "array<int>", "INTEGER[]"),
 }
 
 
@@ -100,6 +101,7 @@ class Record:
             "map_string_double": T.MapType(T.StringType(), T.DoubleType()),
             "map_string_string": T.MapType(T.StringType(), T.StringType()),
             "array_double": T.ArrayType(T.DoubleType()),
+            "array_int": T.ArrayType(T.IntegerType()),
         }
         return T.StructType([T.StructField(f.name, spark_types[f.type], f.nullable, {"comment": _doc(f)})
                              for f in self.fields])

@@ -31,6 +31,43 @@ FLOW = Record(
               nullable=True, default=0),
         Field("dst_vlan", "int", "egress VLAN id (IPFIX postVlanId 59, NetFlow v9 DST_VLAN 59; 0 = none)",
               nullable=True, default=0),
+        # revision 3 (issue 32): every other field nfcapd 1.7.1 keeps. All nullable, no
+        # default: null = the record carried no such element, or landed before revision 3.
+        Field("flow_direction", "int", "flow direction as exported (IE 61 flowDirection: 0 ingress, 1 egress)",
+              nullable=True),
+        Field("next_hop", "string", "IP next hop, address text (IE 15 ipNextHopIPv4Address / 62 IPv6)",
+              nullable=True, address="one"),
+        Field("bgp_next_hop", "string", "BGP next hop, address text (IE 18 bgpNextHopIPv4Address / 63 IPv6)",
+              nullable=True, address="one"),
+        Field("src_mask", "int", "source prefix length (IE 9 sourceIPv4PrefixLength / 29 IPv6)", "bits",
+              nullable=True),
+        Field("dst_mask", "int", "destination prefix length (IE 13 destinationIPv4PrefixLength / 30 IPv6)", "bits",
+              nullable=True),
+        Field("src_mac", "string", "source MAC address aa:bb:cc:dd:ee:ff (IE 56 sourceMacAddress, as received)",
+              nullable=True),
+        Field("dst_mac", "string", "destination MAC address aa:bb:cc:dd:ee:ff (IE 80 destinationMacAddress, as received)",
+              nullable=True),
+        Field("mpls_labels", "array_int", "MPLS label values, top of stack first (IEs 70-79, 20-bit labels)",
+              nullable=True),
+        Field("ingress_vrf", "long", "ingress VRF id (IE 234 ingressVRFID)", nullable=True),
+        Field("egress_vrf", "long", "egress VRF id (IE 235 egressVRFID)", nullable=True),
+        Field("forwarding_status", "int",
+              "forwarding status as exported (IE 89: 0-63 unknown, 64-127 forwarded, 128-191 dropped, 192-255 consumed)",
+              nullable=True),
+        Field("icmp_type", "int", "ICMP/ICMPv6 type (proto 1/58 only: dst_port // 256)", nullable=True),
+        Field("icmp_code", "int", "ICMP/ICMPv6 code (proto 1/58 only: dst_port % 256)", nullable=True),
+        Field("src_addr_nat", "string", "source address after NAT (IE 225 postNATSourceIPv4Address / 281 IPv6)",
+              nullable=True, address="one"),
+        Field("dst_addr_nat", "string", "destination address after NAT (IE 226 postNATDestinationIPv4Address / 282 IPv6)",
+              nullable=True, address="one"),
+        Field("src_port_nat", "int", "source port after NAPT (IE 227 postNAPTSourceTransportPort)", nullable=True),
+        Field("dst_port_nat", "int", "destination port after NAPT (IE 228 postNAPTDestinationTransportPort)",
+              nullable=True),
+        Field("nat_event", "int", "NAT event (IE 230 natEvent: 1 create, 2 delete, ...)", nullable=True),
+        Field("biflow_half", "int",
+              "0 a one-way record; 1 the initiator's half of a biflow (as recorded), 2 its reverse half "
+              "(addresses, ports, interfaces, MACs, masks, AS and VLANs swapped, counted from the out counters)",
+              nullable=True),
     ),
 )
 
@@ -39,7 +76,8 @@ FLOW = Record(
 # read with their own declaration; fields added since take their default
 # (pipelines/flow_messages.py). Never edit a revision once shipped: add one.
 FLOW_REV1 = Record(name=FLOW.name, namespace=FLOW.namespace, doc=FLOW.doc, fields=FLOW.fields[:19])
-FLOW_REVISIONS = (FLOW_REV1, FLOW)
+FLOW_REV2 = Record(name=FLOW.name, namespace=FLOW.namespace, doc=FLOW.doc, fields=FLOW.fields[:21])
+FLOW_REVISIONS = (FLOW_REV1, FLOW_REV2, FLOW)
 
 # The lake table adds the enrichment columns the ingest fills (schemas/enrich.py; null
 # on days written before them) and the partition columns derived from time_start (UTC).

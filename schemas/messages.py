@@ -16,9 +16,11 @@ a field and old messages are recognised as another schema instead of misread.
 
 The Flow record itself is versioned by revision (`FLOW_REVISIONS` in schemas/flow.py, the
 fingerprint names the revision a message was written with): revision 1 has the 19 fields
-up to file_seq; revision 2 (issue 26) adds src_vlan and dst_vlan. The ingest reads every
-revision in both formats; fields a message's revision lacks take their declared default
-(VLAN 0 = none), so messages still in Kafka from before an upgrade land.
+up to file_seq; revision 2 (issue 26) adds src_vlan and dst_vlan; revision 3 (issue 32) adds
+the rest of what nfcapd 1.7.1 keeps (flow_direction ... biflow_half, all nullable). The
+ingest reads every revision in both formats; fields a message's revision lacks take their
+declared default (VLAN 0 = none; revision 3's fields null), so messages still in Kafka from
+before an upgrade land.
 """
 from __future__ import annotations
 
@@ -62,7 +64,7 @@ def arrow_schema(record: Record):
     types = {
         "int": pa.int32(), "long": pa.int64(), "double": pa.float64(), "string": pa.string(),
         "boolean": pa.bool_(), "bytes": pa.binary(), "timestamp_ms": pa.timestamp("ms", tz="UTC"),
-        "date": pa.date32(),
+        "date": pa.date32(), "array_int": pa.list_(pa.int32()),
     }
     missing = [f.name for f in record.fields if f.type not in types]
     if missing:

@@ -35,23 +35,56 @@ const (
 	fFileSeq
 	fSrcVlan
 	fDstVlan
+	// revision 3 (issue 32): null when the record carried no such element (flowOpt*)
+	fFlowDir
+	fNextHop
+	fBGPNextHop
+	fSrcMask
+	fDstMask
+	fSrcMAC
+	fDstMAC
+	fMPLSLabels
+	fIngressVRF
+	fEgressVRF
+	fFwdStatus
+	fICMPType
+	fICMPCode
+	fSrcAddrNAT
+	fDstAddrNAT
+	fSrcPortNAT
+	fDstPortNAT
+	fNATEvent
+	fBiflowHalf
 	fNull // a nullable field the shipper does not know: always null
 )
 
 var knownFields = map[string]struct {
 	id     fieldID
 	string bool
+	list   bool // an array of int (mpls_labels)
 }{
-	"time_start": {fTimeStart, false}, "time_end": {fTimeEnd, false}, "exporter": {fExporter, true},
-	"input_if": {fInputIf, false}, "output_if": {fOutputIf, false},
-	"src_addr": {fSrcAddr, true}, "dst_addr": {fDstAddr, true},
-	"src_port": {fSrcPort, false}, "dst_port": {fDstPort, false}, "proto": {fProto, false},
-	"tcp_flags": {fTCPFlags, false}, "tos": {fTos, false}, "packets": {fPackets, false},
-	"bytes": {fBytes, false}, "sampling_rate": {fSamplingRate, false},
-	"src_as": {fSrcAS, false}, "dst_as": {fDstAS, false},
-	"source_file": {fSourceFile, true}, "file_seq": {fFileSeq, false},
-	"src_vlan": {fSrcVlan, false}, "dst_vlan": {fDstVlan, false},
+	"time_start": {fTimeStart, false, false}, "time_end": {fTimeEnd, false, false}, "exporter": {fExporter, true, false},
+	"input_if": {fInputIf, false, false}, "output_if": {fOutputIf, false, false},
+	"src_addr": {fSrcAddr, true, false}, "dst_addr": {fDstAddr, true, false},
+	"src_port": {fSrcPort, false, false}, "dst_port": {fDstPort, false, false}, "proto": {fProto, false, false},
+	"tcp_flags": {fTCPFlags, false, false}, "tos": {fTos, false, false}, "packets": {fPackets, false, false},
+	"bytes": {fBytes, false, false}, "sampling_rate": {fSamplingRate, false, false},
+	"src_as": {fSrcAS, false, false}, "dst_as": {fDstAS, false, false},
+	"source_file": {fSourceFile, true, false}, "file_seq": {fFileSeq, false, false},
+	"src_vlan": {fSrcVlan, false, false}, "dst_vlan": {fDstVlan, false, false},
+	"flow_direction": {fFlowDir, false, false}, "next_hop": {fNextHop, true, false},
+	"bgp_next_hop": {fBGPNextHop, true, false}, "src_mask": {fSrcMask, false, false},
+	"dst_mask": {fDstMask, false, false}, "src_mac": {fSrcMAC, true, false}, "dst_mac": {fDstMAC, true, false},
+	"mpls_labels": {fMPLSLabels, false, true}, "ingress_vrf": {fIngressVRF, false, false},
+	"egress_vrf": {fEgressVRF, false, false}, "forwarding_status": {fFwdStatus, false, false},
+	"icmp_type": {fICMPType, false, false}, "icmp_code": {fICMPCode, false, false},
+	"src_addr_nat": {fSrcAddrNAT, true, false}, "dst_addr_nat": {fDstAddrNAT, true, false},
+	"src_port_nat": {fSrcPortNAT, false, false}, "dst_port_nat": {fDstPortNAT, false, false},
+	"nat_event": {fNATEvent, false, false}, "biflow_half": {fBiflowHalf, false, false},
 }
+
+// optional reports whether a field may be absent from a record (revision 3: null then).
+func (id fieldID) optional() bool { return id >= fFlowDir && id < fNull }
 
 type encField struct {
 	id       fieldID
@@ -104,10 +137,16 @@ func NewEncoder(schemaJSON []byte, fingerprintHex string) (*Encoder, error) {
 			enc.Base, enc.Logical = append(enc.Base, base), append(enc.Logical, avroLogical(f.Type))
 			continue
 		}
+		if k.id.optional() && !nullable {
+			return nil, fmt.Errorf("schema field %s: not nullable, the shipper writes null when a record lacks it", f.Name)
+		}
+		if k.list && base != "array" {
+			return nil, fmt.Errorf("schema field %s: type %s, the shipper writes an array of int", f.Name, base)
+		}
 		if k.string && base != "string" {
 			return nil, fmt.Errorf("schema field %s: type %s, the shipper writes a string", f.Name, base)
 		}
-		if !k.string && base != "int" && base != "long" {
+		if !k.string && !k.list && base != "int" && base != "long" {
 			return nil, fmt.Errorf("schema field %s: type %s, the shipper writes an int/long", f.Name, base)
 		}
 		enc.fields = append(enc.fields, encField{id: k.id, nullable: nullable})
@@ -182,6 +221,10 @@ func (e *Encoder) Append(dst []byte, f *Flow, sourceFile []byte) []byte {
 			dst = append(dst, 0)
 			continue
 		}
+		if fd.id.optional() {
+			dst = appendOptional(dst, f, fd.id)
+			continue
+		}
 		if fd.nullable {
 			dst = append(dst, 2) // zig-zag(1): the non-null branch
 		}
@@ -229,6 +272,122 @@ func (e *Encoder) Append(dst []byte, f *Flow, sourceFile []byte) []byte {
 			dst = appendLong(dst, int64(f.SrcVlan))
 		case fDstVlan:
 			dst = appendLong(dst, int64(f.DstVlan))
+		}
+	}
+	return dst
+}
+
+// appendOptional encodes a revision-3 field: the union's null branch when the record
+// lacks it, else the value (an array of int: one block of its items, then the end).
+func appendOptional(dst []byte, f *Flow, id fieldID) []byte {
+	if id == fMPLSLabels {
+		if f.NMPLS == 0 {
+			return append(dst, 0)
+		}
+		dst = appendLong(append(dst, 2), int64(f.NMPLS))
+		for _, v := range f.MPLS[:f.NMPLS] {
+			dst = appendLong(dst, int64(v))
+		}
+		return append(dst, 0)
+	}
+	if id.isString() {
+		var tmp [48]byte
+		s, ok := flowOptString(tmp[:0], f, id)
+		if !ok {
+			return append(dst, 0)
+		}
+		return appendString(append(dst, 2), s)
+	}
+	v, ok := flowOptInt(f, id)
+	if !ok {
+		return append(dst, 0)
+	}
+	return appendLong(append(dst, 2), v)
+}
+
+func (id fieldID) isString() bool {
+	switch id {
+	case fNextHop, fBGPNextHop, fSrcMAC, fDstMAC, fSrcAddrNAT, fDstAddrNAT:
+		return true
+	}
+	return false
+}
+
+// flowOptInt is a revision-3 integer field's value and whether the record carried it.
+// Fields nfcapd keeps inside an element (masks and direction in EXflowMisc) are the
+// element's value whenever it is there; forwarding status 0 ("unknown" by IE 89, and
+// what nfcapd stores when none was exported) reads null; ICMP type and code exist for
+// ICMP and ICMPv6 only (dst_port = type*256+code).
+func flowOptInt(f *Flow, id fieldID) (int64, bool) {
+	switch id {
+	case fFlowDir:
+		return int64(f.FlowDir), f.has(exFlowMisc)
+	case fSrcMask:
+		return int64(f.SrcMask), f.has(exFlowMisc)
+	case fDstMask:
+		return int64(f.DstMask), f.has(exFlowMisc)
+	case fIngressVRF:
+		return int64(f.IngressVRF), f.HasVRF
+	case fEgressVRF:
+		return int64(f.EgressVRF), f.HasVRF
+	case fFwdStatus:
+		return int64(f.FwdStatus), f.FwdStatus != 0
+	case fICMPType:
+		return int64(f.DstPort >> 8), f.Proto == 1 || f.Proto == 58
+	case fICMPCode:
+		return int64(f.DstPort & 0xFF), f.Proto == 1 || f.Proto == 58
+	case fSrcPortNAT:
+		return int64(f.SrcPortNAT), f.has(exNSELXlatePt)
+	case fDstPortNAT:
+		return int64(f.DstPortNAT), f.has(exNSELXlatePt)
+	case fNATEvent:
+		return int64(f.NATEvent), f.has(exNELCommon)
+	case fBiflowHalf:
+		return int64(f.BiflowHalf), true
+	}
+	return 0, false
+}
+
+// flowOptString appends a revision-3 text field (an address or a MAC) to dst; false when
+// the record lacks it (dst unchanged).
+func flowOptString(dst []byte, f *Flow, id fieldID) ([]byte, bool) {
+	switch id {
+	case fNextHop:
+		if f.has(exIPNextV4) || f.has(exIPNextV6) {
+			return appendAddr(dst, &f.NextHop, f.NextHopV6), true
+		}
+	case fBGPNextHop:
+		if f.has(exBGPNextV4) || f.has(exBGPNextV6) {
+			return appendAddr(dst, &f.BGPNextHop, f.BGPNextHopV6), true
+		}
+	case fSrcMAC:
+		if f.SrcMAC != 0 {
+			return appendMAC(dst, f.SrcMAC), true
+		}
+	case fDstMAC:
+		if f.DstMAC != 0 {
+			return appendMAC(dst, f.DstMAC), true
+		}
+	case fSrcAddrNAT:
+		if f.has(exNSELXlate4) || f.has(exNSELXlate6) {
+			return appendAddr(dst, &f.SrcNAT, f.NATV6), true
+		}
+	case fDstAddrNAT:
+		if f.has(exNSELXlate4) || f.has(exNSELXlate6) {
+			return appendAddr(dst, &f.DstNAT, f.NATV6), true
+		}
+	}
+	return dst, false
+}
+
+// appendMAC appends a 48-bit MAC as aa:bb:cc:dd:ee:ff.
+func appendMAC(dst []byte, v uint64) []byte {
+	const digits = "0123456789abcdef"
+	for i := 5; i >= 0; i-- {
+		b := byte(v >> (8 * i))
+		dst = append(dst, digits[b>>4], digits[b&15])
+		if i > 0 {
+			dst = append(dst, ':')
 		}
 	}
 	return dst

@@ -45,15 +45,17 @@ const (
 	kindInt64  colKind = iota // int64 and timestamp[ms]: 8 bytes a value
 	kindInt32                 // 4 bytes a value
 	kindString                // int32 offsets (n+1) and the bytes
+	kindList                  // list<int32>: int32 offsets (n+1) and the int32 items
 )
 
-var kindWidth = [...]int{kindInt64: 8, kindInt32: 4, kindString: 4}
+var kindWidth = [...]int{kindInt64: 8, kindInt32: 4, kindString: 4, kindList: 4}
 
 // colData is one column of a batch being gathered.
 type colData struct {
 	values []byte // fixed-width values, or a string column's offsets (from 0)
 	data   []byte // a string column's bytes
-	nulls  int    // a field the shipper does not know: every value null
+	valid  []byte // validity bitmap of a column that may hold nulls (mark), bit per flow
+	nulls  int    // nulls so far (a field the shipper does not know: every value)
 	// exporter and source_file: one value for the whole batch, mostly (one file, one
 	// router), kept once and written whole at encoding until a flow differs (mixed)
 	constant string
@@ -63,6 +65,18 @@ type colData struct {
 func (c *colData) appendString(s string) {
 	c.data = append(c.data, s...)
 	c.values = binary.LittleEndian.AppendUint32(c.values, uint32(len(c.data)))
+}
+
+// mark records whether flow n of a column that may hold nulls has a value.
+func (c *colData) mark(n int, ok bool) {
+	if n&7 == 0 {
+		c.valid = append(c.valid, 0)
+	}
+	if ok {
+		c.valid[n>>3] |= 1 << (n & 7)
+	} else {
+		c.nulls++
+	}
 }
 
 // appendShared appends the value of flow n of a column whose flows mostly share one.
@@ -141,6 +155,8 @@ func NewBatchEncoder(enc *Encoder, perMsg int, codec string) (*BatchEncoder, err
 			t, b.kinds[i] = arrow.PrimitiveTypes.Int32, kindInt32
 		case enc.Base[i] == "long":
 			t, b.kinds[i] = arrow.PrimitiveTypes.Int64, kindInt64
+		case enc.Base[i] == "array": // mpls_labels; an unknown nullable array: null
+			t, b.kinds[i] = arrow.ListOf(arrow.PrimitiveTypes.Int32), kindList
 		default:
 			return nil, fmt.Errorf("schema field %s: type %s has no Arrow column in the shipper", enc.Names[i], enc.Base[i])
 		}
@@ -180,8 +196,8 @@ func (b *BatchEncoder) batch() *colBatch {
 	c.n = 0
 	for i := range c.cols {
 		col := &c.cols[i]
-		col.values, col.data, col.nulls, col.constant, col.mixed = col.values[:0], col.data[:0], 0, "", false
-		if b.kinds[i] == kindString {
+		col.values, col.data, col.valid, col.nulls, col.constant, col.mixed = col.values[:0], col.data[:0], col.valid[:0], 0, "", false
+		if b.kinds[i] == kindString || b.kinds[i] == kindList {
 			col.values = append(col.values, 0, 0, 0, 0) // offset of the first value
 		}
 	}
@@ -269,13 +285,13 @@ func (b *BatchEncoder) Add(f *Flow, hash uint64, sourceFile string, emit Emit) e
 		case fSourceFile:
 			col.appendShared(sourceFile, c.n)
 		case fNull:
-			col.nulls++
-			if b.kinds[i] == kindString {
-				col.values = le.AppendUint32(col.values, uint32(len(col.data)))
-			} else {
-				col.values = append(col.values, make([]byte, kindWidth[b.kinds[i]])...)
-			}
+			col.mark(c.n, false)
+			b.appendNull(col, i)
 		default:
+			if id.optional() {
+				b.addOptional(col, f, id, i, c.n)
+				continue
+			}
 			if v := flowInt(f, id); b.kinds[i] == kindInt64 {
 				col.values = le.AppendUint64(col.values, uint64(v))
 			} else {
@@ -288,6 +304,50 @@ func (b *BatchEncoder) Add(f *Flow, hash uint64, sourceFile string, emit Emit) e
 		return b.emit(part, emit)
 	}
 	return nil
+}
+
+// appendNull appends the placeholder of a null value to column i (its bit is clear).
+func (b *BatchEncoder) appendNull(col *colData, i int) {
+	switch b.kinds[i] {
+	case kindString:
+		col.values = binary.LittleEndian.AppendUint32(col.values, uint32(len(col.data)))
+	case kindList:
+		col.values = binary.LittleEndian.AppendUint32(col.values, uint32(len(col.data)/4))
+	default:
+		col.values = append(col.values, make([]byte, kindWidth[b.kinds[i]])...)
+	}
+}
+
+// addOptional appends flow n's value of a revision-3 field, null when the record lacks it.
+func (b *BatchEncoder) addOptional(col *colData, f *Flow, id fieldID, i, n int) {
+	le := binary.LittleEndian
+	ok := false
+	switch {
+	case id == fMPLSLabels:
+		if ok = f.NMPLS > 0; ok {
+			for _, v := range f.MPLS[:f.NMPLS] {
+				col.data = le.AppendUint32(col.data, v)
+			}
+			col.values = le.AppendUint32(col.values, uint32(len(col.data)/4))
+		}
+	case id.isString():
+		if col.data, ok = flowOptString(col.data, f, id); ok {
+			col.values = le.AppendUint32(col.values, uint32(len(col.data)))
+		}
+	default:
+		var v int64
+		if v, ok = flowOptInt(f, id); ok {
+			if b.kinds[i] == kindInt64 {
+				col.values = le.AppendUint64(col.values, uint64(v))
+			} else {
+				col.values = le.AppendUint32(col.values, uint32(int32(v)))
+			}
+		}
+	}
+	col.mark(n, ok)
+	if !ok {
+		b.appendNull(col, i)
+	}
 }
 
 // flowInt is the integer value of a numeric FLOW field.

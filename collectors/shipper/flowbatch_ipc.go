@@ -44,7 +44,6 @@ type ipcBatchWriter struct {
 	body  []byte
 	nodes []ipcSpan
 	bufs  []ipcSpan
-	zeros []byte
 	lz4   *lz4.Compressor
 	// per column, a string shared by every flow of a message (source_file, mostly the
 	// exporter): its offsets and bytes compressed once per value and length (a quarter
@@ -133,13 +132,17 @@ func (w *ipcBatchWriter) recordBatch(c *colBatch, kinds []colKind, ids []fieldID
 	for i := range c.cols {
 		col := &c.cols[i]
 		w.nodes = append(w.nodes, ipcSpan{n, int64(col.nulls)})
-		if col.nulls > 0 { // every value null: an all-zero validity bitmap
-			if need := (c.n + 7) / 8; len(w.zeros) < need {
-				w.zeros = make([]byte, need)
-			}
-			w.buffer(w.zeros[:(c.n+7)/8])
+		if col.nulls > 0 {
+			w.buffer(col.valid[:(c.n+7)/8])
 		} else {
 			w.buffer(nil) // no nulls: no validity bitmap
+		}
+		if kinds[i] == kindList { // offsets, then the child: its node, no validity, the items
+			w.buffer(col.values)
+			w.nodes = append(w.nodes, ipcSpan{int64(len(col.data) / 4), 0})
+			w.buffer(nil)
+			w.buffer(col.data)
+			continue
 		}
 		if kinds[i] == kindString && !col.mixed && (ids[i] == fSourceFile || ids[i] == fExporter) {
 			w.constant(i, col.constant, c.n)

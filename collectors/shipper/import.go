@@ -248,7 +248,9 @@ func (s *Shipper) importPaths(ctx context.Context, paths []string) error {
 			Entry: LedgerEntry{Origin: "import", Size: info.Size(), MTime: info.ModTime().UnixNano()},
 			OnFlow: func(f *Flow) {
 				days.add(f.TimeStart)
-				dig.add(f)
+				if f.BiflowHalf != 2 { // the file's records: a reverse half is derived from its initiator
+					dig.add(f)
+				}
 			},
 			Seal: func(id *fileID, st *Stats) error {
 				flowsSum = dig.sum()

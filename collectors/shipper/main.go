@@ -144,6 +144,19 @@ func cmdDump(args []string) error {
 	return nil
 }
 
+// optionalJSON: the revision-3 fields in schema order, for dump's JSON lines.
+var optionalJSON = []struct {
+	name string
+	id   fieldID
+}{
+	{"flow_direction", fFlowDir}, {"next_hop", fNextHop}, {"bgp_next_hop", fBGPNextHop},
+	{"src_mask", fSrcMask}, {"dst_mask", fDstMask}, {"src_mac", fSrcMAC}, {"dst_mac", fDstMAC},
+	{"mpls_labels", fMPLSLabels}, {"ingress_vrf", fIngressVRF}, {"egress_vrf", fEgressVRF},
+	{"forwarding_status", fFwdStatus}, {"icmp_type", fICMPType}, {"icmp_code", fICMPCode},
+	{"src_addr_nat", fSrcAddrNAT}, {"dst_addr_nat", fDstAddrNAT}, {"src_port_nat", fSrcPortNAT},
+	{"dst_port_nat", fDstPortNAT}, {"nat_event", fNATEvent}, {"biflow_half", fBiflowHalf},
+}
+
 func appendFlowJSON(b []byte, f *Flow, file string) []byte {
 	num := func(name string, v int64) {
 		b = append(b, ',', '"')
@@ -180,5 +193,39 @@ func appendFlowJSON(b []byte, f *Flow, file string) []byte {
 	num("file_seq", f.Seq)
 	num("src_vlan", int64(f.SrcVlan))
 	num("dst_vlan", int64(f.DstVlan))
+	null := func(name string) {
+		b = append(b, ',', '"')
+		b = append(b, name...)
+		b = append(b, `":null`...)
+	}
+	for _, o := range optionalJSON {
+		switch {
+		case o.id == fMPLSLabels:
+			if f.NMPLS == 0 {
+				null(o.name)
+				continue
+			}
+			b = append(append(append(b, ',', '"'), o.name...), `":[`...)
+			for k, v := range f.MPLS[:f.NMPLS] {
+				if k > 0 {
+					b = append(b, ',')
+				}
+				b = strconv.AppendUint(b, uint64(v), 10)
+			}
+			b = append(b, ']')
+		case o.id.isString():
+			if s, ok := flowOptString(tmp[:0], f, o.id); ok {
+				str(o.name, s)
+			} else {
+				null(o.name)
+			}
+		default:
+			if v, ok := flowOptInt(f, o.id); ok {
+				num(o.name, v)
+			} else {
+				null(o.name)
+			}
+		}
+	}
 	return append(b, '}', '\n')
 }

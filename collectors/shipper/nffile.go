@@ -53,12 +53,26 @@ const (
 	exGenericFlow = 1
 	exIPv4Flow    = 2
 	exIPv6Flow    = 3
-	exFlowMisc    = 4
+	exFlowMisc    = 4 // EXflowMisc: input, output u32, srcMask, dstMask, dir, dstTos, biFlowDir, flowEndReason u8 ...
+	exCntFlow     = 5 // EXcntFlow: flows, outPackets, outBytes u64 (v9/IPFIX OUT_PKTS 24 / OUT_BYTES 23)
 	exVlan        = 6 // EXvLan: srcVlan u32, dstVlan u32 (nfcapd 1.7.1 maps v9/IPFIX 58 and 59 here)
 	exASRouting   = 7
+	exBGPNextV4   = 8  // EXbgpNextHopV4: u32 (IE 18)
+	exBGPNextV6   = 9  // EXbgpNextHopV6: 2 x u64 (IE 63)
+	exIPNextV4    = 10 // EXipNextHopV4: u32 (IE 15)
+	exIPNextV6    = 11 // EXipNextHopV6: 2 x u64 (IE 62)
 	exIPRecvV4    = 12
 	exIPRecvV6    = 13
+	exMPLS        = 14 // EXmplsLabel: 10 x u32, each the 3 bytes of IE 70-79 (label<<4 | exp<<1 | bottom of stack)
+	exMAC         = 15 // EXmacAddr: inSrcMac (IE 56), outDstMac (57), inDstMac (80), outSrcMac (81), u64 each
 	exSamplerInfo = 18
+	exNSELXlate4  = 20 // EXnselXlateIPv4: xlateSrcAddr, xlateDstAddr u32 (IE 225, 226)
+	exNSELXlate6  = 21 // EXnselXlateIPv6: 2 x (2 x u64) (IE 281, 282; nfcapd 1.7.1 drops them from IPFIX)
+	exNSELXlatePt = 22 // EXnselXlatePort: xlateSrcPort, xlateDstPort u16 (IE 227, 228)
+	exNELCommon   = 25 // EXnelCommon: msecEvent u64, natPoolID u32, natEvent u8 (IE 230), fill
+	exVRF         = 36 // EXvrf: egressVrf, ingressVrf u32 (IE 235, 234)
+
+	mplsLabels = 10 // EXmplsLabel's slots
 
 	// nfdump never writes a block bigger than a few MB; anything beyond is garbage.
 	maxBlockBytes = 64 << 20
@@ -98,12 +112,29 @@ type Flow struct {
 	SamplingRate       uint32 // as read: the rate nfcapd applied; after resolve: flowlake's
 	SrcAS, DstAS       uint32
 	SrcVlan, DstVlan   uint32 // 0: the exporter sent none
-	Received           int64  // ms since epoch: when nfcapd received the datagram
-	NfcapdSetting      bool   // SamplingRate came from nfcapd's -s, not from the router
-	Seq                int64  // position of the flow in its file, from 0
-	Layout             uint64 // bit per extension element type present (health: template layouts)
-	NfVersion          uint8  // NetFlow version of the record (5, 9, 10)
-	Dropped            bool   // set by a ReadFile callback that does not pass the flow on (quarantined)
+	// Flow record revision 3 (issue 32): which of these the record carried is in Layout
+	// (one bit per element type, has()); all fixed-size, so decoding stays allocation-free.
+	FlowDir, SrcMask, DstMask uint8 // EXflowMisc
+	BiFlowDir, FwdStatus      uint8 // EXflowMisc's biFlowDir (IE 239), EXgenericFlow's fwdStatus (IE 89)
+	NextHop, BGPNextHop       [16]byte
+	NextHopV6, BGPNextHopV6   bool
+	SrcMAC, DstMAC            uint64             // 48-bit MAC in the low bytes; 0: none
+	MPLS                      [mplsLabels]uint32 // label values, top of stack first
+	NMPLS                     uint8
+	IngressVRF, EgressVRF     uint32
+	HasVRF                    bool // EXvrf, or VRFs inside an earlier layout's EXnelCommon
+	SrcNAT, DstNAT            [16]byte
+	NATV6                     bool
+	SrcPortNAT, DstPortNAT    uint16
+	NATEvent                  uint8
+	OutPackets, OutBytes      uint64 // EXcntFlow: the reverse direction of a biflow (as nfcapd applied sampling)
+	BiflowHalf                uint8  // 0 one-way, 1 a biflow's initiator half, 2 its reverse half (reverse())
+	Received                  int64  // ms since epoch: when nfcapd received the datagram
+	NfcapdSetting             bool   // SamplingRate came from nfcapd's -s, not from the router
+	Seq                       int64  // position of the flow in its file, from 0
+	Layout                    uint64 // bit per extension element type present (health: template layouts)
+	NfVersion                 uint8  // NetFlow version of the record (5, 9, 10)
+	Dropped                   bool   // set by a ReadFile callback that does not pass the flow on (quarantined)
 }
 
 // Exporter is an exporter info record: the router's address as text.
@@ -227,6 +258,7 @@ type reader struct {
 	health    fileHealth
 	stats     Stats
 	seq       int64
+	rev       Flow   // the reverse half of the current biflow record
 	raw       []byte // one block as stored
 	plain     []byte // one block decompressed
 	zstdDec   *zstd.Decoder
@@ -455,13 +487,18 @@ func (r *reader) records(data []byte, numRecords uint32, blockOff int64, blockNo
 			f.Seq = r.seq
 			r.seq++
 			r.stats.add(&f)
-			if fn != nil {
-				if err := fn(&f); err != nil {
+			biflow := f.Biflow()
+			if biflow { // two one-way rows: the initiator as recorded, then the reverse half
+				f.BiflowHalf = 1
+				f.reverse(&r.rev)
+			}
+			if err := r.pass(&f, fn); err != nil {
+				return err
+			}
+			if biflow {
+				if err := r.pass(&r.rev, fn); err != nil {
 					return err
 				}
-			}
-			if !f.Dropped { // health counts flows as passed on (resolved, time-corrected)
-				r.health.flow(&f)
 			}
 		case recExporterInfo:
 			if rsize < 32 {
@@ -492,6 +529,19 @@ func (r *reader) records(data []byte, numRecords uint32, blockOff int64, blockNo
 			return r.corrupt(blockOff, "block %d: record type %d is the nfdump 1.6 layout: rewrite the file with nfdump 1.7 (`nfdump -r FILE -w NEWFILE`)", blockNo, rtype)
 		}
 		pos += rsize
+	}
+	return nil
+}
+
+// pass hands one row to fn; health counts the rows passed on (resolved, time-corrected).
+func (r *reader) pass(f *Flow, fn func(*Flow) error) error {
+	if fn != nil {
+		if err := fn(f); err != nil {
+			return err
+		}
+	}
+	if !f.Dropped {
+		r.health.flow(f)
 	}
 	return nil
 }
@@ -612,14 +662,26 @@ func (r *reader) v3(rec []byte, f *Flow, blockOff int64, blockNo uint32) error {
 			need = 8
 		case exIPv6Flow:
 			need = 32
-		case exFlowMisc, exASRouting, exVlan:
+		case exASRouting, exVlan, exVRF, exNSELXlate4:
 			need = 8
-		case exIPRecvV4:
+		case exFlowMisc:
+			need = 8 // interfaces; masks, dir and biFlowDir when the element has them (16 bytes)
+		case exIPRecvV4, exIPNextV4, exBGPNextV4, exNSELXlatePt:
 			need = 4
-		case exIPRecvV6:
+		case exIPRecvV6, exIPNextV6, exBGPNextV6:
 			need = 16
 		case exSamplerInfo:
 			need = 8
+		case exCntFlow:
+			need = 24
+		case exMPLS:
+			need = 4 * mplsLabels
+		case exMAC:
+			need = 32
+		case exNSELXlate6:
+			need = 32
+		case exNELCommon:
+			need = 13
 		}
 		if len(el) < need {
 			return r.corrupt(blockOff, "block %d: flow %d: element type %d has %d bytes (want %d)", blockNo, r.seq, etype, len(el), need)
@@ -635,6 +697,7 @@ func (r *reader) v3(rec []byte, f *Flow, blockOff int64, blockNo uint32) error {
 			f.DstPort = binary.LittleEndian.Uint16(el[42:])
 			f.Proto = el[44]
 			f.TCPFlags = el[45]
+			f.FwdStatus = el[46]
 			f.Tos = el[47]
 		case exIPv4Flow:
 			copy(f.SrcAddr[:4], []byte{el[3], el[2], el[1], el[0]})
@@ -648,6 +711,71 @@ func (r *reader) v3(rec []byte, f *Flow, blockOff int64, blockNo uint32) error {
 		case exFlowMisc:
 			f.InputIf = binary.LittleEndian.Uint32(el[0:])
 			f.OutputIf = binary.LittleEndian.Uint32(el[4:])
+			if len(el) >= 13 {
+				f.SrcMask, f.DstMask, f.FlowDir, f.BiFlowDir = el[8], el[9], el[10], el[12]
+			}
+		case exCntFlow:
+			f.OutPackets = binary.LittleEndian.Uint64(el[8:])
+			f.OutBytes = binary.LittleEndian.Uint64(el[16:])
+		case exIPNextV4:
+			putIPv4(&f.NextHop, el)
+		case exIPNextV6:
+			putIPv6(&f.NextHop, el)
+			f.NextHopV6 = true
+		case exBGPNextV4:
+			putIPv4(&f.BGPNextHop, el)
+		case exBGPNextV6:
+			putIPv6(&f.BGPNextHop, el)
+			f.BGPNextHopV6 = true
+		case exMPLS:
+			// top of stack first; the stack ends at the label with the bottom-of-stack bit
+			// or at an empty slot (nfcapd leaves labels the record did not carry zero)
+			for k := 0; k < mplsLabels; k++ {
+				v := binary.LittleEndian.Uint32(el[4*k:])
+				if v == 0 {
+					break
+				}
+				f.MPLS[f.NMPLS] = v >> 4
+				f.NMPLS++
+				if v&1 != 0 {
+					break
+				}
+			}
+		case exMAC:
+			// src_mac: the ingress source MAC (IE 56), else the egress one (81); dst_mac: the
+			// ingress destination MAC (80), else the egress one (57): Cisco-style v9 exports
+			// only IN_SRC_MAC 56 and OUT_DST_MAC 57 (docs/guide/flow-record.md)
+			f.SrcMAC = binary.LittleEndian.Uint64(el[0:]) & 0xFFFFFFFFFFFF
+			if f.SrcMAC == 0 {
+				f.SrcMAC = binary.LittleEndian.Uint64(el[24:]) & 0xFFFFFFFFFFFF
+			}
+			f.DstMAC = binary.LittleEndian.Uint64(el[16:]) & 0xFFFFFFFFFFFF
+			if f.DstMAC == 0 {
+				f.DstMAC = binary.LittleEndian.Uint64(el[8:]) & 0xFFFFFFFFFFFF
+			}
+		case exVRF:
+			f.HasVRF = true
+			f.EgressVRF = binary.LittleEndian.Uint32(el[0:])
+			f.IngressVRF = binary.LittleEndian.Uint32(el[4:])
+		case exNSELXlate4:
+			putIPv4(&f.SrcNAT, el[0:])
+			putIPv4(&f.DstNAT, el[4:])
+		case exNSELXlate6:
+			putIPv6(&f.SrcNAT, el[0:])
+			putIPv6(&f.DstNAT, el[16:])
+			f.NATV6 = true
+		case exNSELXlatePt:
+			f.SrcPortNAT = binary.LittleEndian.Uint16(el[0:])
+			f.DstPortNAT = binary.LittleEndian.Uint16(el[2:])
+		case exNELCommon:
+			if len(el) >= 24 { // the earlier 1.7 layout with the VRFs inside (EXnelCommonCompat)
+				f.HasVRF = true
+				f.EgressVRF = binary.LittleEndian.Uint32(el[8:])
+				f.IngressVRF = binary.LittleEndian.Uint32(el[12:])
+				f.NATEvent = el[20]
+			} else {
+				f.NATEvent = el[12]
+			}
 		case exASRouting:
 			f.SrcAS = binary.LittleEndian.Uint32(el[0:])
 			f.DstAS = binary.LittleEndian.Uint32(el[4:])
@@ -673,6 +801,45 @@ func (r *reader) v3(rec []byte, f *Flow, blockOff int64, blockNo uint32) error {
 		f.NfcapdSetting = id <= samplerNfcapdDefault
 	}
 	return nil
+}
+
+// putIPv4 stores nfcapd's little-endian IPv4 word as the address's 4 bytes.
+func putIPv4(a *[16]byte, el []byte) {
+	a[0], a[1], a[2], a[3] = el[3], el[2], el[1], el[0]
+}
+
+// putIPv6 stores nfcapd's two little-endian words as the address's 16 bytes.
+func putIPv6(a *[16]byte, el []byte) {
+	binary.BigEndian.PutUint64(a[0:], binary.LittleEndian.Uint64(el[0:]))
+	binary.BigEndian.PutUint64(a[8:], binary.LittleEndian.Uint64(el[8:]))
+}
+
+// has reports whether the record carried an element of this type.
+func (f *Flow) has(etype uint16) bool { return f.Layout&(1<<min(etype, 63)) != 0 }
+
+// Biflow reports whether the record is a biflow: reverse (out) counters above zero
+// (RFC 5103 style, softflowd -b; nfcapd 1.7.1 stores v9/IPFIX OUT_PKTS/OUT_BYTES there).
+func (f *Flow) Biflow() bool { return f.OutPackets > 0 || f.OutBytes > 0 }
+
+// reverse makes rev the reverse half of biflow f (f as read, before resolving): the
+// reverse direction's addresses, ports, interfaces, MACs, masks, ASes and VLANs swapped,
+// packets and bytes from the out counters (nfcapd scaled them as it scaled the in
+// counters, so resolving rev applies the same sampling). Its file_seq is -(f.Seq+1):
+// (source_file, file_seq) stays unique per lake row, the initiator keeps its record's
+// position and the pair is told apart by the sign (docs/guide/flow-record.md).
+func (f *Flow) reverse(rev *Flow) {
+	*rev = *f
+	rev.SrcAddr, rev.DstAddr = f.DstAddr, f.SrcAddr
+	rev.SrcPort, rev.DstPort = f.DstPort, f.SrcPort
+	rev.InputIf, rev.OutputIf = f.OutputIf, f.InputIf
+	rev.SrcMAC, rev.DstMAC = f.DstMAC, f.SrcMAC
+	rev.SrcMask, rev.DstMask = f.DstMask, f.SrcMask
+	rev.SrcAS, rev.DstAS = f.DstAS, f.SrcAS
+	rev.SrcVlan, rev.DstVlan = f.DstVlan, f.SrcVlan
+	rev.Packets, rev.Bytes = f.OutPackets, f.OutBytes
+	rev.OutPackets, rev.OutBytes = 0, 0
+	rev.BiflowHalf = 2
+	rev.Seq = -(f.Seq + 1)
 }
 
 // receivedExporter names an exporter without an info record by the address nfcapd

@@ -57,11 +57,17 @@ def generate_day(target: tuple[str, int] | str, start: datetime | int, duration_
 
     boot_ms = start_ms - ROUTER_UPTIME_MS
     streams, exp_rows, meta = [], [], []
+    rev3 = None
+    if version != 5 and any(r.record3 for r in p.routers):
+        from . import record3  # noqa: PLC0415  (start-up: only revision-3 exports need it)
+
+        rev3 = record3.draw(f, seed)
     for i, r in enumerate(p.routers):
         sub = f[f["router"] == i]
         ex = netflow.Exporter(version, i + 1, boot_ms if r.boot_ms is None else r.boot_ms, r.sampling_rate, r.address,
                               plan=r.sampling, reboot_at_ms=r.reboot_at_ms, swap_every=r.swap_times_every,
-                              vlan_fields=model.VLAN_IES[r.vlan_ie] if version != 5 else ())
+                              vlan_fields=model.VLAN_IES[r.vlan_ie] if version != 5 else (),
+                              record3=rev3[f["router"] == i] if rev3 is not None and r.record3 else None)
         dgs = ex.datagrams(sub)
         streams.append((exporter.open_socket(r.address, target[0]), dgs))
         meta.append((sub, ex.flow_boot, ex.flow_swapped))
@@ -117,5 +123,6 @@ def generate_day(target: tuple[str, int] | str, start: datetime | int, duration_
     if truth_path is not None:
         truth_mod.write(doc, truth_path)
     doc["_flows"] = f  # in-process callers (tests, demo) may compare records; never serialised
+    doc["_record3"] = rev3  # revision-3 values per flow (record3.draw) when a router exports them
     doc["_exported"] = meta  # per router: its flows, the boot each was timed from, First/Last swapped
     return doc

@@ -115,6 +115,7 @@ class Router:
     uplink_vlan: int = 100            # 802.1Q VLAN of the uplink ...
     lan_vlans: tuple = (210, 211, 212, 213)  # ... and of each LAN interface (same order as lan_ifs)
     vlan_ie: str = "vlan"             # how v9/IPFIX carry them: "vlan" (58/59), "dot1q" (IPFIX 243/254), "" (not at all)
+    record3: bool = False             # export flow record revision 3's elements too (record3.py; v9/IPFIX)
 
 
 def default_routers() -> list[Router]:

@@ -119,12 +119,15 @@ class Exporter:
     def __init__(self, version: int, domain_id: int, boot_ms: int, sampling_rate: int = 1,
                  address: str = "127.0.0.1", max_payload: int = 1464, template_every_s: int = 60,
                  plan: SamplingPlan | None = None, reboot_at_ms: int | None = None, swap_every: int = 0,
-                 vlan_fields: tuple = ()):
+                 vlan_fields: tuple = (), record3: np.ndarray | None = None):
         if version not in (5, 9, 10):
             raise ValueError(f"unsupported NetFlow version {version}")
         self.version, self.domain_id, self.boot_ms = version, domain_id, boot_ms
         self.sampling_rate, self.address = sampling_rate, address
         self.vlan_fields = tuple(vlan_fields)  # ((ie, 2), (ie, 2)): ingress, egress VLAN (v9/IPFIX)
+        # revision-3 values per flow (record3.draw, aligned with datagrams()' flows): exported
+        # after the VLANs as record3.V4_FIELDS / V6_FIELDS; None: not exported
+        self.record3 = record3
         self.max_payload, self.template_every_ms = max_payload, template_every_s * 1000
         self.sequence = 0
         self.plan = plan if plan is not None else plan_from_rate(version, sampling_rate)
@@ -145,7 +148,7 @@ class Exporter:
         body = b""
         extra = (list(self.plan.data_fields()) if self.plan else []) + list(self.vlan_fields)
         for tid, v6 in ((V9_TEMPLATE_V4, False), (V9_TEMPLATE_V6, True)):
-            fields = template_fields(9 if self.version == 9 else 10, v6) + extra
+            fields = template_fields(9 if self.version == 9 else 10, v6) + extra + self._record3_fields(v6)
             body += struct.pack(">HH", tid, len(fields)) + b"".join(struct.pack(">HH", *f) for f in fields)
         return _set(0 if self.version == 9 else 2, body)
 
@@ -180,6 +183,13 @@ class Exporter:
             return self.boot_ms if np.isscalar(export_ms) else np.full(len(export_ms), self.boot_ms, np.int64)
         return np.where(np.asarray(export_ms) >= self.reboot_at_ms, self.reboot_at_ms, self.boot_ms)
 
+    def _record3_fields(self, v6: bool) -> list:
+        if self.record3 is None:
+            return []
+        from . import record3  # noqa: PLC0415  (start-up: only revision-3 exports need it)
+
+        return list(record3.V6_FIELDS if v6 else record3.V4_FIELDS)
+
     def _extra_size(self) -> int:
         return (sum(n for _, n in self.plan.data_fields()) if self.plan else 0) + sum(n for _, n in self.vlan_fields)
 
@@ -202,7 +212,8 @@ class Exporter:
                 continue
             ends = sel["t_end"]
             per = max(1, (self.max_payload - 20 - 4) // (_record_dtype("uptime" if self.version == 9 else "epoch", v6).itemsize
-                                                         + self._extra_size()))
+                                                         + self._extra_size()
+                                                         + sum(n for _, n in self._record3_fields(v6))))
             last = np.minimum((np.arange(len(sel)) // per + 1) * per, len(sel)) - 1  # each record's datagram
             boot = self.boot_at(ends[last])
             self.flow_boot[which] = boot
@@ -219,6 +230,10 @@ class Exporter:
                 vlans = np.zeros(len(sel), [("vlan_in", ">u2"), ("vlan_out", ">u2")])
                 vlans["vlan_in"], vlans["vlan_out"] = sel["src_vlan"], sel["dst_vlan"]
                 rec = _append_fields(rec, vlans)
+            if self.record3 is not None:
+                from . import record3  # noqa: PLC0415  (start-up: only revision-3 exports need it)
+
+                rec = _append_fields(rec, record3.wire_values(self.record3[which], v6))
             packed[v6] = (rec.tobytes(), rec.dtype.itemsize)
             groups += [(int(ends[b - 1]), v6, a, b) for a, b in _chunks(len(sel), per)]
         groups.sort(key=lambda g: g[0])

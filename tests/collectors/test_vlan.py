@@ -163,11 +163,12 @@ def test_avro_and_flowbatch_carry_vlans_old_revision_messages_land_as_vlan_0(cap
 def test_old_revision_fingerprint_is_pinned():
     """A shipped revision never changes: its fingerprint is what old messages carry."""
     from flowlake.schemas import FLOW, avro
-    from flowlake.schemas.flow import FLOW_REV1, FLOW_REVISIONS
+    from flowlake.schemas.flow import FLOW_REV1, FLOW_REV2, FLOW_REVISIONS
 
     assert avro.fingerprint(FLOW_REV1).hex() == "d51f95d6753c71f1"
+    assert avro.fingerprint(FLOW_REV2).hex() == "e0818c6619706bb5"
     assert FLOW_REVISIONS[-1] is FLOW and FLOW.names[:19] == FLOW_REV1.names
-    assert FLOW.names[19:] == ["src_vlan", "dst_vlan"]
+    assert FLOW_REV2.names[19:] == ["src_vlan", "dst_vlan"] and FLOW.names[:21] == FLOW_REV2.names
 
 
 def test_revisions_encode_with_their_own_schema_in_one_process():
