@@ -93,10 +93,6 @@ def nat_lake(spark, cfg):
 
 @pytest.fixture(params=["local", "spark"])
 def engine(request, monkeypatch, cfg):
-    if request.param == "spark" and not set(NAT) <= set(FLOWS_TABLE.names):
-        # the Spark engine reads the lake with the declared schema: the NAT columns arrive with
-        # flow record revision 3 (schemas/flow.py); until then it sees none (the test below)
-        pytest.skip("FLOWS_TABLE has no NAT columns yet (flow record revision 3)")
     monkeypatch.setenv("FLOWLAKE_QUERY_ENGINE", request.param)
     config.reset()
     yield request.param
