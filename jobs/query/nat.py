@@ -9,7 +9,9 @@ postNAT* elements 225-228):
 forward, rewrites the public address a flow was sent to into the inside host's). A side
 counts as translated when its NAT address is present, not all-zero, and differs from the
 address or the port. The translations where ADDR is the inside or the outside address are
-grouped by (kind, inside, outside, nat_event) with their flows and first/last seen.
+grouped by (kind, inside, outside, nat_event) with their flows and first/last seen. The
+reverse half of a biflow (biflow_half 2: addresses swapped, the NAT columns the initiator's)
+is left out: its initiator's half carries the same translation.
 
 One definition, two engines: `translations()` on Spark, `translations_sql()` on DuckDB
 (jobs/query/duck.py); tests/jobs/test_query.py holds them equal.
@@ -21,7 +23,7 @@ import ipaddress
 # the revision-3 columns read here, with their DuckDB and Spark types (null in older lakes)
 COLUMNS = {"src_addr_nat": ("VARCHAR", "string"), "dst_addr_nat": ("VARCHAR", "string"),
            "src_port_nat": ("INTEGER", "int"), "dst_port_nat": ("INTEGER", "int"),
-           "nat_event": ("INTEGER", "int")}
+           "nat_event": ("INTEGER", "int"), "biflow_half": ("INTEGER", "int")}
 KEYS = ["kind", "inside_addr", "inside_port", "outside_addr", "outside_port", "nat_event"]
 OUT = [*KEYS, "flows", "first_seen", "last_seen"]
 ZEROS = ("0.0.0.0", "::")
@@ -45,7 +47,8 @@ def translations(flows, address: str, limit: int = 50) -> tuple[list[dict], int]
     parts = None
     for kind, in_a, in_p, out_a, out_p, nat_a, nat_p, own_a, own_p in SIDES:
         translated = (F.col(nat_a).isNotNull() & ~F.col(nat_a).isin(*ZEROS)
-                      & ((F.col(nat_a) != F.col(own_a)) | ~F.col(nat_p).eqNullSafe(F.col(own_p))))
+                      & ((F.col(nat_a) != F.col(own_a)) | ~F.col(nat_p).eqNullSafe(F.col(own_p)))
+                      & (F.coalesce(F.col("biflow_half"), F.lit(0)) != 2))
         part = (flows.where(translated & (address_in(F.col(in_a), net) | address_in(F.col(out_a), net)))
                 .select(F.lit(kind).alias("kind"), F.col(in_a).alias("inside_addr"), F.col(in_p).alias("inside_port"),
                         F.col(out_a).alias("outside_addr"), F.col(out_p).alias("outside_port"), "nat_event",
@@ -72,7 +75,7 @@ def translations_sql(source: str, address: str) -> tuple[str, str]:
     for kind, in_a, in_p, out_a, out_p, nat_a, nat_p, own_a, own_p in SIDES:
         zeros = ", ".join(f"'{z}'" for z in ZEROS)
         translated = (f"{nat_a} IS NOT NULL AND {nat_a} NOT IN ({zeros}) "
-                      f"AND ({nat_a} <> {own_a} OR {nat_p} IS DISTINCT FROM {own_p})")
+                      f"AND ({nat_a} <> {own_a} OR {nat_p} IS DISTINCT FROM {own_p}) AND coalesce(biflow_half, 0) <> 2")
         parts.append(f"""SELECT '{kind}' AS kind, {in_a} AS inside_addr, {in_p} AS inside_port,
                    {out_a} AS outside_addr, {out_p} AS outside_port, nat_event, time_start, time_end
             FROM {source} WHERE {translated} AND ({address_in(in_a, net)} OR {address_in(out_a, net)})""")

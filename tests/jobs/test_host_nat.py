@@ -23,7 +23,7 @@ from flow_rows import lake_row  # noqa: E402
 
 pytestmark = pytest.mark.integration
 NAT = {"src_addr_nat": StringType(), "dst_addr_nat": StringType(), "src_port_nat": IntegerType(),
-       "dst_port_nat": IntegerType(), "nat_event": IntegerType()}
+       "dst_port_nat": IntegerType(), "nat_event": IntegerType(), "biflow_half": IntegerType()}
 PUBLIC = "198.51.100.7"
 
 # (minute after 14:00 on 2026-03-12, src, sport, dst, dport, src_nat, sport_nat, dst_nat, dport_nat, nat_event)
@@ -37,7 +37,11 @@ SPECS = [
     (6, PUBLIC, 123, "192.0.2.1", 123, PUBLIC, 123, None, None, None),            # the same address and port: none
     (7, "10.0.0.5", 40009, "8.8.4.4", 53, "0.0.0.0", 0, None, None, 1),           # an all-zero NAT address: none
     (8, "10.0.0.5", 40010, "8.8.4.4", 53, None, None, None, None, None),          # no NAT columns
+    # the reverse half of the first flow as a biflow (biflow_half 2: addresses and ports swapped,
+    # the NAT columns the initiator's): no translation of its own
+    (1, "8.8.8.8", 53, "10.0.0.5", 40001, PUBLIC, 61001, None, None, 1),
 ]
+BIFLOW_HALF = {0: 1, len(SPECS) - 1: 2}
 KEYS = ["kind", "inside_addr", "inside_port", "outside_addr", "outside_port", "nat_event", "flows", "first_seen",
         "last_seen"]
 
@@ -58,7 +62,8 @@ def frame(spark):
                  "dst_addr": dst, "src_port": sp, "dst_port": dp, "proto": 6, "packets": 2, "bytes": 200,
                  "source_file": "t", "file_seq": i, "date": "2026-03-12", "hour": at(m).hour}
         row = dict(zip(names, lake_row(**given), strict=True))
-        row.update(src_addr_nat=snat, src_port_nat=spnat, dst_addr_nat=dnat, dst_port_nat=dpnat, nat_event=event)
+        row.update(src_addr_nat=snat, src_port_nat=spnat, dst_addr_nat=dnat, dst_port_nat=dpnat, nat_event=event,
+                   biflow_half=BIFLOW_HALF.get(i, 0))
         rows.append(tuple(row[n] for n in schema.fieldNames()))
     return spark.createDataFrame(rows, schema)
 
@@ -122,7 +127,7 @@ def test_translations_of_a_public_address_in_a_window(nat_lake, engine):
 def test_translations_of_an_inside_address_and_the_table(nat_lake, engine):
     prof = host_json("10.0.0.5", "--from", "2026-03-12T14:00", "--to", "2026-03-12T15:00")
     assert [tuple(r[k] for k in KEYS) for r in prof["nat"]] == [WANT_PUBLIC_IN_WINDOW[0], WANT_PUBLIC_IN_WINDOW[2]]
-    assert prof["flows"] == 5  # its flows, translated or not
+    assert prof["flows"] == 6  # its flows, translated or not, both halves of the biflow
     inside = host_json("10.0.0.8")
     assert [r["outside_addr"] for r in inside["nat"]] == [PUBLIC] and inside["flows"] == 0
     res = CliRunner().invoke(main, ["host", "10.0.0.8"], catch_exceptions=False)
