@@ -129,37 +129,46 @@ def committed_version(table_uri: str | Path, app_id: str) -> int | None:
     return dl.DeltaTable(str(table_uri)).transaction_version(app_id)
 
 
-def append_batch(table_uri: str | Path, data, app_id: str, version: int, partition_by: list[str] | None = None,
+def append_batch(table, data, app_id: str, version: int, partition_by: list[str] | None = None,
                  writer_properties=None, retries: int = 3) -> bool:
     """Append `data` (an Arrow table or stream) as batch `version` of the writer `app_id`,
     in one commit that records the pair (a Delta application transaction). Returns True
     when committed, False when the table already holds this batch (a replay: nothing is
     written). Versions of one app id only grow (Spark's batch ids do).
 
+    `table`: the table's path/URI, or a deltalake.DeltaTable a long-running writer keeps
+    (brought up to date here, incrementally: reading the log anew at every batch costs
+    more with every commit until the next checkpoint, bench/delta_lake.py).
+
     Two writers racing with the same batch: the loser's commit fails the conflict check
-    (it read the same transaction version), finds the batch committed and returns False."""
+    (it was made on the version it checked), finds the batch committed and returns False."""
     dl = _deltalake()
     if version < 0:
         raise ValueError(f"batch version {version} of {app_id!r}: must be >= 0")
-    uri = str(table_uri)
+    kept = table if isinstance(table, dl.DeltaTable) else None
+    uri = kept.table_uri if kept is not None else str(table)
     for attempt in range(retries + 1):
         # The check and the commit on one snapshot: the commit is made at the version after
         # the one checked, so a concurrent commit in between fails it (no rebase: retries 0)
         # and the next round sees that commit's transaction. delta-rs does not itself refuse
         # a second commit of a committed (app id, version) (delta-io/delta-rs#2580).
-        table = dl.DeltaTable(uri) if dl.DeltaTable.is_deltatable(uri) else None
-        last = table.transaction_version(app_id) if table is not None else None
+        if kept is not None:
+            kept.update_incremental()
+            current = kept
+        else:
+            current = dl.DeltaTable(uri) if dl.DeltaTable.is_deltatable(uri) else None
+        last = current.transaction_version(app_id) if current is not None else None
         if last is not None and version <= last:
             return False
         try:  # no table yet: create it with this batch ("error": a concurrent creator wins, we go round)
-            dl.write_deltalake(table if table is not None else uri, data, mode="append" if table else "error",
-                               partition_by=partition_by,
+            dl.write_deltalake(current if current is not None else uri, data,
+                               mode="append" if current is not None else "error", partition_by=partition_by,
                                writer_properties=writer_properties,
                                commit_properties=dl.CommitProperties(
                                    app_transactions=[dl.Transaction(app_id, version)], max_commit_retries=0))
             return True
         except (dl.exceptions.CommitFailedError, dl.exceptions.DeltaError) as exc:
-            if attempt == retries or (table is not None and not isinstance(exc, dl.exceptions.CommitFailedError)):
+            if attempt == retries or (current is not None and not isinstance(exc, dl.exceptions.CommitFailedError)):
                 raise
     return False  # not reached
 

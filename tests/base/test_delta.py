@@ -94,6 +94,15 @@ def test_a_replayed_batch_is_a_no_op(tmp_path, con):
     assert dt_.version() == 4 and dt_.transaction_version(APP) == 4
     assert totals(dt_.to_pyarrow_table()) == want
     assert duck_totals(con, table) == want
+    # a long-running writer keeps the table open: the same rules, the log read incrementally
+    kept = DeltaTable(str(table))
+    more = batch(5, [1], 100)
+    assert delta.append_batch(kept, more, APP, 5) and kept.version() == 5
+    assert not delta.append_batch(table, more, APP, 5)  # another process replays it: no-op
+    assert delta.append_batch(table, batches[1], APP, 6)  # another process moves on ...
+    assert not delta.append_batch(kept, batches[1], APP, 6)  # ... and the kept handle sees it
+    want = (want[0] + more.num_rows + batches[1].num_rows, want[1] + totals(more)[1] + totals(batches[1])[1])
+    assert duck_totals(con, table) == want
     # another writer (the quarantine) has its own sequence in the same table
     assert delta.committed_version(table, "ingest-quarantine") is None
     assert delta.append_batch(table, batches[0], "ingest-quarantine", 0, partition_by=PARTS)
