@@ -346,10 +346,10 @@ s = factory.session("delta-test", master="local[1]", delta=True)
 path = sys.argv[1]
 df = s.read.format("delta").load(path)
 old = s.read.format("delta").option("versionAsOf", 0).load(path)
-row = df.selectExpr("count(*) AS n", "sum(bytes) AS b").first()
+row = df.selectExpr("count(*) AS n", "sum(bytes) AS b", "unix_millis(min(time_start)) AS t").first()
 hours = sorted((r[0], r[1]) for r in df.groupBy("hour").count().collect())
 s.sql(f"DELETE FROM delta.`{path}` WHERE hour = 0")
-print(json.dumps({"rows": row.n, "bytes": row.b, "v0": old.count(), "hours": hours,
+print(json.dumps({"rows": row.n, "bytes": row.b, "first": row.t, "v0": old.count(), "hours": hours,
                   "after_delete": s.read.format("delta").load(path).count()}))
 s.stop()
 """
@@ -358,7 +358,8 @@ s.stop()
 @pytest.mark.integration
 def test_spark_reads_the_table_as_duckdb_and_deltalake_do(tmp_path, con, flowlake_home):
     """Spark local with delta-spark (its own JVM: the run's shared session has no Delta)
-    counts what DuckDB and deltalake count, reads version 0, and its DELETE is seen by both."""
+    counts what DuckDB and deltalake count, also over the compactor's own files, reads
+    version 0, and its DELETE is seen by both."""
     if not any(delta.JARS_DIR.glob("delta-spark_*.jar")):
         pytest.fail(f"no delta-spark jar in {delta.JARS_DIR}: run `make setup`")
     table = tmp_path / "flows"
@@ -366,12 +367,18 @@ def test_spark_reads_the_table_as_duckdb_and_deltalake_do(tmp_path, con, flowlak
     delta.append_batch(table, first, APP, 0, partition_by=PARTS)
     delta.append_batch(table, second, APP, 1, partition_by=PARTS)
     both = pa.concat_tables([first, second])
+    # hour 1 as the compactor would leave it: its own sorted files (millisecond timestamps,
+    # sorted dictionaries) committed as the partition's content
+    files = sorted_hour_files(con, table, 1, stamp=1)
+    delta.commit_partition_files(table, files, {"date": DAY, "hour": 1}, DeltaTable(str(table)).schema().to_arrow(),
+                                 PARTS)
     duck_before = duck_totals(con, table)
     proc = subprocess.run([sys.executable, "-c", SPARK_READ, str(table)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (got["rows"], got["bytes"]) == totals(both) == duck_before
     assert got["v0"] == first.num_rows
+    assert got["first"] == pc.min(both.column("time_start")).value  # ms files read as the same instants
     want_hours = sorted(zip(*np.unique(both.column("hour").to_numpy(), return_counts=True), strict=True))
     assert [tuple(h) for h in got["hours"]] == [(int(h), int(n)) for h, n in want_hours]
     hour0 = int(pc.sum(pc.equal(both.column("hour"), 0)).as_py())
