@@ -279,8 +279,9 @@ def hour_rewrites(work: Path, day, hours: list[int], s) -> list[dict]:
         t0 = time.perf_counter()
         e_files = compact.write_sorted(compact.sorted_reader(con, inputs, s.sort, 65536), part_dir, 2, s,
                                        max(s.row_group_rows, 4 * s.row_group_rows))
-        delta.commit_partition_files(t, e_files, {"date": DAY, "hour": hour}, DeltaTable(str(t)).schema().to_arrow(),
-                                     PARTS)
+        read = DeltaTable(str(t))  # the compactor's files replace what this version holds
+        delta.commit_partition_files(t, e_files, {"date": DAY, "hour": hour}, read.schema().to_arrow(), PARTS,
+                                     read_version=read.version())
         size, got, groups = file_facts(e_files, "committed")
         dcon = duckdb.connect()
         delta.duckdb_load_delta(dcon)

@@ -202,16 +202,23 @@ def _check_rows_in(data, values: dict) -> None:
             raise ValueError(f"{bad} of {table.num_rows} rows are not in partition {partition_predicate(values)}")
 
 
-def replace_partition(table_uri: str | Path, data, partition: dict, partition_by: list[str] | None = None,
-                      writer_properties=None, target_file_size: int | None = None) -> None:
+def replace_partition(table_uri: str | Path, data, partition: dict, read_version: int,
+                      partition_by: list[str] | None = None, writer_properties=None,
+                      target_file_size: int | None = None) -> None:
     """Replace every row of `partition` ({"date": ..., "hour": ...}) by `data` in one
     commit (the old files stay until VACUUM, so readers of the older version keep
-    reading). Rows outside the partition are refused, before anything is written."""
+    reading). Rows outside the partition are refused, before anything is written.
+
+    `read_version`: the table version `data` was derived from. The commit is made on it:
+    if another commit added rows to the partition since (a late batch), the commit fails
+    with deltalake's CommitFailedError ("a concurrent transaction added new data") and
+    nothing is lost: redo the replace from the newer version. Written on the newest
+    version instead, the replace would silently drop those rows."""
     dl = _deltalake()
     _check_rows_in(data, partition)
-    dl.write_deltalake(str(table_uri), data, mode="overwrite", predicate=partition_predicate(partition),
-                       partition_by=partition_by, writer_properties=writer_properties,
-                       target_file_size=target_file_size)
+    dl.write_deltalake(dl.DeltaTable(str(table_uri), version=read_version), data, mode="overwrite",
+                       predicate=partition_predicate(partition), partition_by=partition_by,
+                       writer_properties=writer_properties, target_file_size=target_file_size)
 
 
 def _stat_value(value):
@@ -264,10 +271,12 @@ def file_stats(path: Path) -> str:
 
 
 def commit_partition_files(table_uri: str | Path, files: list[Path], partition: dict, schema,
-                           partition_by: list[str]) -> None:
+                           partition_by: list[str], read_version: int) -> None:
     """Commit Parquet files the caller wrote under the table's partition folder as the
-    whole content of `partition` (one commit: the partition's earlier files are removed
-    from the table, still readable by older versions until VACUUM). The compactor writes
+    replacement of the partition's files at `read_version` (the version the caller read
+    them from): one commit removes those files (still readable by older versions until
+    VACUUM) and adds `files`. A file committed to the partition after `read_version` (a
+    late batch) is not removed: its rows stay beside the replacement. The compactor writes
     its sorted files with its own encodings and row groups this way. `schema`: the
     table's Arrow schema (partition columns included)."""
     dl = _deltalake()
@@ -283,7 +292,7 @@ def commit_partition_files(table_uri: str | Path, files: list[Path], partition: 
         st = f.stat()
         actions.append(AddAction(str(f.relative_to(root)), st.st_size, {k: str(v) for k, v in partition.items()},
                                  int(st.st_mtime * 1000), True, file_stats(f)))
-    dl.DeltaTable(str(root)).create_write_transaction(
+    dl.DeltaTable(str(root), version=read_version).create_write_transaction(
         actions, mode="overwrite", schema=schema, partition_by=partition_by,
         partition_filters=[(k, "=", str(v)) for k, v in partition.items()])
 

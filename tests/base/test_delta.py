@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
+from deltalake.exceptions import CommitFailedError
 
 from flowlake.base import delta, spark
 from flowlake.pipelines import compact
@@ -139,21 +140,61 @@ def test_replace_partition_refuses_rows_of_another_partition(tmp_path):
     table = tmp_path / "flows"
     delta.append_batch(table, batch(1, [0, 1], 10), APP, 0, partition_by=PARTS)
     with pytest.raises(ValueError, match=r"10 of 20 rows are not in partition date = '2026-11-20' AND hour = 0"):
-        delta.replace_partition(table, batch(2, [0, 1], 10), {"date": DAY, "hour": 0})
+        delta.replace_partition(table, batch(2, [0, 1], 10), {"date": DAY, "hour": 0}, read_version=0)
     assert DeltaTable(str(table)).version() == 0  # nothing written
     with pytest.raises(ValueError, match="plain name"):
         delta.partition_predicate({"date; drop": DAY})
 
 
-def sorted_hour_files(c, table: Path, hour: int, stamp: int) -> list[Path]:
-    """The hour's rows rewritten as the compactor writes a closed hour (sorted, its
-    encodings and row groups), into the table's partition folder (invisible until committed)."""
-    rows = c.execute(f"SELECT * EXCLUDE (date, hour) FROM delta_scan('{table}') WHERE date = '{DAY}' "
-                     f"AND hour = {hour} ORDER BY exporter, dst_port, time_start").fetch_arrow_table()
-    settings = compact.Settings(settle_s=0, target_bytes=64 << 20, row_group_rows=4096, zstd_level=3,
-                                sort=("exporter", "dst_port", "time_start"))
+SORT = ("exporter", "dst_port", "time_start")
+
+
+def sorted_hour_files(table: Path, hour: int, stamp: int) -> tuple[int, list[Path]]:
+    """The hour's rows at the newest version rewritten as the compactor writes a closed
+    hour (sorted, its encodings and row groups) into the table's partition folder
+    (invisible until committed); (the version read, the files)."""
+    snap = DeltaTable(str(table))
+    rows = snap.to_pyarrow_table(filters=[("date", "=", DAY), ("hour", "=", hour)]).drop_columns(PARTS)
+    rows = rows.sort_by([(c, "ascending") for c in SORT])
+    settings = compact.Settings(settle_s=0, target_bytes=64 << 20, row_group_rows=4096, zstd_level=3, sort=SORT)
     reader = pa.RecordBatchReader.from_batches(rows.schema, rows.to_batches(max_chunksize=1000))
-    return compact.write_sorted(reader, table / f"date={DAY}" / f"hour={hour}", stamp, settings, rows_per_file=4096)
+    files = compact.write_sorted(reader, table / f"date={DAY}" / f"hour={hour}", stamp, settings, rows_per_file=4096)
+    return snap.version(), files
+
+
+def compact_hour(table: Path, hour: int, stamp: int) -> list[Path]:
+    """sorted_hour_files, committed as the hour's replacement of the version read."""
+    version, files = sorted_hour_files(table, hour, stamp)
+    delta.commit_partition_files(table, files, {"date": DAY, "hour": hour},
+                                 DeltaTable(str(table), version=version).schema().to_arrow(), PARTS,
+                                 read_version=version)
+    return files
+
+
+def test_a_late_batch_during_a_replace_is_never_lost(tmp_path, con):
+    """A batch lands in an hour after the compactor read it and before it committed: the
+    compactor's own files replace only the files it read (the late batch's rows stay);
+    delta-rs' replace on the version read fails cleanly and changes nothing."""
+    table = tmp_path / "flows"
+    first, late = batch(1, [0], 500), batch(2, [0], 70)
+    delta.append_batch(table, first, APP, 0, partition_by=PARTS)
+    version, files = sorted_hour_files(table, 0, stamp=1)  # read at version 0, files written
+    delta.append_batch(table, late, APP, 1)  # the late batch commits meanwhile
+    delta.commit_partition_files(table, files, {"date": DAY, "hour": 0},
+                                 DeltaTable(str(table)).schema().to_arrow(), PARTS, read_version=version)
+    both = totals(pa.concat_tables([first, late]))
+    assert duck_totals(con, table) == both
+    names = sorted(Path(u).name for u in DeltaTable(str(table)).file_uris())
+    assert len(names) == 2 and names[0].startswith("c") and names[1].startswith("part-"), names
+    # delta-rs writes the replacement itself: the late batch makes the commit fail, nothing changes
+    snap = DeltaTable(str(table))
+    rows = snap.to_pyarrow_table(filters=[("hour", "=", 0)])
+    delta.append_batch(table, batch(3, [0], 30), APP, 2)
+    before = DeltaTable(str(table)).version()
+    with pytest.raises(CommitFailedError, match="concurrent transaction"):
+        delta.replace_partition(table, rows, {"date": DAY, "hour": 0}, read_version=snap.version())
+    assert DeltaTable(str(table)).version() == before
+    assert duck_totals(con, table)[0] == both[0] + 30
 
 
 DUCK_LOOP = """
@@ -185,7 +226,6 @@ def test_hour_replaced_sorted_while_outside_readers_loop(tmp_path, con):
     for b, t in enumerate(batches):
         delta.append_batch(table, t, APP, b, partition_by=PARTS)
     want = totals(pa.concat_tables(batches))
-    schema = DeltaTable(str(table)).schema().to_arrow()
     stop = threading.Event()
     stop_file = tmp_path / "stop"
     reads: dict[str, list] = {"duckdb": [], "deltalake": []}
@@ -221,13 +261,12 @@ def test_hour_replaced_sorted_while_outside_readers_loop(tmp_path, con):
         for rnd in range(3):
             for hour in range(4):
                 if (rnd + hour) % 2:  # the compactor's own files, committed as the partition's content
-                    files = sorted_hour_files(con, table, hour, stamp=rnd * 10 + hour)
-                    delta.commit_partition_files(table, files, {"date": DAY, "hour": hour}, schema, PARTS)
+                    compact_hour(table, hour, stamp=rnd * 10 + hour)
                 else:  # delta-rs writes the sorted rows itself
-                    rows = DeltaTable(str(table)).to_pyarrow_table(
-                        filters=[("date", "=", DAY), ("hour", "=", hour)]).sort_by(
-                        [("exporter", "ascending"), ("time_start", "ascending")])
-                    delta.replace_partition(table, rows, {"date": DAY, "hour": hour})
+                    snap = DeltaTable(str(table))
+                    rows = snap.to_pyarrow_table(filters=[("date", "=", DAY), ("hour", "=", hour)]).sort_by(
+                        [(c, "ascending") for c in SORT])
+                    delta.replace_partition(table, rows, {"date": DAY, "hour": hour}, read_version=snap.version())
                 commits.append(time.time())
     finally:
         stop.set()
@@ -308,9 +347,7 @@ def test_file_stats_let_readers_skip_a_committed_file(tmp_path, con):
     table = tmp_path / "flows"
     t = batch(3, [2], 2000)
     delta.append_batch(table, t, APP, 0, partition_by=PARTS)
-    files = sorted_hour_files(con, table, 2, stamp=1)
-    delta.commit_partition_files(table, files, {"date": DAY, "hour": 2}, DeltaTable(str(table)).schema().to_arrow(),
-                                 PARTS)
+    files = compact_hour(table, 2, stamp=1)
     stats = pa.table(DeltaTable(str(table)).get_add_actions(flatten=True)).to_pylist()
     assert len(stats) == len(files) and all(s["num_records"] for s in stats)
     assert sum(s["num_records"] for s in stats) == t.num_rows
@@ -320,7 +357,7 @@ def test_file_stats_let_readers_skip_a_committed_file(tmp_path, con):
     assert got == int(pc.sum(pc.less(t.column("time_start").cast(pa.int64()), cut)).as_py())
     with pytest.raises(ValueError, match="not in the partition's folder"):
         delta.commit_partition_files(table, [tmp_path / "x.parquet"], {"date": DAY, "hour": 2},
-                                     DeltaTable(str(table)).schema().to_arrow(), PARTS)
+                                     DeltaTable(str(table)).schema().to_arrow(), PARTS, read_version=1)
 
 
 def test_spark_conf_has_delta_only_when_asked(cfg):
@@ -369,9 +406,7 @@ def test_spark_reads_the_table_as_duckdb_and_deltalake_do(tmp_path, con, flowlak
     both = pa.concat_tables([first, second])
     # hour 1 as the compactor would leave it: its own sorted files (millisecond timestamps,
     # sorted dictionaries) committed as the partition's content
-    files = sorted_hour_files(con, table, 1, stamp=1)
-    delta.commit_partition_files(table, files, {"date": DAY, "hour": 1}, DeltaTable(str(table)).schema().to_arrow(),
-                                 PARTS)
+    compact_hour(table, 1, stamp=1)
     duck_before = duck_totals(con, table)
     proc = subprocess.run([sys.executable, "-c", SPARK_READ, str(table)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
