@@ -121,6 +121,20 @@ def _deltalake():
     return deltalake
 
 
+def _as_table(data):
+    """An Arrow table of `data` (a table, record batches, or a stream read whole): a write
+    that goes round after a conflict needs its rows a second time."""
+    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
+
+    if isinstance(data, pa.Table):
+        return data
+    if hasattr(data, "read_all"):
+        return data.read_all()
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    return pa.table(data)
+
+
 def committed_version(table_uri: str | Path, app_id: str) -> int | None:
     """The last batch version committed under `app_id`, or None (none, or no table yet)."""
     dl = _deltalake()
@@ -131,7 +145,7 @@ def committed_version(table_uri: str | Path, app_id: str) -> int | None:
 
 def append_batch(table, data, app_id: str, version: int, partition_by: list[str] | None = None,
                  writer_properties=None, retries: int = 3) -> bool:
-    """Append `data` (an Arrow table or stream) as batch `version` of the writer `app_id`,
+    """Append `data` (an Arrow table, batch or stream) as batch `version` of the writer `app_id`,
     in one commit that records the pair (a Delta application transaction). Returns True
     when committed, False when the table already holds this batch (a replay: nothing is
     written). Versions of one app id only grow (Spark's batch ids do).
@@ -145,6 +159,7 @@ def append_batch(table, data, app_id: str, version: int, partition_by: list[str]
     dl = _deltalake()
     if version < 0:
         raise ValueError(f"batch version {version} of {app_id!r}: must be >= 0")
+    data = _as_table(data)
     kept = table if isinstance(table, dl.DeltaTable) else None
     uri = kept.table_uri if kept is not None else str(table)
     for attempt in range(retries + 1):
@@ -192,7 +207,7 @@ def _check_rows_in(data, values: dict) -> None:
     import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
     import pyarrow.compute as pc  # noqa: PLC0415  (start-up: pyarrow)
 
-    table = data if isinstance(data, pa.Table) else pa.table(data)
+    table = _as_table(data)
     for col, value in values.items():
         if col not in table.column_names:
             raise ValueError(f"the rows for partition {partition_predicate(values)} lack the column {col!r}")
@@ -215,6 +230,7 @@ def replace_partition(table_uri: str | Path, data, partition: dict, read_version
     nothing is lost: redo the replace from the newer version. Written on the newest
     version instead, the replace would silently drop those rows."""
     dl = _deltalake()
+    data = _as_table(data)
     _check_rows_in(data, partition)
     dl.write_deltalake(dl.DeltaTable(str(table_uri), version=read_version), data, mode="overwrite",
                        predicate=partition_predicate(partition), partition_by=partition_by,

@@ -106,7 +106,8 @@ def test_a_replayed_batch_is_a_no_op(tmp_path, con):
     assert duck_totals(con, table) == want
     # another writer (the quarantine) has its own sequence in the same table
     assert delta.committed_version(table, "ingest-quarantine") is None
-    assert delta.append_batch(table, batches[0], "ingest-quarantine", 0, partition_by=PARTS)
+    stream = pa.RecordBatchReader.from_batches(batches[0].schema, batches[0].to_batches(max_chunksize=100))
+    assert delta.append_batch(table, stream, "ingest-quarantine", 0, partition_by=PARTS)  # a stream: read whole
     assert duck_totals(con, table)[0] == want[0] + batches[0].num_rows
     with pytest.raises(ValueError, match="batch version -1"):
         delta.append_batch(table, batches[0], APP, -1)
