@@ -323,16 +323,18 @@ def delete_partitions(table_uri: str | Path, partitions: list[dict]) -> int:
     return int(dl.DeltaTable(str(table_uri)).delete(predicate).get("num_deleted_rows", 0))
 
 
-def vacuum(table_uri: str | Path, retain_hours: int, dry_run: bool = False) -> list[str]:
+def vacuum(table_uri: str | Path, retain_hours: int, dry_run: bool = False, full: bool = False) -> list[str]:
     """Delete data files no version younger than `retain_hours` needs (files removed by a
     compaction, a replace or a DELETE that long ago); returns them. `retain_hours` is the
     time a reader of an older version can still read it (today's retired_grace_minutes,
-    in whole hours: delta-rs takes hours)."""
+    in whole hours: delta-rs takes hours). full: also files no version lists at all (a
+    batch or a compaction that died, or lost a conflict, before its commit), older than
+    `retain_hours` too."""
     if retain_hours < 0:
         raise ValueError(f"VACUUM retention {retain_hours} h: must be >= 0")
     dl = _deltalake()
     return dl.DeltaTable(str(table_uri)).vacuum(retention_hours=retain_hours, dry_run=dry_run,
-                                                enforce_retention_duration=False)
+                                                enforce_retention_duration=False, full=full)
 
 
 def version_files(table_uri: str | Path, version: int | None = None,

@@ -198,6 +198,29 @@ def test_a_late_batch_during_a_replace_is_never_lost(tmp_path, con):
     assert duck_totals(con, table)[0] == both[0] + 30
 
 
+def test_two_compactions_of_one_hour_commit_once(tmp_path, con):
+    """Two compactors read the same version of an hour and both write its replacement:
+    the second commit is refused (it would remove files the first already removed) and
+    the hour keeps its rows once."""
+    table = tmp_path / "flows"
+    t = batch(4, [0], 600)
+    delta.append_batch(table, t, APP, 0, partition_by=PARTS)
+    (va, files_a), (vb, files_b) = sorted_hour_files(table, 0, stamp=1), sorted_hour_files(table, 0, stamp=2)
+    assert va == vb == 0
+    schema = DeltaTable(str(table)).schema().to_arrow()
+    delta.commit_partition_files(table, files_a, {"date": DAY, "hour": 0}, schema, PARTS, read_version=va)
+    with pytest.raises(CommitFailedError, match="concurrent transaction deleted data"):
+        delta.commit_partition_files(table, files_b, {"date": DAY, "hour": 0}, schema, PARTS, read_version=vb)
+    assert duck_totals(con, table) == totals(t)
+    assert sorted(Path(u).name for u in DeltaTable(str(table)).file_uris()) == sorted(f.name for f in files_a)
+    # the loser's files are referenced by no version: a plain VACUUM keeps them, a full one removes them
+    assert all(f.exists() for f in files_b)
+    assert not any(Path(g).name in {f.name for f in files_b} for g in delta.vacuum(table, 0))
+    gone = {Path(g).name for g in delta.vacuum(table, 0, full=True)}
+    assert {f.name for f in files_b} <= gone and not any(f.exists() for f in files_b)
+    assert all(f.exists() for f in files_a) and duck_totals(con, table) == totals(t)
+
+
 DUCK_LOOP = """
 import json, sys, time
 from pathlib import Path
