@@ -345,3 +345,80 @@ def version_files(table_uri: str | Path, version: int | None = None,
     dl = _deltalake()
     table = dl.DeltaTable(str(table_uri), version=version)
     return table.version(), [u.removeprefix("file://") for u in table.file_uris(partition_filters)]
+
+
+# ---- migration -----------------------------------------------------------------------------
+def _visible_parquet(table_dir: Path) -> tuple[list[Path], list[Path]]:
+    """(the Parquet files today's readers read, those they skip): Spark and
+    pipelines/duck.parquet_files skip paths with a part starting with "." or "_"."""
+    shown, hidden = [], []
+    for p in sorted(table_dir.rglob("*.parquet")):
+        parts = p.relative_to(table_dir).parts
+        if parts[0] == "_delta_log":
+            continue
+        (hidden if any(s.startswith((".", "_")) for s in parts) else shown).append(p)
+    return shown, hidden
+
+
+def _rows_by(con, source: str, column: str) -> dict[str, int]:
+    return {str(k): int(n) for k, n in con.execute(f'SELECT "{column}", count(*) FROM {source} GROUP BY 1').fetchall()}
+
+
+def convert_in_place(table_dir: str | Path, partition_columns: list[tuple[str, str]],
+                     transactions: dict[str, int] | None = None) -> dict:
+    """Make a folder of today's lake layout (hive partitions, e.g. date=/hour=) a Delta
+    table in place: one first commit lists the files that are there, nothing is rewritten
+    or moved (only `_delta_log/` is added). `partition_columns`: [(name, Delta type), ...]
+    ("string", "integer"), first the one rows are counted by. `transactions`: app id ->
+    last batch version, recorded in that commit (the ingest's last done batch, so a replay
+    of an older batch stays a no-op).
+
+    Rows are counted per value of the first partition column before (DuckDB over the
+    Parquet files, as today's readers read them) and after (delta_scan); unequal counts
+    remove the `_delta_log/` made (the folder is plain Parquet again) and raise ValueError
+    naming the table and the partition. A folder that already is a table is only counted
+    again (a rerun); unequal counts there mean files were added the old way since.
+    Deletion vectors are off on the table: file lists (the Go kernel) cannot express them."""
+    import duckdb  # noqa: PLC0415  (start-up: duckdb)
+
+    dl = _deltalake()
+    root = Path(table_dir).resolve()
+    if not root.is_dir():
+        raise ValueError(f"{root}: no such folder")
+    shown, hidden = _visible_parquet(root)
+    if hidden:
+        raise ValueError(f"{root}: {len(hidden)} Parquet files under hidden paths (no reader counts them today; "
+                         f"the table would): move them out first, e.g. {hidden[0]}")
+    if not shown:
+        raise ValueError(f"{root}: no Parquet files to convert")
+    first = partition_columns[0][0]
+    con = duckdb.connect()
+    try:
+        files = "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in shown) + "]"
+        before = _rows_by(con, f"read_parquet({files}, hive_partitioning = true, union_by_name = true)", first)
+        existed = dl.DeltaTable.is_deltatable(str(root))
+        if not existed:
+            txns = [dl.Transaction(app, int(v)) for app, v in (transactions or {}).items()]
+            dl.convert_to_deltalake(
+                str(root), mode="error", partition_strategy="hive",
+                partition_by=dl.Schema([dl.Field(name, kind) for name, kind in partition_columns]),
+                configuration={"delta.enableDeletionVectors": "false"},
+                commit_properties=dl.CommitProperties(app_transactions=txns or None))
+        duckdb_load_delta(con)
+        after = _rows_by(con, "delta_scan('" + str(root).replace("'", "''") + "')", first)
+    finally:
+        con.close()
+    if after != before:
+        wrong = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        detail = ", ".join(f"{first}={k}: {before.get(k, 0)} in the files, {after.get(k, 0)} in the table"
+                           for k in wrong[:5])
+        if not existed:
+            import shutil  # noqa: PLC0415  (only on this error)
+
+            shutil.rmtree(root / "_delta_log", ignore_errors=True)
+            raise ValueError(f"{root}: conversion counted differently ({detail}); the table was removed, "
+                             "the folder is plain Parquet again")
+        raise ValueError(f"{root}: the Delta table and its folder's Parquet files differ ({detail}): files were "
+                         "added without a commit (a flowlake of the old layout ran on it?)")
+    return {"converted": not existed, "files": len(shown), "rows": sum(after.values()), "by": after,
+            "version": dl.DeltaTable(str(root)).version()}

@@ -19,6 +19,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import CommitFailedError
@@ -444,3 +445,62 @@ def test_spark_reads_the_table_as_duckdb_and_deltalake_do(tmp_path, con, flowlak
     assert got["after_delete"] == both.num_rows - hour0
     assert DeltaTable(str(table)).count() == both.num_rows - hour0
     assert duck_totals(con, table)[0] == both.num_rows - hour0
+
+
+def old_layout(root: Path) -> dict[str, int]:
+    """A lake/flows folder as flowlake writes it today: an ingest batch file (INT96
+    timestamps), an hour's compacted file (ms, a column the older files lack), two days.
+    Returns the rows per date."""
+    rows: dict[str, int] = {}
+    for i, (day, hour, kind) in enumerate([("2026-11-19", 23, "ingest"), ("2026-11-20", 0, "ingest"),
+                                          ("2026-11-20", 0, "compacted"), ("2026-11-20", 1, "compacted")]):
+        t = batch(10 + i, [hour], 40 + i, day=day).drop_columns(PARTS)
+        part = root / f"date={day}" / f"hour={hour}"
+        part.mkdir(parents=True, exist_ok=True)
+        if kind == "ingest":
+            pq.write_table(t, part / f"b{i:012d}-00000.zstd.parquet", use_deprecated_int96_timestamps=True)
+        else:
+            t = t.append_column("src_vlan", pa.array([7] * t.num_rows, pa.int32()))
+            pq.write_table(t, part / f"c{i:013d}-000.parquet")
+        rows[day] = rows.get(day, 0) + t.num_rows
+    return rows
+
+
+def test_convert_in_place_keeps_every_row_and_is_safe_to_rerun(tmp_path, con):
+    """`flowlake lake migrate`'s step per table: today's folder becomes a Delta table in
+    place, counts equal per date, the ingest's last batch recorded, a rerun changes
+    nothing, and today's glob readers still read the folder as before."""
+    root = tmp_path / "flows"
+    want = old_layout(root)
+    glob = f"read_parquet('{root}/**/*.parquet', hive_partitioning = true, union_by_name = true)"
+    before = con.execute(f"SELECT count(*), sum(bytes) FROM {glob}").fetchone()
+    got = delta.convert_in_place(root, [("date", "string"), ("hour", "integer")], {APP: 41})
+    assert got["converted"] and got["by"] == want and got["files"] == 4 and got["version"] == 0
+    table = DeltaTable(str(root))
+    assert table.transaction_version(APP) == 41
+    assert not delta.append_batch(table, batch(1, [0], 5), APP, 41)  # an old batch replayed: a no-op
+    assert table.metadata().configuration.get("delta.enableDeletionVectors") == "false"
+    assert duck_totals(con, root) == before
+    assert con.execute(f"SELECT count(*), sum(bytes) FROM {glob}").fetchone() == before  # old readers unaffected
+    vlan = con.execute(f"SELECT count(src_vlan) FROM delta_scan('{root}')").fetchone()[0]
+    assert vlan == 42 + 43  # the column the ingest files lack reads null there
+    again = delta.convert_in_place(root, [("date", "string"), ("hour", "integer")], {APP: 41})
+    assert not again["converted"] and again["by"] == want and again["version"] == 0
+    # a file landed the old way after the conversion: the rerun says so instead of passing
+    pq.write_table(batch(99, [2], 10).drop_columns(PARTS), root / "date=2026-11-20" / "hour=0" / "late.parquet")
+    day = want["2026-11-20"]
+    stale = rf"date=2026-11-20: {day + 10} in the files, {day} in the table.*without a commit"
+    with pytest.raises(ValueError, match=stale):
+        delta.convert_in_place(root, [("date", "string"), ("hour", "integer")])
+
+
+def test_convert_in_place_refuses_hidden_files(tmp_path):
+    root = tmp_path / "flows"
+    old_layout(root)
+    hidden = root / "date=2026-11-20" / "hour=0" / ".b000000000099-00000.parquet"
+    hidden.write_bytes((root / "date=2026-11-20" / "hour=1" / "c0000000000003-000.parquet").read_bytes())
+    with pytest.raises(ValueError, match=r"1 Parquet files under hidden paths .*\.b000000000099"):
+        delta.convert_in_place(root, [("date", "string"), ("hour", "integer")])
+    assert not (root / "_delta_log").exists()
+    with pytest.raises(ValueError, match="no such folder"):
+        delta.convert_in_place(tmp_path / "nothing", [("date", "string")])
