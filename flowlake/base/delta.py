@@ -21,12 +21,14 @@ what each of those becomes (docs/design/delta-lake.md):
   retention is the grace an older version stays readable (today's retired folders).
 - `version_files(...)`: the data files of one version, for readers that take a file list
   (the Go top-talkers kernel) in place of a pinned snapshot.
+- `convert_in_place(...)`: a folder of today's layout made a table without moving a file
+  (`flowlake lake migrate`'s step per table), rows counted before and after.
 
 A DuckDB connection that loaded the extension must be closed before the process exits:
-left open at exit, the extension's threads abort the process about half the time
-("terminate called without an active exception", exit status 134; measured here with
-DuckDB 1.4.1 and duckdb-extension-delta 1.4.1). `duckdb_load_delta` closes the
-connections it loaded into at exit (atexit), for callers that forget.
+left open at exit, the process aborted in 4 of 6 runs of one script ("terminate called
+without an active exception", exit status 134; DuckDB 1.4.1, duckdb-extension-delta
+1.4.1; timing-dependent: 0 of 8 later). `duckdb_load_delta` closes the connections it
+loaded into at exit (atexit), for callers that forget.
 """
 from __future__ import annotations
 
