@@ -411,8 +411,12 @@ old = s.read.format("delta").option("versionAsOf", 0).load(path)
 row = df.selectExpr("count(*) AS n", "sum(bytes) AS b", "unix_millis(min(time_start)) AS t").first()
 hours = sorted((r[0], r[1]) for r in df.groupBy("hour").count().collect())
 s.sql(f"DELETE FROM delta.`{path}` WHERE hour = 0")
+migrated = s.read.format("delta").load(sys.argv[2])
+by_date = sorted((r[0], r[1]) for r in migrated.groupBy("date").count().collect())
+m = migrated.selectExpr("sum(bytes) AS b", "unix_millis(min(time_start)) AS t", "count(src_vlan) AS v").first()
 print(json.dumps({"rows": row.n, "bytes": row.b, "first": row.t, "v0": old.count(), "hours": hours,
-                  "after_delete": s.read.format("delta").load(path).count()}))
+                  "after_delete": s.read.format("delta").load(path).count(),
+                  "migrated": by_date, "migrated_bytes": m.b, "migrated_first": m.t, "migrated_vlan": m.v}))
 s.stop()
 """
 
@@ -420,8 +424,8 @@ s.stop()
 @pytest.mark.integration
 def test_spark_reads_the_table_as_duckdb_and_deltalake_do(tmp_path, con, flowlake_home):
     """Spark local with delta-spark (its own JVM: the run's shared session has no Delta)
-    counts what DuckDB and deltalake count, also over the compactor's own files, reads
-    version 0, and its DELETE is seen by both."""
+    counts what DuckDB and deltalake count, also over the compactor's own files and over a
+    lake of today's layout migrated in place, reads version 0, and its DELETE is seen by both."""
     if not any(delta.JARS_DIR.glob("delta-spark_*.jar")):
         pytest.fail(f"no delta-spark jar in {delta.JARS_DIR}: run `make setup`")
     table = tmp_path / "flows"
@@ -433,7 +437,14 @@ def test_spark_reads_the_table_as_duckdb_and_deltalake_do(tmp_path, con, flowlak
     # sorted dictionaries) committed as the partition's content
     compact_hour(table, 1, stamp=1)
     duck_before = duck_totals(con, table)
-    proc = subprocess.run([sys.executable, "-c", SPARK_READ, str(table)], capture_output=True, text=True, timeout=300)
+    # and a lake of today's layout migrated in place (INT96 ingest files, ms compacted files)
+    migrated = tmp_path / "old" / "flows"
+    by_date = old_layout(migrated)
+    delta.convert_in_place(migrated, [("date", "string"), ("hour", "integer")])
+    m_bytes, m_first = con.execute(
+        f"SELECT sum(bytes), epoch_ms(min(time_start)) FROM delta_scan('{migrated}')").fetchone()
+    proc = subprocess.run([sys.executable, "-c", SPARK_READ, str(table), str(migrated)], capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (got["rows"], got["bytes"]) == totals(both) == duck_before
@@ -445,6 +456,8 @@ def test_spark_reads_the_table_as_duckdb_and_deltalake_do(tmp_path, con, flowlak
     assert got["after_delete"] == both.num_rows - hour0
     assert DeltaTable(str(table)).count() == both.num_rows - hour0
     assert duck_totals(con, table)[0] == both.num_rows - hour0
+    assert [tuple(d) for d in got["migrated"]] == sorted(by_date.items())
+    assert (got["migrated_bytes"], got["migrated_first"], got["migrated_vlan"]) == (m_bytes, m_first, 42 + 43)
 
 
 def old_layout(root: Path) -> dict[str, int]:
