@@ -35,7 +35,7 @@ if [ "$(cat .venv/.flowlake-req 2>/dev/null)" != "$req_hash" ]; then
   echo "$req_hash" > .venv/.flowlake-req
 fi
 
-# --- JVM jars (Kafka broker, Spark connectors) -------------------------------------------
+# --- JVM jars (Kafka broker, Spark connectors, Delta Lake) ----------------------------------
 fetch_jars() {  # $1 = pom folder, $2 = target
   local stamp="$2/.pom-hash" h
   h=$(sha256sum "jvm/$1/pom.xml" | cut -c1-16)
@@ -48,6 +48,7 @@ fetch_jars() {  # $1 = pom folder, $2 = target
 }
 fetch_jars kafka .jars/kafka
 fetch_jars spark .jars/spark
+fetch_jars delta .jars/delta   # loaded only by a session that asks for Delta (flowlake/base/delta.py)
 
 # --- Go programs: the shipper and the top-talkers kernel -----------------------------------
 export PATH="$PATH:/usr/local/go/bin"
