@@ -96,6 +96,16 @@ func readMessage(rd io.Reader) ([]byte, error) {
 
 // decode parses one whole BMP message with GoBGP's decoder.
 func decode(buf []byte) (*bmp.BMPMessage, error) {
+	if buf[5] == bmp.BMP_MSG_ROUTE_MONITORING { // GoBGP does not check the BGP marker
+		if len(buf) < peerHeaderBytes+bgp.BGP_HEADER_LENGTH {
+			return nil, fail(reasonMalformed, "Route Monitoring of %d bytes: no room for a BGP header", len(buf))
+		}
+		for _, b := range buf[peerHeaderBytes : peerHeaderBytes+16] {
+			if b != 0xff {
+				return nil, fail(reasonMalformed, "Route Monitoring: the BGP message's marker is not all ones")
+			}
+		}
+	}
 	msg, err := bmp.ParseBMPMessage(buf)
 	if err != nil {
 		return nil, fail(reasonMalformed, "BMP message type %d (%d bytes): %v", buf[5], len(buf), err)
