@@ -9,6 +9,7 @@ package main
 //	                      "large_communities":[..],"next_hop":..,"origin_as":..}, ...]} (one per query, in order)
 //	{"op":"lookup_all","addr":"203.0.113.9"}  -> {"results":[one per router]}
 //	{"op":"dump","router":"127.0.0.1"}        -> {"paths":[every path of that router's table]}
+//	{"op":"gc"}                               -> the status after a garbage collection (bench/routing.py's memory figure)
 //
 // An unreadable request gets {"error":"..."} and the connection stays usable.
 
@@ -20,6 +21,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 )
@@ -75,6 +77,9 @@ func (c *collector) answer(req request) any {
 	switch req.Op {
 	case "status":
 		return c.status()
+	case "gc":
+		debug.FreeOSMemory() // a GC, and memory returned to the OS: the figure repeats
+		return c.status()
 	case "lookup":
 		results := make([]Route, len(req.Queries))
 		for i, q := range req.Queries {
@@ -111,7 +116,7 @@ func (c *collector) answer(req request) any {
 		defer r.mu.RUnlock()
 		return map[string]any{"paths": r.dump()}
 	}
-	return map[string]string{"error": fmt.Sprintf("unknown op %q (status, lookup, lookup_all, dump)", req.Op)}
+	return map[string]string{"error": fmt.Sprintf("unknown op %q (status, lookup, lookup_all, dump, gc)", req.Op)}
 }
 
 func (c *collector) snapshot() []*router {
