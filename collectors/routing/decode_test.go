@@ -412,6 +412,31 @@ func TestSessions(t *testing.T) {
 	if res, _ := c.lookup(query{Addr: "203.0.113.1", Exporter: "192.0.2.99"}); res.Router != "127.0.0.1" {
 		t.Fatalf("single router for an unknown exporter: %+v", res)
 	}
+	// a router that opens a new session while its old one looks open: the old one is closed,
+	// the table is the new session's alone
+	first := dial("127.0.0.4")
+	defer first.Close()
+	first.Write(append(peerUp(t, pre), msg...))
+	waitFor(t, "127.0.0.4's first session", func() bool {
+		res, _ := c.lookup(query{Addr: "203.0.113.1", Exporter: "127.0.0.4"})
+		return res.Router == "127.0.0.4" && res.Prefix == "203.0.113.0/24"
+	})
+	second := dial("127.0.0.4")
+	defer second.Close()
+	second.Write(append(peerUp(t, pre), monitoring(t, pre, update([]route{{prefix: "198.51.100.0/24",
+		asPath: []uint32{64501}, nextHop: peerA}}, nil))...))
+	waitFor(t, "127.0.0.4's second session to own its table", func() bool {
+		a, _ := c.lookup(query{Addr: "198.51.100.1", Exporter: "127.0.0.4"})
+		b, _ := c.lookup(query{Addr: "203.0.113.1", Exporter: "127.0.0.4"})
+		return a.Prefix == "198.51.100.0/24" && b.Prefix == ""
+	})
+	c.mu.RLock()
+	replaced := c.resets[reasonReplaced]
+	c.mu.RUnlock()
+	if replaced != 1 {
+		t.Fatalf("replaced sessions: %d", replaced)
+	}
+	second.Close()
 	good.Close()
 	waitFor(t, "the closed session's routes to go", func() bool {
 		res, _ := c.lookup(query{Addr: "203.0.113.1", Exporter: "127.0.0.1"})

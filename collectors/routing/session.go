@@ -172,6 +172,7 @@ func (c *collector) attach(addr string, conn net.Conn) (*router, uint64, bool) {
 	c.sessions++
 	r.mu.Lock()
 	r.clear()
+	r.session = c.nextGen
 	r.up, r.connected, r.closed, r.lastError = true, time.Now(), time.Time{}, ""
 	r.sessions++
 	r.mu.Unlock()
@@ -200,6 +201,10 @@ func (c *collector) detach(r *router, gen uint64, err error) {
 	}
 	c.mu.Unlock()
 	r.mu.Lock()
+	if r.session != gen { // a new session of the router attached in between: its table stays
+		r.mu.Unlock()
+		return
+	}
 	r.clear()
 	r.up, r.closed = false, time.Now()
 	if se != nil {
@@ -232,6 +237,10 @@ func (c *collector) serve(conn net.Conn) {
 			break
 		}
 		r.mu.Lock()
+		if r.session != gen { // a newer session of this router owns the table: this one is over
+			r.mu.Unlock()
+			break
+		}
 		err = c.apply(r, msg)
 		r.mu.Unlock()
 		if err != nil {

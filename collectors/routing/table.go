@@ -73,6 +73,7 @@ type router struct {
 	v4, v6  int // prefixes per address family
 
 	// session facts (read by status under mu)
+	session     uint64 // the generation of the session that owns the table now
 	connected   time.Time
 	closed      time.Time
 	up          bool
