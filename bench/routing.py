@@ -4,10 +4,11 @@
     .venv/bin/python bench/routing.py --tiny          # 2 x (20,000 + 4,000): a minute's check
     .venv/bin/python bench/routing.py --via gobgp     # through real speakers (below)
 
-The table is generated (seeded): Internet-shaped prefix lengths (IPv4 mostly /24, IPv6 mostly
-/48), prefixes grouped by origin AS (a few dozen thousand origins, a heavy tail), AS paths of
-1-6 hops through a few hundred transit ASes with some prepending, communities and large
-communities from small pools, one in three prefixes with an extra per-prefix community.
+The table is generated (seeded): Internet-shaped prefix lengths (IPv4 mostly /24; IPv6
+mostly /48, inside /32 allocations of the RIRs' blocks), prefixes grouped by origin AS (a few
+dozen thousand origins, a heavy tail), AS paths of 1-6 hops through a few hundred transit
+ASes with some prepending, communities and large communities from small pools, one in three
+prefixes with an extra per-prefix community.
 
 --via bmp (default): each router's table as one BMP session (Initiation, then Route
 Monitoring of the Loc-RIB, RFC 9069, or with --views all a Peer Up and pre- and post-policy
@@ -51,12 +52,19 @@ def weighted(rng: random.Random, table: list[tuple[int, int]]) -> int:
     return rng.choices([x for x, _ in table], weights=[w for _, w in table])[0]
 
 
+RIR_V6_BLOCKS = [0x2001, 0x2400, 0x2600, 0x2800, 0x2a00, 0x2c00]  # /12-ish blocks the RIRs allocate from
+
+
 def prefixes(rng: random.Random, n: int, v6: bool) -> list[str]:
+    """IPv4: anywhere in unicast space. IPv6 as allocated: a pool of /32 (and /29) allocations
+    in the RIRs' blocks, each announced whole and/or as more specifics (/36-/48)."""
     out: set[str] = set()
+    allocations = [(rng.choice(RIR_V6_BLOCKS) << 16 | rng.getrandbits(20)) << 96 for _ in range(max(1, n // 6))]
     while len(out) < n:
         if v6:
             bits = weighted(rng, V6_LENGTHS)
-            addr = (0x2001 + rng.randrange(0x0a00)) << 112 | rng.getrandbits(112)
+            base = rng.choice(allocations)
+            addr = base | (rng.getrandbits(96) if bits > 32 else 0)
             net = ipaddress.IPv6Network((addr >> (128 - bits) << (128 - bits), bits))
         else:
             bits = weighted(rng, V4_LENGTHS)
@@ -229,7 +237,8 @@ def main() -> None:
             time.sleep(0.05)
         for r, s in sorted(done.items()):
             print(f"router {r}: {expected[r]:,} paths loaded in {s:.1f} s")
-        st = client.request({"op": "gc"})
+        client.request({"op": "gc"})
+        st = client.request({"op": "gc"})  # twice: interned attributes go in a second cycle
         heap = st["memory_bytes"] - base
         print(f"all {len(expected)} routers loaded in {max(done.values()):.1f} s: {st['routes']:,} prefixes, "
               f"{st['paths']:,} paths; memory: Go heap {heap / 2**20:,.0f} MiB "
