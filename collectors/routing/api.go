@@ -8,6 +8,9 @@ package main
 //	      -> {"results":[{"router":..,"prefix":..,"as_path":[..],"communities":[..],
 //	                      "large_communities":[..],"next_hop":..,"origin_as":..}, ...]} (one per query, in order)
 //	{"op":"lookup_all","addr":"203.0.113.9"}  -> {"results":[one per router]}
+//	{"op":"lookup_batch","exporter":"192.0.2.1","addrs":["203.0.113.9", ...]}
+//	      -> {"router":..,"routes":[distinct routes],"index":[per address: its route's place in routes, -1: none]}
+//	      (the compact form for many addresses of one exporter: each route once)
 //	{"op":"dump","router":"127.0.0.1"}        -> {"paths":[every path of that router's table]}
 //	{"op":"gc"}                               -> the status after a garbage collection (bench/routing.py's memory figure)
 //
@@ -33,10 +36,12 @@ type query struct {
 }
 
 type request struct {
-	Op      string  `json:"op"`
-	Queries []query `json:"queries"`
-	Addr    string  `json:"addr"`
-	Router  string  `json:"router"`
+	Op       string   `json:"op"`
+	Queries  []query  `json:"queries"`
+	Addr     string   `json:"addr"`
+	Addrs    []string `json:"addrs"`
+	Exporter string   `json:"exporter"`
+	Router   string   `json:"router"`
 }
 
 func (c *collector) serveAPI(ln net.Listener) {
@@ -91,6 +96,13 @@ func (c *collector) answer(req request) any {
 		}
 		atomic.AddUint64(&c.lookups, uint64(len(req.Queries)))
 		return map[string]any{"results": results}
+	case "lookup_batch":
+		out, err := c.lookupBatch(req.Exporter, req.Addrs)
+		if err != nil {
+			return map[string]string{"error": err.Error()}
+		}
+		atomic.AddUint64(&c.lookups, uint64(len(req.Addrs)))
+		return out
 	case "lookup_all":
 		addr, err := netip.ParseAddr(req.Addr)
 		if err != nil {
@@ -116,7 +128,7 @@ func (c *collector) answer(req request) any {
 		defer r.mu.RUnlock()
 		return map[string]any{"paths": r.dump()}
 	}
-	return map[string]string{"error": fmt.Sprintf("unknown op %q (status, lookup, lookup_all, dump, gc)", req.Op)}
+	return map[string]string{"error": fmt.Sprintf("unknown op %q (status, lookup, lookup_batch, lookup_all, dump, gc)", req.Op)}
 }
 
 func (c *collector) snapshot() []*router {
@@ -150,6 +162,61 @@ func (c *collector) tableFor(exporter string) *router {
 		only = c.routers[n]
 	}
 	return only
+}
+
+type batchAnswer struct {
+	Router string  `json:"router"`
+	Routes []Route `json:"routes"`
+	Index  []int   `json:"index"`
+}
+
+// lookupBatch: many addresses from one exporter's table; each distinct route answered once.
+func (c *collector) lookupBatch(exporter string, addrs []string) (batchAnswer, error) {
+	out := batchAnswer{Routes: []Route{}, Index: make([]int, len(addrs))}
+	var r *router
+	if exporter != "" {
+		r = c.tableFor(exporter)
+	} else if rs := c.snapshot(); len(rs) > 0 {
+		r = c.tableFor(rs[0].addr)
+	}
+	parsed := make([]netip.Addr, len(addrs))
+	for i, a := range addrs {
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
+			return out, fmt.Errorf("addrs[%d] %q: not an IP address", i, a)
+		}
+		parsed[i] = ip.Unmap()
+	}
+	if r == nil {
+		for i := range out.Index {
+			out.Index[i] = -1
+		}
+		return out, nil
+	}
+	type key struct {
+		p netip.Prefix
+		x path
+	}
+	seen := map[key]int{}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out.Router = r.addr
+	for i, ip := range parsed {
+		p, x, ok := r.match(ip, netip.Addr{})
+		if !ok {
+			out.Index[i] = -1
+			continue
+		}
+		k := key{p, x}
+		j, ok := seen[k]
+		if !ok {
+			j = len(out.Routes)
+			seen[k] = j
+			out.Routes = append(out.Routes, r.route(p, x))
+		}
+		out.Index[i] = j
+	}
+	return out, nil
 }
 
 func (c *collector) lookup(q query) (Route, error) {

@@ -408,6 +408,15 @@ func TestSessions(t *testing.T) {
 	if res.Prefix != "203.0.113.0/24" || res.Router != "127.0.0.1" {
 		t.Fatalf("the good router's table after the others' resets: %+v", res)
 	}
+	// the compact batch: each distinct route once, an index per address
+	batch, err := c.lookupBatch("127.0.0.1", []string{"203.0.113.1", "10.0.0.1", "203.0.113.200", "::ffff:203.0.113.7"})
+	if err != nil || batch.Router != "127.0.0.1" || len(batch.Routes) != 1 || batch.Routes[0].Prefix != "203.0.113.0/24" ||
+		!reflect.DeepEqual(batch.Index, []int{0, -1, 0, 0}) {
+		t.Fatalf("lookup_batch: %+v %v", batch, err)
+	}
+	if _, err := c.lookupBatch("127.0.0.1", []string{"203.0.113.1", "nope"}); err == nil {
+		t.Fatal("lookup_batch of a bad address: no error")
+	}
 	// one router left with a session: every exporter uses its table
 	if res, _ := c.lookup(query{Addr: "203.0.113.1", Exporter: "192.0.2.99"}); res.Router != "127.0.0.1" {
 		t.Fatalf("single router for an unknown exporter: %+v", res)

@@ -140,6 +140,13 @@ class Client:
         """One answer per query {"addr", "exporter"?, "next_hop"?}, in order."""
         return self.request({"op": "lookup", "queries": queries})["results"]
 
+    def lookup_batch(self, exporter: str, addrs: list[str]) -> list[dict | None]:
+        """Many addresses of one exporter's flows (the ingest's form): each answer a route
+        dict or None; the collector sends each distinct route once."""
+        ans = self.request({"op": "lookup_batch", "exporter": exporter, "addrs": addrs})
+        routes = ans["routes"]
+        return [routes[i] if i >= 0 else None for i in ans["index"]]
+
     def close(self) -> None:
         self.file.close()
         self.sock.close()

@@ -272,9 +272,18 @@ func (r *router) better(a, b path) bool {
 // its paths, the one whose next hop is nextHop (when given and present), else the best.
 // Caller holds r.mu (read).
 func (r *router) lookup(addr, nextHop netip.Addr) (Route, bool) {
-	view, ok := r.bestView()
+	p, x, ok := r.match(addr, nextHop)
 	if !ok {
 		return unknownRoute(r.addr), false
+	}
+	return r.route(p, x), true
+}
+
+// match is lookup's work: the prefix and the path.
+func (r *router) match(addr, nextHop netip.Addr) (netip.Prefix, path, bool) {
+	view, ok := r.bestView()
+	if !ok {
+		return netip.Prefix{}, path{}, false
 	}
 	bits := 32
 	if addr.Is6() {
@@ -297,10 +306,10 @@ func (r *router) lookup(addr, nextHop netip.Addr) (Route, bool) {
 			}
 		}
 		if found {
-			return r.route(p, best), true
+			return p, best, true
 		}
 	}
-	return unknownRoute(r.addr), false
+	return netip.Prefix{}, path{}, false
 }
 
 func (r *router) route(p netip.Prefix, x path) Route {

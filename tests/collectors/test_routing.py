@@ -37,7 +37,7 @@ pytestmark = pytest.mark.integration
 A_ADDR, B_ADDR = "127.0.0.11", "127.0.0.12"
 A_AS, B_AS = 64501, 64512
 ROUTER = "127.0.0.1"  # B's BMP session comes from the default loopback source
-CHANGE_BOUND_S = 5.0  # a withdraw or a router going away is gone from lookups within this
+CHANGE_BOUND_S = 10.0  # a withdraw or a router going away is gone from lookups within this (typically < 0.1 s)
 
 
 def routes() -> list[dict]:
@@ -183,6 +183,10 @@ def test_lookups_give_the_longest_match_and_its_attributes(lab):
         assert res["as_path"] == [A_AS, *r["as_path"]] and res["origin_as"] == r["as_path"][-1]
         assert (res["communities"], res["large_communities"], res["next_hop"]) == \
             (r["communities"], r["large"], r["next_hop"])
+    # the compact batch form gives the same answers
+    with service.Client(lab.cfg) as c:
+        compact = c.lookup_batch(ROUTER, [q["addr"] for q in queries] + ["10.255.0.1"])
+    assert compact[:-1] == results[:len(queries)] and compact[-1] is None
     # an unknown destination: explicit and empty
     miss = lookup(lab, "10.255.0.1")
     assert (miss["prefix"], miss["as_path"], miss["communities"], miss["origin_as"]) == ("", [], [], 0)
