@@ -210,6 +210,9 @@ def test_lookups_give_the_longest_match_and_its_attributes(lab):
     assert full["routing"]["routers"][ROUTER]["routes"] == router["routes"]
     assert full["components"]["routing"]["state"] == "running"
     assert "Routing (BMP on" in flowlake(lab, "routing", "status").stdout
+    metrics = flowlake(lab, "metrics").stdout
+    assert f'flowlake_routing_routers_paths{{component="routing",key1="{ROUTER}"}} {float(router["paths"])}' in metrics
+    assert 'flowlake_component_up{component="routing"} 1.0' in metrics
 
 
 def test_a_withdraw_is_gone_from_lookups_within_seconds(lab):
