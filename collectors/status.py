@@ -1,9 +1,10 @@
 """The collection stage's part of `flowlake status`: sampling, exporters' health, the SNMP
-poller, the lab. `sections()` feeds `status --json` and `/metrics`; `render()` prints."""
+poller, the routing collector, the lab. `sections()` feeds `status --json` and `/metrics`; `render()` prints."""
 from __future__ import annotations
 
 from . import health, sampling
 from .lab.status import status as lab_status
+from .routing import service as routing_service
 from .snmp import service as snmp_service
 
 
@@ -15,9 +16,17 @@ def _snmp(cfg) -> dict:
         return {"error": str(exc), "exporters": {}, "errors": 0}
 
 
+def _routing(cfg) -> dict:
+    """The BMP collector: routers, sessions, routes per table, memory (collectors/routing)."""
+    try:
+        return routing_service.status(cfg)
+    except Exception as exc:  # status must never crash on a collector that answers badly
+        return {"enabled": True, "error": str(exc)}
+
+
 def sections(cfg) -> dict:
     return {"sampling": sampling.status(cfg), "exporters": health.status(cfg), "snmp": _snmp(cfg),
-            "lab": lab_status(cfg)}
+            "routing": _routing(cfg), "lab": lab_status(cfg)}
 
 
 def render(console, st: dict) -> None:
@@ -32,5 +41,6 @@ def render(console, st: dict) -> None:
         console.print(f"[bold red]SNMP poller status: {st['snmp']['error']}[/]")
     else:
         snmp_service.print_status(console, st["snmp"])
+    routing_service.print_status(console, st["routing"])
     if st["lab"]:
         console.print(st["lab"]["line"])
