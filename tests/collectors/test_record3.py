@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
 from test_shipper import dump
@@ -26,7 +27,7 @@ from conftest import run
 from flowlake.base import config
 from flowlake.collectors import kafka as kafka_service
 from flowlake.collectors import ship as ship_mod
-from flowlake.collectors.traffic import api, record3
+from flowlake.collectors.traffic import api, lake_rows, model, record3
 from flowlake.collectors.traffic.exporter import wait_drained
 from flowlake.pipelines import hour_close, ingest
 from flowlake.schemas import FLOW, avro, messages
@@ -88,6 +89,8 @@ def test_the_shipper_reads_what_the_model_exported(captures, protocol):
     assert not missing and not extra, (protocol, list(missing)[:3], list(extra)[:3])
     halves = Counter(r["biflow_half"] for r in rows)
     assert halves[1] == halves[2] > 50 and halves[0] > 1000, halves
+    assert truth["record3"]["lake_rows"] == len(rows) and truth["record3"]["biflows"] == halves[2]
+    assert truth["record3"]["reverse_bytes"] == sum(r["bytes"] for r in rows if r["biflow_half"] == 2)
     # exactly-once keys: one row per (source_file, file_seq); a reverse half is -(its record's + 1)
     seqs = [r["file_seq"] for r in rows]
     assert len(set(seqs)) == len(seqs)
@@ -294,3 +297,25 @@ def test_softflowd_biflows_land_as_both_halves(tmp_path, version, rate):
     else:
         assert halves == {0: 2 * len(truth)}
         assert Counter(r["flow_direction"] for r in rows) == {0: len(truth), 1: len(truth)}
+
+
+@pytest.mark.parametrize("version", [9, 10])
+def test_the_fast_lake_path_lands_revision_3_as_the_pipeline_does(version):
+    """lake_rows.lake_table(record3=...) (histories and benches without the network) holds
+    the rows record3.lake_rows says the pipeline lands, biflows as two rows, file_seq unique."""
+    params = api.params_for("ipfix" if version == 10 else "v9")
+    for r in params.routers:
+        r.sampling_rate, r.sampling, r.record3 = 1, None, True
+    start = int(START.timestamp() * 1000)
+    f, _ = model.generate(params, start, 3_600_000, 1500, seed=7, allow_v6=True)
+    x = record3.draw(f, 7)
+    table = lake_rows.lake_table(f, params, version=version, record3=x)
+    assert table.column_names == FLOW.names[:19] + ["src_vlan", "dst_vlan"] + FLOW.names[21:] + ["date", "hour"]
+    names = rev3_names()
+    ms = {"time_start", "time_end"}
+    got = [{k: int(v.timestamp() * 1000) if k in ms else v for k, v in r.items()} for r in table.to_pylist()]
+    want = record3.lake_rows(f, x, params, version)
+    assert Counter(as_key(r, names) for r in got) == Counter(as_key(r, names) for r in want)
+    seqs = table.column("file_seq").to_pylist()
+    assert len(set(seqs)) == len(seqs) and min(seqs) < 0
+    assert table.schema.field("mpls_labels").type == pa.list_(pa.int32())
