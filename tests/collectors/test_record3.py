@@ -17,6 +17,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 from test_shipper import dump
@@ -30,7 +31,7 @@ from flowlake.collectors import ship as ship_mod
 from flowlake.collectors.traffic import api, lake_rows, model, record3
 from flowlake.collectors.traffic.exporter import wait_drained
 from flowlake.pipelines import hour_close, ingest
-from flowlake.schemas import FLOW, avro, messages
+from flowlake.schemas import FLOW, FLOWS_TABLE, avro, messages
 from flowlake.schemas.flow import FLOW_REV2, FLOW_REVISIONS
 
 START = dt.datetime(2026, 4, 8, 0, 0, tzinfo=dt.UTC)
@@ -319,3 +320,31 @@ def test_the_fast_lake_path_lands_revision_3_as_the_pipeline_does(version):
     seqs = table.column("file_seq").to_pylist()
     assert len(set(seqs)) == len(seqs) and min(seqs) < 0
     assert table.schema.field("mpls_labels").type == pa.list_(pa.int32())
+
+
+@pytest.mark.integration
+def test_spark_reads_revision_3_beside_older_files(spark, tmp_path):
+    """An hour holding a file from before revision 3 and one with it: Spark reads both with
+    the lake's declared schema (the older rows' new columns null, MPLS stacks as array<int>)."""
+    params = api.params_for("ipfix")
+    for r in params.routers:
+        r.sampling_rate, r.sampling, r.record3 = 1, None, True
+    f, _ = model.generate(params, int(START.timestamp() * 1000), 600_000, 400, seed=3, allow_v6=True)
+    new = lake_rows.lake_table(f, params, source_file="new", record3=record3.draw(f, 3))
+    old = lake_rows.lake_table(f, params, source_file="old")
+    hour = tmp_path / "flows" / "date=2026-04-08" / "hour=0"
+    hour.mkdir(parents=True)
+    pq.write_table(old.drop_columns(["date", "hour"]), hour / "old.parquet", compression="zstd")
+    pq.write_table(new.drop_columns(["date", "hour"]), hour / "new.parquet", compression="zstd")
+    df = spark.read.option("basePath", str(tmp_path / "flows")).schema(FLOWS_TABLE.spark_schema()) \
+        .parquet(str(tmp_path / "flows" / "date=2026-04-08"))
+    got = {(r["source_file"], r["file_seq"]): (r["mpls_labels"], r["biflow_half"], r["src_addr_nat"])
+           for r in df.select("source_file", "file_seq", "mpls_labels", "biflow_half", "src_addr_nat").collect()}
+    want = {("new", s): (m, b, n) for s, m, b, n in zip(*(new.column(c).to_pylist() for c in
+                                                         ("file_seq", "mpls_labels", "biflow_half", "src_addr_nat")),
+                                                       strict=True)}
+    want |= {("old", s): (None, None, None) for s in old.column("file_seq").to_pylist()}
+    assert got == want
+    stacked = new.filter(new.column("mpls_labels").is_valid()).column("mpls_labels").to_pylist()[0]
+    hits = df.where(f"array_contains(mpls_labels, {stacked[0]})").count()
+    assert hits == sum(1 for m in new.column("mpls_labels").to_pylist() if m and stacked[0] in m)
