@@ -83,7 +83,9 @@ def write_flows(lake: Path, flows_per_day: int = 20000, seed: int = 7) -> int:
             "src_vlan": rng.choice([0, 100, 210, 211], n), "dst_vlan": rng.choice([0, 100, 210, 211], n),
         }
         cols.update(_enrichment(cols, rng, n))
-        table = pa.table({k: pa.array(cols[k]).cast(schema.field(k).type) for k in schema.names}, schema=schema)
+        # columns not drawn here (flow record revision 3's) are null, as in a lake from before them
+        table = pa.table({k: pa.array(cols[k]).cast(schema.field(k).type) if k in cols else pa.nulls(n, schema.field(k).type)
+                          for k in schema.names}, schema=schema)
         hours = (t - start0) // 3_600_000
         for h in np.unique(hours):
             part = lake / "flows" / f"date={day.isoformat()}" / f"hour={int(h):02d}"
