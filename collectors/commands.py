@@ -1,4 +1,5 @@
-"""The `flowlake` subcommands this stage owns (collection: nfcapd files to Kafka, exporters, active tests, SNMP).
+"""The `flowlake` subcommands this stage owns (collection: nfcapd files to Kafka, exporters, active tests,
+SNMP, routing).
 
 name -> ("module:attribute", one-line help); the hub's CLI (flowlake/cli.py) merges every
 stage's table and imports a command's module only when it runs. Strings only here: the
@@ -10,4 +11,5 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "active": ("flowlake.collectors.active.cli:active", "Parse and import active-test results."),
     "probe": ("flowlake.collectors.active.probe:probe", "Run PingER-style probes on a schedule."),
     "snmp": ("flowlake.collectors.snmp.cli:snmp", "SNMP poller: interface names and counters per exporter."),
+    "routing": ("flowlake.collectors.routing.cli:routing", "BMP collector: routing tables per router."),
 }

@@ -68,7 +68,12 @@ def _speedup(text: str) -> float | None:
                    "(DIR/ping/<target>/), iperf3 -J throughput tests (DIR/iperf3/) and a message-size "
                    "sweep CSV (DIR/sweep/).")
 @click.option("--seed", type=int, default=1, show_default=True, help="Random seed (same seed, same traffic).")
-def generate(protocol, target, start, duration, flows, rate, speedup, max_rate, truth_path, active_dir, seed):
+@click.option("--record3", is_flag=True, default=False,
+              help="Every router also exports flow record revision 3's elements (v9/IPFIX: next hops, direction, "
+                   "masks, forwarding status, MACs, MPLS, VRFs, NAT, biflow out counters): the lake then holds "
+                   "one more row per biflow (truth: record3.lake_rows).")
+def generate(protocol, target, start, duration, flows, rate, speedup, max_rate, truth_path, active_dir, seed,
+             record3):
     """Export modelled border traffic as NetFlow v5/v9/IPFIX with a known ground truth.
 
     Three border routers export from 127.0.0.2, 127.0.0.3 and 127.0.0.4 (one sampled
@@ -123,7 +128,10 @@ def generate(protocol, target, start, duration, flows, rate, speedup, max_rate, 
                   TimeElapsedColumn()) as bar:
         task = bar.add_task("export", total=flows)
         try:
-            doc = api.generate_day(tgt, t0, dur, flows, protocol, truth_path, active_dir, sp, seed,
+            params = api.params_for(protocol, cfg)
+            for r in params.routers:
+                r.record3 = record3
+            doc = api.generate_day(tgt, t0, dur, flows, protocol, truth_path, active_dir, sp, seed, params=params,
                                    max_rate=max_rate, progress=lambda n: bar.advance(task, n), cfg=cfg)
         except (ValueError, OSError) as exc:
             raise click.ClickException(str(exc)) from None
@@ -133,6 +141,8 @@ def generate(protocol, target, start, duration, flows, rate, speedup, max_rate, 
                f"as {protocol}: {s['flows_per_s']:,.0f} flows/s")
     for e in doc["exporters"]:
         click.echo(f"  {e['name']} {e['address']} 1:{e['sampling_rate']}: {e['flows']} flows")
+    if doc.get("record3"):
+        click.echo(f"  revision 3: {doc['record3']['biflows']} biflows, {doc['record3']['lake_rows']} lake rows")
     if truth_path:
         click.echo(f"truth: {truth_path}")
     if active_dir:

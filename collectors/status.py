@@ -1,9 +1,11 @@
 """The collection stage's part of `flowlake status`: sampling, exporters' health, the SNMP
-poller, the lab, the spool's bytes per flow. `sections()` feeds `status --json` and `/metrics`; `render()` prints."""
+poller, the routing collector, the lab, the spool's bytes per flow. `sections()` feeds `status --json`
+and `/metrics`; `render()` prints."""
 from __future__ import annotations
 
 from . import health, nfcapd, sampling
 from .lab.status import status as lab_status
+from .routing import service as routing_service
 from .snmp import service as snmp_service
 
 
@@ -32,9 +34,17 @@ def spool_line(sp: dict) -> str:
             f"nfcapd writes {sp['compression']} (collector.spool_compression); files: {held}")
 
 
+def _routing(cfg) -> dict:
+    """The BMP collector: routers, sessions, routes per table, memory (collectors/routing)."""
+    try:
+        return routing_service.status(cfg)
+    except Exception as exc:  # status must never crash on a collector that answers badly
+        return {"enabled": True, "error": str(exc)}
+
+
 def sections(cfg) -> dict:
     return {"sampling": sampling.status(cfg), "exporters": health.status(cfg), "snmp": _snmp(cfg),
-            "lab": lab_status(cfg), "spool": _spool(cfg)}
+            "routing": _routing(cfg), "lab": lab_status(cfg), "spool": _spool(cfg)}
 
 
 def render(console, st: dict) -> None:
@@ -50,5 +60,6 @@ def render(console, st: dict) -> None:
         console.print(f"[bold red]SNMP poller status: {st['snmp']['error']}[/]")
     else:
         snmp_service.print_status(console, st["snmp"])
+    routing_service.print_status(console, st["routing"])
     if st["lab"]:
         console.print(st["lab"]["line"])

@@ -17,6 +17,7 @@ REGISTRY: tuple[str, ...] = (
     "flowlake.collectors.sampling:SamplingTap",   # before nfcapd: no sampler announcement is missed
     "flowlake.collectors.nfcapd:Nfcapd",
     "flowlake.collectors.snmp.service:SnmpPoller",
+    "flowlake.collectors.routing.service:Routing",
     "flowlake.retention_service:Retention",
     "flowlake.pipelines.hour_close:Compactor",
     "flowlake.pipelines.alerts.service:Alerts",

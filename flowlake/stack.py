@@ -224,6 +224,9 @@ def status(as_json: bool) -> None:
     SNMP poller: per exporter its agent, sysName, interfaces, last poll and last error
     (timeout, wrong community, authentication), and flow coverage warnings: hours whose
     flow bytes / counter bytes is outside 1 +/- snmp.coverage_tolerance (`--json`: "snmp").
+    Routing (with [routing] enabled): the BMP collector's routers, sessions, prefixes per
+    table (IPv4/IPv6), paths, memory, last update and session resets by reason
+    (`--json`: key "routing"; `flowlake routing status` shows the same).
     Enrichment: the ASN/geo databases and networks file in use (build date, records),
     refused files, the SNMP cache, rules, and the newest lake hour's share of flows
     with unknown AS, country and interface name (`--json`: key "enrich").

@@ -24,9 +24,12 @@ from typing import Callable, Iterable, Iterator
 import click
 
 from flowlake.base import config
+from flowlake.schemas import FLOW
 
 ENV_KEY = "FLOWLAKE_ANON_KEY"
-ADDRESS_COLUMNS = ("src_addr", "dst_addr")
+# every address column of the flow record: src_addr, dst_addr and revision 3's next hops and
+# NAT translation (MAC addresses are not IP addresses: Crypto-PAn leaves them as they are)
+ADDRESS_COLUMNS = tuple(FLOW.address_fields("one"))
 _CHUNK = 4096  # addresses per AES call: 8 MiB of IPv6 input blocks
 
 

@@ -25,7 +25,8 @@ FLOW = Record(
         Field("src_as", "long", "source autonomous system number"),
         Field("dst_as", "long", "destination autonomous system number"),
         Field("source_file", "string", "nfcapd file the flow was read from (path below the spool)"),
-        Field("file_seq", "long", "position of the flow in its nfcapd file, from 0"),
+        Field("file_seq", "long", "position of the flow in its nfcapd file, from 0 "
+              "(the reverse half of a biflow: -(its initiator's + 1))"),
         # revision 2 (issue 26): VLANs; 0 = the exporter sent none, null = landed before flowlake read them
         Field("src_vlan", "int", "ingress VLAN id (IPFIX vlanId 58, NetFlow v9 SRC_VLAN 58; 0 = none)",
               nullable=True, default=0),

@@ -8,7 +8,7 @@ say() { printf '\033[1;34m==> %s\033[0m\n' "$*"; }
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 
 # --- Debian packages ---------------------------------------------------------------
-APT_PACKAGES="nfdump softflowd iperf3 fping iputils-ping chromium chromium-driver kcat iproute2 tcpdump maven openjdk-17-jdk-headless python3-venv docker-compose openssl snmpd snmp dnsmasq-base"
+APT_PACKAGES="nfdump softflowd iperf3 fping iputils-ping chromium chromium-driver kcat iproute2 tcpdump maven openjdk-17-jdk-headless python3-venv docker-compose openssl snmpd snmp dnsmasq-base gobgpd pmacct"
 missing=""
 for p in $APT_PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
@@ -35,7 +35,7 @@ if [ "$(cat .venv/.flowlake-req 2>/dev/null)" != "$req_hash" ]; then
   echo "$req_hash" > .venv/.flowlake-req
 fi
 
-# --- JVM jars (Kafka broker, Spark connectors) -------------------------------------------
+# --- JVM jars (Kafka broker, Spark connectors, Delta Lake) ----------------------------------
 fetch_jars() {  # $1 = pom folder, $2 = target
   local stamp="$2/.pom-hash" h
   h=$(sha256sum "jvm/$1/pom.xml" | cut -c1-16)
@@ -48,8 +48,9 @@ fetch_jars() {  # $1 = pom folder, $2 = target
 }
 fetch_jars kafka .jars/kafka
 fetch_jars spark .jars/spark
+fetch_jars delta .jars/delta   # loaded only by a session that asks for Delta (flowlake/base/delta.py)
 
-# --- Go programs: the shipper and the top-talkers kernel -----------------------------------
+# --- Go programs: the shipper, the top-talkers kernel, the BMP collector (flowlake/base/gobuild.py) -----------------------------------
 export PATH="$PATH:/usr/local/go/bin"
 if ! command -v go >/dev/null; then
   echo "Go (>= $(sed -n 's/^go //p' collectors/shipper/go.mod)) is needed to build the shipper: install it from go.dev or your distribution" >&2

@@ -21,7 +21,8 @@ TARGETS = ("ping.example.net", "cern.example.org", "slac.example.edu")
 ARROW = {"int": pa.int32(), "long": pa.int64(), "double": pa.float64(), "string": pa.string(),
          "boolean": pa.bool_(), "bytes": pa.binary(), "timestamp_ms": pa.timestamp("ms", tz="UTC"),
          "date": pa.date32(), "map_string_double": pa.map_(pa.string(), pa.float64()),
-         "map_string_string": pa.map_(pa.string(), pa.string()), "array_double": pa.list_(pa.float64())}
+         "map_string_string": pa.map_(pa.string(), pa.string()), "array_double": pa.list_(pa.float64()),
+         "array_int": pa.list_(pa.int32())}
 
 # Values chosen by column name so the dashboards' fixed filters (by=src, kind=daily, ...) match.
 VOCAB = {
@@ -87,7 +88,9 @@ def write_flows(lake: Path, flows_per_day: int = 20000, seed: int = 7) -> int:
             "src_vlan": rng.choice([0, 100, 210, 211], n), "dst_vlan": rng.choice([0, 100, 210, 211], n),
         }
         cols.update(_enrichment(cols, rng, n))
-        table = pa.table({k: pa.array(cols[k]).cast(schema.field(k).type) for k in schema.names}, schema=schema)
+        # columns not drawn here (flow record revision 3's) are null, as in a lake from before them
+        table = pa.table({k: pa.array(cols[k]).cast(schema.field(k).type) if k in cols else pa.nulls(n, schema.field(k).type)
+                          for k in schema.names}, schema=schema)
         hours = (t - start0) // 3_600_000
         for h in np.unique(hours):
             part = lake / "flows" / f"date={day.isoformat()}" / f"hour={int(h):02d}"
@@ -143,6 +146,8 @@ def _column(f, n, rng, day):
         if f.name.endswith("_x"):
             return [[10 ** (2 + i / 4) for i in range(8)] for _ in range(n)]
         return [sorted((float(x) for x in rng.random(8)), reverse=True) for _ in range(n)]
+    if f.type == "array_int":  # MPLS stacks: none, or 1-3 labels
+        return [[int(x) for x in rng.integers(16, 1 << 20, int(k))] or None for k in rng.integers(0, 4, n)]
     if f.type == "map_string_double":
         return [{"rtt_ms": float(rng.random() * 100)} for _ in range(n)]
     if f.type == "map_string_string":

@@ -131,7 +131,7 @@ type Flow struct {
 	BiflowHalf                uint8  // 0 one-way, 1 a biflow's initiator half, 2 its reverse half (reverse())
 	Received                  int64  // ms since epoch: when nfcapd received the datagram
 	NfcapdSetting             bool   // SamplingRate came from nfcapd's -s, not from the router
-	Seq                       int64  // position of the flow in its file, from 0
+	Seq                       int64  // position of the record in its file, from 0; a reverse half: -(position+1)
 	Layout                    uint64 // bit per extension element type present (health: template layouts)
 	NfVersion                 uint8  // NetFlow version of the record (5, 9, 10)
 	Dropped                   bool   // set by a ReadFile callback that does not pass the flow on (quarantined)

@@ -406,7 +406,7 @@ func (s *Shipper) shipAs(ctx context.Context, path string, id fileID) (*Stats, e
 		if len(recs) == 0 {
 			recs = make([]kgo.Record, recordChunk)
 		}
-		if cap(slab)-len(slab) < 512+len(srcFile) {
+		if cap(slab)-len(slab) < 1024+len(srcFile) { // a flow with every revision-3 field is up to ~500 bytes of Avro
 			slab = make([]byte, 0, 1<<20)
 		}
 		hash := conversationHash(f)

@@ -97,6 +97,7 @@ def generate_day(target: tuple[str, int] | str, start: datetime | int, duration_
         "duration_s": duration_ms / 1000, "speedup": speedup, "router_boot_ms": boot_ms,
         **truth_mod.summarize(f, p, exp_rows),
         "per_vlan": truth_mod.vlan_counts(f, p, version),
+        "record3": truth_mod.record3_counts(f, p, rev3),
         "sampling": {
             "wire_counts_are_sampled": True,
             "announced_by": {"v5": "header sampling_interval (mode 01)",

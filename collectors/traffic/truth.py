@@ -59,6 +59,20 @@ def vlan_counts(f: np.ndarray, params, version: int) -> dict:
     return out
 
 
+def record3_counts(f: np.ndarray, params, x) -> dict | None:
+    """Revision 3 (record3.py): biflows and the rows the lake holds for them (one more per
+    biflow), reverse counters sampling-corrected; None when no router exports revision 3."""
+    if x is None:
+        return None
+    on = np.array([bool(r.record3) for r in params.routers])[f["router"]]
+    rates = np.array([r.sampling_rate for r in params.routers], np.int64)[f["router"]]
+    bi = on & ((x["out_packets"] > 0) | (x["out_bytes"] > 0))
+    return {"routers": [r.name for r in params.routers if r.record3], "biflows": int(bi.sum()),
+            "lake_rows": int(len(f) + bi.sum()),
+            "reverse_packets": int((x["out_packets"][bi].astype(np.int64) * rates[bi]).sum()),
+            "reverse_bytes": int((x["out_bytes"][bi].astype(np.int64) * rates[bi]).sum())}
+
+
 def write(truth: dict, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,8 @@ or older than its sources. `python -m flowlake.base.gobuild` (run by `make setup
 them all; the code that runs a program builds it on first use too.
 
 - collectors/shipper: nfcapd files -> Kafka (the ingest hot path);
-- jobs/toptalkers: the top_talkers lists on one machine ([reports] engine = local).
+- jobs/toptalkers: the top_talkers lists on one machine ([reports] engine = local);
+- collectors/routing: the BMP collector and its routing tables ([routing] enabled).
 """
 from __future__ import annotations
 
@@ -63,7 +64,8 @@ class GoProgram:
 
 SHIPPER = GoProgram(ROOT / "collectors" / "shipper", "flowlake-shipper")
 TOPTALKERS = GoProgram(ROOT / "jobs" / "toptalkers", "flowlake-toptalkers")
-PROGRAMS = (SHIPPER, TOPTALKERS)
+ROUTING = GoProgram(ROOT / "collectors" / "routing", "flowlake-routing")
+PROGRAMS = (SHIPPER, TOPTALKERS, ROUTING)
 
 if __name__ == "__main__":
     for program in PROGRAMS:

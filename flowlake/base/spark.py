@@ -47,10 +47,13 @@ def is_cluster(master: str) -> bool:
     return master.startswith("spark://")
 
 
-def spark_conf(app: str, master: str, cfg, extra: dict | None = None, java_options: str = "") -> dict[str, str]:
+def spark_conf(app: str, master: str, cfg, extra: dict | None = None, java_options: str = "",
+               delta: bool = False) -> dict[str, str]:
     """Every setting of a flowlake application, in one place for both ways of starting it:
     SparkSession.builder (local mode) and spark-submit --conf (a cluster). java_options:
-    added to the driver's and executors' JVM options (the ingest's [spark] ingest_java_options)."""
+    added to the driver's and executors' JVM options (the ingest's [spark] ingest_java_options).
+    delta: also Delta Lake's extension, catalog and jars (flowlake/base/delta.py; off by
+    default until the lake is a Delta table, issue 38)."""
     tmp = cfg.path("tmp", "spark")
     conf = {
         "spark.app.name": app,
@@ -90,6 +93,12 @@ def spark_conf(app: str, master: str, cfg, extra: dict | None = None, java_optio
     if java_options:
         for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
             conf[key] += " " + java_options
+    if delta:
+        from flowlake.base import delta as _delta  # noqa: PLC0415  (only sessions asked for Delta)
+
+        settings = _delta.spark_conf()
+        conf["spark.jars"] = ",".join(j for j in (conf["spark.jars"], settings.pop("delta.jars")) if j)
+        conf.update(settings)
     conf.update(extra or {})
     return conf
 
@@ -102,9 +111,11 @@ def _loopback_host(master: str) -> str | None:
 
 
 def session(app: str = "flowlake", master: str | None = None, cfg=None, extra: dict | None = None,
-            java_options: str = ""):
+            java_options: str = "", delta: bool = False):
     """Get or create the SparkSession. One per process: tests share one for the whole run.
-    Inside spark-submit (a cluster) the JVM already runs with the same settings."""
+    Inside spark-submit (a cluster) the JVM already runs with the same settings.
+    delta: a session that reads and writes Delta tables (see spark_conf); the process's
+    first session decides (Spark's extensions and jars are fixed when the JVM starts)."""
     from pyspark.sql import SparkSession  # noqa: PLC0415  (start-up: pyspark)
 
     cfg = cfg or _config.get()
@@ -114,7 +125,7 @@ def session(app: str = "flowlake", master: str | None = None, cfg=None, extra: d
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     tmp = cfg.path("tmp", "spark")
     tmp.mkdir(parents=True, exist_ok=True)
-    conf = spark_conf(app, master, cfg, extra, java_options)
+    conf = spark_conf(app, master, cfg, extra, java_options, delta=delta)
     if "spark.driver.bindAddress" in conf:
         os.environ.setdefault("SPARK_LOCAL_IP", conf["spark.driver.bindAddress"])
     builder = SparkSession.builder

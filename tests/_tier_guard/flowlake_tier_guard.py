@@ -57,7 +57,8 @@ _DAEMONS = {"snmpd": "snmpd", "dnsmasq": "dnsmasq", "gobgpd": "gobgpd", "gobgp":
             "go": "a Go build (go)"}
 _ROOT = {"unshare", "nsenter", "tc", "nft", "iptables", "ip6tables", "mount", "umount", "sudo",
          "modprobe", "brctl", "ovs-vsctl"}
-_GO_BUILT = (REPO / "collectors" / "shipper", REPO / "jobs" / "toptalkers" / "bin")
+_GO_BUILT = (REPO / "collectors" / "shipper", REPO / "jobs" / "toptalkers" / "bin",
+             REPO / "collectors" / "routing" / "bin")
 
 
 def enabled() -> bool:

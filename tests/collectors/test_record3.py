@@ -16,6 +16,8 @@ from collections import Counter
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 from test_shipper import dump
@@ -26,10 +28,10 @@ from conftest import run
 from flowlake.base import config
 from flowlake.collectors import kafka as kafka_service
 from flowlake.collectors import ship as ship_mod
-from flowlake.collectors.traffic import api, record3
+from flowlake.collectors.traffic import api, lake_rows, model, record3
 from flowlake.collectors.traffic.exporter import wait_drained
-from flowlake.pipelines import ingest
-from flowlake.schemas import FLOW, avro, messages
+from flowlake.pipelines import hour_close, ingest
+from flowlake.schemas import FLOW, FLOWS_TABLE, avro, messages
 from flowlake.schemas.flow import FLOW_REV2, FLOW_REVISIONS
 
 START = dt.datetime(2026, 4, 8, 0, 0, tzinfo=dt.UTC)
@@ -88,6 +90,8 @@ def test_the_shipper_reads_what_the_model_exported(captures, protocol):
     assert not missing and not extra, (protocol, list(missing)[:3], list(extra)[:3])
     halves = Counter(r["biflow_half"] for r in rows)
     assert halves[1] == halves[2] > 50 and halves[0] > 1000, halves
+    assert truth["record3"]["lake_rows"] == len(rows) and truth["record3"]["biflows"] == halves[2]
+    assert truth["record3"]["reverse_bytes"] == sum(r["bytes"] for r in rows if r["biflow_half"] == 2)
     # exactly-once keys: one row per (source_file, file_seq); a reverse half is -(its record's + 1)
     seqs = [r["file_seq"] for r in rows]
     assert len(set(seqs)) == len(seqs)
@@ -209,16 +213,24 @@ def test_both_formats_land_revision_3_and_revision_2_messages_read_null(captures
     want = sorted(as_key({**r, "time_start": r["time_start"], "time_end": r["time_end"]}, names)[1:]
                   for r in rows)
     truth_keys = Counter(as_key(r, names)[1:] for r in truth_rows(truth, params, "ipfix"))
-    for fmt, path in files.items():
-        got = con.execute(f"select {cols}, epoch_ms(time_start) as ts, epoch_ms(time_end) as te "
-                          f"from read_parquet('{cfg.lake}/flows/**/*.parquet', union_by_name = true) "
-                          "where source_file = ? order by file_seq", [path.name]).fetchall()
-        lake = [dict(zip(("file_seq", *KEYS[1:], *names, "ts", "te"), g, strict=True)) for g in got]
-        lake = [{**r, "time_start": r["ts"], "time_end": r["te"], "exporter": None} for r in lake]
-        mine = sorted(as_key(r, names)[1:] for r in lake)
-        assert mine == want, f"{fmt}: the lake's rows equal the file's"
-        assert Counter(mine) == truth_keys, f"{fmt}: the lake equals the model's truth"
-        assert [r["file_seq"] for r in lake] == sorted(r["file_seq"] for r in rows)
+    def check(when: str) -> None:
+        for fmt, path in files.items():
+            got = con.execute(f"select {cols}, epoch_ms(time_start) as ts, epoch_ms(time_end) as te "
+                              f"from read_parquet('{cfg.lake}/flows/**/*.parquet', union_by_name = true) "
+                              "where source_file = ? order by file_seq", [path.name]).fetchall()
+            lake = [dict(zip(("file_seq", *KEYS[1:], *names, "ts", "te"), g, strict=True)) for g in got]
+            lake = [{**r, "time_start": r["ts"], "time_end": r["te"], "exporter": None} for r in lake]
+            mine = sorted(as_key(r, names)[1:] for r in lake)
+            assert mine == want, f"{when}, {fmt}: the lake's rows equal the file's"
+            assert Counter(mine) == truth_keys, f"{when}, {fmt}: the lake equals the model's truth"
+            assert [r["file_seq"] for r in lake] == sorted(r["file_seq"] for r in rows)
+
+    check("ingested")
+    # the compactor rewrites the hours with the new columns kept (MPLS lists included)
+    done = hour_close.run(cfg, settle=False, force=True)
+    assert done and all(r["rows"] for r in done)
+    assert not list((cfg.lake / "flows").rglob("b*.parquet")), "every batch file compacted"
+    check("compacted")
     got = con.execute(f"select {', '.join(names)}, count(*) from read_parquet('{cfg.lake}/flows/**/*.parquet', "
                       "union_by_name = true) where source_file = 'old-rev2' group by all").fetchall()
     assert got == [(*[None] * len(names), 5)]
@@ -286,3 +298,53 @@ def test_softflowd_biflows_land_as_both_halves(tmp_path, version, rate):
     else:
         assert halves == {0: 2 * len(truth)}
         assert Counter(r["flow_direction"] for r in rows) == {0: len(truth), 1: len(truth)}
+
+
+@pytest.mark.parametrize("version", [9, 10])
+def test_the_fast_lake_path_lands_revision_3_as_the_pipeline_does(version):
+    """lake_rows.lake_table(record3=...) (histories and benches without the network) holds
+    the rows record3.lake_rows says the pipeline lands, biflows as two rows, file_seq unique."""
+    params = api.params_for("ipfix" if version == 10 else "v9")
+    for r in params.routers:
+        r.sampling_rate, r.sampling, r.record3 = 1, None, True
+    start = int(START.timestamp() * 1000)
+    f, _ = model.generate(params, start, 3_600_000, 1500, seed=7, allow_v6=True)
+    x = record3.draw(f, 7)
+    table = lake_rows.lake_table(f, params, version=version, record3=x)
+    assert table.column_names == FLOW.names[:19] + ["src_vlan", "dst_vlan"] + FLOW.names[21:] + ["date", "hour"]
+    names = rev3_names()
+    ms = {"time_start", "time_end"}
+    got = [{k: int(v.timestamp() * 1000) if k in ms else v for k, v in r.items()} for r in table.to_pylist()]
+    want = record3.lake_rows(f, x, params, version)
+    assert Counter(as_key(r, names) for r in got) == Counter(as_key(r, names) for r in want)
+    seqs = table.column("file_seq").to_pylist()
+    assert len(set(seqs)) == len(seqs) and min(seqs) < 0
+    assert table.schema.field("mpls_labels").type == pa.list_(pa.int32())
+
+
+@pytest.mark.integration
+def test_spark_reads_revision_3_beside_older_files(spark, tmp_path):
+    """An hour holding a file from before revision 3 and one with it: Spark reads both with
+    the lake's declared schema (the older rows' new columns null, MPLS stacks as array<int>)."""
+    params = api.params_for("ipfix")
+    for r in params.routers:
+        r.sampling_rate, r.sampling, r.record3 = 1, None, True
+    f, _ = model.generate(params, int(START.timestamp() * 1000), 600_000, 400, seed=3, allow_v6=True)
+    new = lake_rows.lake_table(f, params, source_file="new", record3=record3.draw(f, 3))
+    old = lake_rows.lake_table(f, params, source_file="old")
+    hour = tmp_path / "flows" / "date=2026-04-08" / "hour=0"
+    hour.mkdir(parents=True)
+    pq.write_table(old.drop_columns(["date", "hour"]), hour / "old.parquet", compression="zstd")
+    pq.write_table(new.drop_columns(["date", "hour"]), hour / "new.parquet", compression="zstd")
+    df = spark.read.option("basePath", str(tmp_path / "flows")).schema(FLOWS_TABLE.spark_schema()) \
+        .parquet(str(tmp_path / "flows" / "date=2026-04-08"))
+    got = {(r["source_file"], r["file_seq"]): (r["mpls_labels"], r["biflow_half"], r["src_addr_nat"])
+           for r in df.select("source_file", "file_seq", "mpls_labels", "biflow_half", "src_addr_nat").collect()}
+    want = {("new", s): (m, b, n) for s, m, b, n in zip(*(new.column(c).to_pylist() for c in
+                                                         ("file_seq", "mpls_labels", "biflow_half", "src_addr_nat")),
+                                                       strict=True)}
+    want |= {("old", s): (None, None, None) for s in old.column("file_seq").to_pylist()}
+    assert got == want
+    stacked = new.filter(new.column("mpls_labels").is_valid()).column("mpls_labels").to_pylist()[0]
+    hits = df.where(f"array_contains(mpls_labels, {stacked[0]})").count()
+    assert hits == sum(1 for m in new.column("mpls_labels").to_pylist() if m and stacked[0] in m)

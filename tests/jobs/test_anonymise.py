@@ -105,7 +105,7 @@ def lake_from(rows, lake: Path) -> None:
     """The nfcapd file's flows as a lake day (FLOWS_TABLE types, date/hour partitions), by DuckDB."""
     import duckdb
 
-    from flowlake.schemas import FLOWS_TABLE
+    from flowlake.schemas import FLOW, FLOWS_TABLE
     from flowlake.schemas.enrich import ENRICHMENT_NAMES
 
     # the wire columns only, as a lake day from before enrichment (readers take both)
@@ -116,7 +116,8 @@ def lake_from(rows, lake: Path) -> None:
     recs = [(t0 + dt.timedelta(seconds=i), t0 + dt.timedelta(seconds=i + 1), "192.0.2.1", 1, 3, r["src_addr"],
              r["dst_addr"], r["src_port"], r["dst_port"], r["proto"], r["tcp_flags"], r["tos"], r["packets"],
              r["bytes"], 1, r["src_as"], r["dst_as"], "nfcapd.x", i, "", DAY, 10 + i % 2) for i, r in enumerate(rows)]
-    named = [n for n, _ in cols if n not in ("src_vlan", "dst_vlan")]  # no VLANs here: null, as before them
+    # no VLANs nor revision 3's columns here: null, as before them
+    named = [n for n, _ in cols if n not in ("src_vlan", "dst_vlan") and n not in FLOW.names[21:]]
     con.executemany(f"INSERT INTO f ({', '.join(named)}) VALUES ({', '.join('?' * len(named))})", recs)
     lake.mkdir(parents=True, exist_ok=True)
     con.execute(f"COPY f TO '{lake / 'flows'}' (FORMAT parquet, PARTITION_BY (date, hour), OVERWRITE_OR_IGNORE)")

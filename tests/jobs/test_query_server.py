@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -36,11 +37,22 @@ def _start(home: Path) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, text=True)
     sock = home / "run" / "query.sock"
     deadline = time.monotonic() + 60
-    while not sock.exists():
+    # listening, not only present: a stale socket file of a killed server exists before
+    # the new one has taken it over (a restart under load raced the next command)
+    while not _listening(sock):
         assert proc.poll() is None, proc.stdout.read()
-        assert time.monotonic() < deadline, "the query server did not create its socket"
+        assert time.monotonic() < deadline, "the query server did not listen on its socket"
         time.sleep(0.1)
     return proc
+
+
+def _listening(sock: Path) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(str(sock))
+        except OSError:
+            return False
+    return True
 
 
 @pytest.fixture(scope="module")
