@@ -366,7 +366,10 @@ class _ToAst(Transformer):
         comp = [t for t in args if t.type == "COMP"]
         tok = args[-1]
         name = str(tok).lower()
-        if not comp and name in NAT_EVENTS:
+        if name in NAT_EVENTS:
+            if comp:
+                raise _Bad(f"a NAT event name compares by equality only ('nat event {tok}'); "
+                           f"compare numbers: 'nat event {comp[0]} {NAT_EVENTS[name]}'", tok)
             return ast.Cmp("nat_event", "==", NAT_EVENTS[name])
         if not _is_number(name):
             raise _Bad(f"unknown NAT event '{tok}' (use a number or one of {', '.join(NAT_EVENTS)})", tok)
