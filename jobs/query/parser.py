@@ -163,11 +163,15 @@ def _split(args):
     return {t.type: t for t in args if isinstance(t, Token)}, [a for a in args if not isinstance(a, Token)]
 
 
-def _dir_fields(toks, src: str, dst: str) -> tuple:
+def _sided(toks, src: str, dst: str, make):
+    """The node for the field(s) the direction qualifier names: src, dst, either (no
+    qualifier or `src or dst`), both (`src and dst`), as nfdump's dqual."""
     d = toks.get("DIR")
-    if d is None:
-        return (src, dst)
-    return (src,) if d.lower() == "src" else (dst,)
+    side = "src or dst" if d is None else str(d)
+    if side in ("src", "dst"):
+        return make(src if side == "src" else dst)
+    nodes = (make(src), make(dst))
+    return ast.Or(nodes) if side == "src or dst" else ast.And(nodes)
 
 
 @v_args(inline=True)
@@ -190,36 +194,46 @@ class _ToAst(Transformer):
     def vlist(self, *values):
         return list(values)
 
+    def dqual(self, *toks):
+        """One DIR token: 'src', 'dst', 'or' (either side) or 'and' (both sides)."""
+        sides = [str(t).lower() for t in toks if t.type == "DIR"]
+        if len(sides) == 1:
+            return Token.new_borrow_pos("DIR", sides[0], toks[0])
+        if sides[0] == sides[1]:
+            raise _Bad(f"'{toks[0]} {toks[1]} {toks[2]}' names one side twice (src or dst, src and dst)", toks[2])
+        # the value spans the words, so an error's caret underlines all three
+        return Token.new_borrow_pos("DIR", f"src {toks[1].type.lower()} dst", toks[0])
+
     def ip(self, *args):
         toks = {t.type: t for t in args}
         net = _address(args[-1])
-        return ast.either(_dir_fields(toks, "src_addr", "dst_addr"), lambda f: ast.Addr(f, (net,)))
+        return _sided(toks, "src_addr", "dst_addr", lambda f: ast.Addr(f, (net,)))
 
     def ip_in(self, *args):
         toks, (values,) = _split(args)
         if not values:
             raise _Bad("empty address list", toks["IN"])
         nets = tuple(_network(v) if "/" in v else _address(v) for v in values)
-        return ast.either(_dir_fields(toks, "src_addr", "dst_addr"), lambda f: ast.Addr(f, nets))
+        return _sided(toks, "src_addr", "dst_addr", lambda f: ast.Addr(f, nets))
 
     def net(self, *args):
         vals = [a for a in args if a.type == "VALUE"]
         toks = {t.type: t for t in args if t.type != "VALUE"}
         net = _network(*vals)
-        return ast.either(_dir_fields(toks, "src_addr", "dst_addr"), lambda f: ast.Addr(f, (net,)))
+        return _sided(toks, "src_addr", "dst_addr", lambda f: ast.Addr(f, (net,)))
 
     def _cmp(self, args, src, dst, what, limit):
         toks = {t.type: t for t in args if t.type != "VALUE"}
         value = _number(args[-1], what, limit)
         op = COMP[toks["COMP"].lower()] if "COMP" in toks else "=="
-        return ast.either(_dir_fields(toks, src, dst), lambda f: ast.Cmp(f, op, value))
+        return _sided(toks, src, dst, lambda f: ast.Cmp(f, op, value))
 
     def _in(self, args, src, dst, what, limit):
         toks, (values,) = _split(args)
         if not values:
             raise _Bad(f"empty {what} list", toks["IN"])
         nums = tuple(sorted({_number(v, what, limit) for v in values}))
-        return ast.either(_dir_fields(toks, src, dst), lambda f: ast.In(f, nums))
+        return _sided(toks, src, dst, lambda f: ast.In(f, nums))
 
     def port(self, *args):
         return self._cmp(args, "src_port", "dst_port", "a port number", 65535)
@@ -264,7 +278,7 @@ class _ToAst(Transformer):
     def tos(self, *args):
         toks = {t.type: t for t in args if t.type != "VALUE"}
         d = toks.get("DIR")
-        if d is not None and d.lower() == "dst":
+        if d is not None and str(d) != "src":
             # nfdump's dst tos is IPFIX postIpClassOfService (55): the lake keeps only the source ToS
             raise _Bad("the lake keeps no destination ToS (IPFIX postIpClassOfService, 55): "
                        "`tos` and `src tos` compare the source ToS", d)
@@ -282,7 +296,7 @@ class _ToAst(Transformer):
         # nfdump 1.7.1: equality only (`vlan > 5` is its syntax error), 0..65535; no side = either
         toks = {t.type: t for t in args if t.type != "VALUE"}
         value = _number(args[-1], "a VLAN number", 65535)
-        return ast.either(_dir_fields(toks, "src_vlan", "dst_vlan"), lambda f: ast.Cmp(f, "==", value))
+        return _sided(toks, "src_vlan", "dst_vlan", lambda f: ast.Cmp(f, "==", value))
 
     def router(self, _kw, _ip, tok):
         return ast.Addr("exporter", (_address(tok),))
@@ -303,13 +317,15 @@ class _ToAst(Transformer):
     def mask(self, *args):
         toks = {t.type: t for t in args if t.type != "VALUE"}
         value = _number(args[-1], "a mask length", 255)
-        return ast.either(_dir_fields(toks, "src_mask", "dst_mask"), lambda f: ast.Cmp(f, "==", value))
+        return _sided(toks, "src_mask", "dst_mask", lambda f: ast.Cmp(f, "==", value))
 
     def mac(self, *args):
         # The lake keeps one MAC a side (src_mac: the ingress source MAC, else the egress one;
         # dst_mac: the ingress destination MAC, else the egress one): nfdump's `in`/`out`
         # qualifiers pick nfdump's in/out MAC fields, here only the side (src/dst) counts.
         toks = {t.type: t for t in args if t.type != "VALUE"}
+        if "DIR" in toks and str(toks["DIR"]) not in ("src", "dst"):  # nfdump: "not expected here"
+            raise _Bad("a MAC filter takes src or dst, not both", toks["DIR"])
         tok = args[-1]
         text = str(tok)
         octets = text.split(":")
@@ -318,7 +334,7 @@ class _ToAst(Transformer):
         if all(int(o, 16) == 0 for o in octets):  # nfdump 1.7.1 refuses it (its "no MAC")
             raise _Bad(f"'{tok}' is the null MAC address: it cannot be matched", tok)
         value = ":".join(f"{int(o, 16):02x}" for o in octets)
-        return ast.either(_dir_fields(toks, "src_mac", "dst_mac"), lambda f: ast.Text(f, (value,)))
+        return _sided(toks, "src_mac", "dst_mac", lambda f: ast.Text(f, (value,)))
 
     def mpls(self, _kw, what, *args):
         comp = [t for t in args if t.type == "COMP"]
@@ -345,19 +361,19 @@ class _ToAst(Transformer):
     def nip(self, *args):
         toks = {t.type: t for t in args if t.type != "VALUE"}
         net = _address(args[-1])
-        return ast.either(_dir_fields(toks, "src_addr_nat", "dst_addr_nat"), lambda f: ast.Addr(f, (net,)))
+        return _sided(toks, "src_addr_nat", "dst_addr_nat", lambda f: ast.Addr(f, (net,)))
 
     def nip_in(self, *args):
         toks, (values,) = _split(args)
         if not values:
             raise _Bad("empty address list", toks["IN"])
         nets = tuple(_network(v) if "/" in v else _address(v) for v in values)
-        return ast.either(_dir_fields(toks, "src_addr_nat", "dst_addr_nat"), lambda f: ast.Addr(f, nets))
+        return _sided(toks, "src_addr_nat", "dst_addr_nat", lambda f: ast.Addr(f, nets))
 
     def xnet(self, *args):
         toks = {t.type: t for t in args if t.type != "VALUE"}
         net = _network(args[-1])
-        return ast.either(_dir_fields(toks, "src_addr_nat", "dst_addr_nat"), lambda f: ast.Addr(f, (net,)))
+        return _sided(toks, "src_addr_nat", "dst_addr_nat", lambda f: ast.Addr(f, (net,)))
 
     def nport(self, *args):
         return self._cmp(args, "src_port_nat", "dst_port_nat", "a port number", 65535)
@@ -403,7 +419,16 @@ class _ToAst(Transformer):
         field = "ingress_vrf" if side.type == "INGRESS" else "egress_vrf"
         return ast.Cmp(field, COMP[comp[0].lower()] if comp else "==", _number(args[-1], "a VRF id", 2**32 - 1))
 
+    def adjacent_as(self, side, *_rest):
+        raise _Bad(f"the lake keeps no BGP adjacent AS ({side} as: IPFIX bgpPrevAdjacentAS 128 / "
+                   "bgpNextAdjacentAS 129); `src as`/`dst as` compare the flow's AS numbers", side)
+
     def counter(self, *args):
+        if args[0].type == "CNTDIR":
+            if args[0].lower() == "out":  # nfdump: a biflow's reverse counters
+                raise _Bad(f"'out {args[1]}': the lake keeps no reverse counters on a row: a biflow lands as two "
+                           "one-way rows (biflow_half 1 and 2), each counted by bytes/packets", args[0])
+            args = args[1:]  # nfdump: `in bytes` is `bytes`
         name = args[0].lower()
         comp = [t for t in args[1:] if t.type == "COMP"]
         op = COMP[comp[0].lower()] if comp else "=="

@@ -116,6 +116,10 @@ CASES = [  # filter, the ids nfdump 1.7.1's semantics select
     ("flowdir ingress", [1, 3, 4, 5]), ("flowdir egress", [2]), ("dir 1", [2]), ("Flowdir Ingress", [1, 3, 4, 5]),
     ("fwdstat 64", [1]), ("fwdstat TincAdj", [2]), ("fwdstat Ukwn", [3, 4, 5]), ("fwdstat 0x82", [2]),
     ("ingress vrf 5", [1]), ("egress vrf > 6", [1]), ("ingress vrf 0", [2, 3, 4, 5]), ("egress vrf <= 0", [2, 3, 4, 5]),
+    # nfdump's direction qualifiers `src or dst` (either) and `src and dst` (both); `in bytes` is `bytes`
+    ("src or dst port 0x50", [1]), ("src and dst net 10.0.0.0/8", [3, 5]), ("dst or src mask 16", [1]),
+    ("src and dst mask 0", [2, 3, 4, 5]), ("src or dst nport 80", [1]), ("in bytes > 100", [1, 4]),
+    ("in bytes > 0 and src and dst ip in [10.0.0.2 10.0.0.3]", [3]),
     # combined with the rest of the language
     ("proto tcp and not flowdir egress and mpls any 300", [1]), ("icmp-type 8 or nat event add", [1, 3]),
 ]
@@ -168,6 +172,12 @@ def test_every_primitive_and_column_is_exercised():
     ("ingress vrf 0x100000000", "0x100000000", "out of range"),
     ("src port 0x1g", "0x1g", "expected a port number"),
     ("nport 65536", "65536", "out of range"),
+    ("src or dst tos 5", "src or dst", "destination ToS"),
+    ("src and dst mac 00:11:22:33:44:55", "src and dst", "not both"),
+    ("src or src port 1", "src", "one side twice"),
+    ("out bytes > 5", "out", "reverse counters"),
+    ("next as 5", "next", "adjacent AS"),
+    ("prev as in [1 2]", "prev", "adjacent AS"),
 ])
 def test_bad_filters_name_the_token_and_the_problem(text, bad, words):
     """As nfdump 1.7.1 refuses them (or the lake cannot answer them): a FilterError whose
@@ -303,6 +313,8 @@ NFDUMP_FILTERS = [
     "tos 0xb8 and proto udp",
     "icmp-type 8", "icmp-type 3", "icmp-code 1", "icmp-type 0x0b", "icmp-code 0", "not icmp-type 8",
     "icmp-type 0 and ipv6", "icmp-code 3 or port 53",
+    "src or dst port 0x35", "src and dst net 10.0.0.0/0x10", "dst or src ip 10.0.0.1", "in bytes > 100",
+    "in packets < 3 and src and dst port > 1023",
 ]
 
 
