@@ -195,7 +195,7 @@ class _ToAst(Transformer):
         return list(values)
 
     def dqual(self, *toks):
-        """One DIR token: 'src', 'dst', 'or' (either side) or 'and' (both sides)."""
+        """One DIR token: 'src', 'dst', 'src or dst' (either side) or 'src and dst' (both sides)."""
         sides = [str(t).lower() for t in toks if t.type == "DIR"]
         if len(sides) == 1:
             return Token.new_borrow_pos("DIR", sides[0], toks[0])

@@ -36,6 +36,8 @@ from flowlake.jobs.query.duck import DuckEngine
 from flowlake.jobs.query.engines import open_engine
 from flowlake.jobs.query.spec import FLOW_COLUMNS
 from flowlake.schemas import FLOWS_TABLE
+from flowlake.schemas.core import TYPES
+from flowlake.schemas.flow import FLOW, FLOW_REVISIONS
 
 # ---- (a) hand-made rows ------------------------------------------------------------------
 COLUMNS = [  # name, DuckDB type, Spark type
@@ -140,6 +142,16 @@ def test_every_primitive_and_column_is_exercised():
     rev3 = {n for n, _, _ in COLUMNS[9:]} - {"biflow_half"}
     assert rev3 <= read, f"not exercised: {sorted(rev3 - read)}"
     assert sum(0 < len(w) < len(ALL) for _, w in CASES) >= 60
+
+
+def test_later_columns_follow_the_schema():
+    """sql.LATER_COLUMNS (the fast path may not import schemas/) holds every column the Flow
+    record gained after revision 1, with the schema's own DuckDB and Spark types."""
+    added = [f for f in FLOW.fields if f.name not in FLOW_REVISIONS[0].names]
+    assert [f.name for f in added] == list(sql.LATER_COLUMNS)
+    for f in added:
+        assert sql.LATER_COLUMNS[f.name] == (TYPES[f.type][2], TYPES[f.type][1]), f.name
+    assert sql.ZERO_ADDRESS_COLUMNS == {f.name for f in added if f.address}
 
 
 @pytest.mark.parametrize("text,bad,words", [
