@@ -9,7 +9,7 @@ import ipaddress
 from dataclasses import dataclass
 
 # Numeric fields a comparison can address; derived ones are computed by the compiler.
-NUMERIC = ("bytes", "packets", "duration", "bps", "pps", "bpp", "tos", "src_port", "dst_port",
+NUMERIC = ("bytes", "packets", "flows", "duration", "bps", "pps", "bpp", "tos", "src_port", "dst_port",
            "src_as", "dst_as", "input_if", "output_if", "proto", "src_vlan", "dst_vlan",
            # Flow record revision 3 (issue 32); absent (older files, records without the
            # element) reads 0, as nfdump reads a record without the element

@@ -84,6 +84,8 @@ def metric(name: str) -> Column:
         return F.when(d > 0, F.floor(F.col("packets") * 1000 / d)).otherwise(F.lit(0))
     if name == "bpp":
         return F.when(F.col("packets") > 0, F.floor(F.col("bytes") / F.col("packets"))).otherwise(F.lit(0))
+    if name == "flows":  # nfdump's flow counter: 1 for every lake row (sql.py)
+        return F.lit(1)
     if name in ("icmp_type", "icmp_code"):  # the column, else dst_port's type*256+code, as sql.py
         port = F.col("dst_port")
         return F.coalesce(F.col(name), F.floor(port / 256).cast("int") if name == "icmp_type" else port % 256)

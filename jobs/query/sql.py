@@ -29,7 +29,7 @@ LATER_COLUMNS = {
 # the address columns of revision 3: an absent one is nfdump's all-zero address
 ZERO_ADDRESS_COLUMNS = frozenset({"next_hop", "bgp_next_hop", "src_addr_nat", "dst_addr_nat"})
 # derived numbers: the lake columns each reads
-DERIVED = {"icmp_type": ("icmp_type", "dst_port"), "icmp_code": ("icmp_code", "dst_port"),
+DERIVED = {"flows": (), "icmp_type": ("icmp_type", "dst_port"), "icmp_code": ("icmp_code", "dst_port"),
            "mpls_eos": ("mpls_labels",), **{f"mpls_label{n}": ("mpls_labels",) for n in range(1, 11)}}
 # an MPLS stack without a bottom label: nfdump 1.7.1 compares 0xFF000000 (a label << 4)
 NO_EOS_LABEL = 0xFF000000 >> 4
@@ -128,6 +128,8 @@ def metric(name: str) -> str:
                 f"ELSE 0 END)")
     if name == "bpp":
         return "(CASE WHEN packets > 0 THEN floor(CAST(bytes AS DOUBLE) / packets) ELSE 0 END)"
+    if name == "flows":  # nfdump's flow counter: 1 for a flow the exporter did not aggregate (every lake row)
+        return "1"
     if name in ("icmp_type", "icmp_code"):  # the column, else dst_port's type*256+code (rows before revision 3)
         return f"coalesce({name}, {'dst_port // 256' if name == 'icmp_type' else 'dst_port % 256'})"
     if name.startswith("mpls_label"):  # the Nth label of the stack, 0 when it is shorter, as nfdump's empty slots

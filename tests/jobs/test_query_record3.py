@@ -119,6 +119,8 @@ CASES = [  # filter, the ids nfdump 1.7.1's semantics select
     ("src or dst port 0x50", [1]), ("src and dst net 10.0.0.0/8", [3, 5]), ("dst or src mask 16", [1]),
     ("src and dst mask 0", [2, 3, 4, 5]), ("src or dst nport 80", [1]), ("in bytes > 100", [1, 4]),
     ("in bytes > 0 and src and dst ip in [10.0.0.2 10.0.0.3]", [3]),
+    # nfdump's flow counter: 1 a row (the lake keeps no exporter-aggregated count)
+    ("flows 1", ALL), ("flows > 1", []), ("not flows >= 0x2", ALL),
     # combined with the rest of the language
     ("proto tcp and not flowdir egress and mpls any 300", [1]), ("icmp-type 8 or nat event add", [1, 3]),
 ]
@@ -323,7 +325,7 @@ NFDUMP_FILTERS = [
     "icmp-type 8", "icmp-type 3", "icmp-code 1", "icmp-type 0x0b", "icmp-code 0", "not icmp-type 8",
     "icmp-type 0 and ipv6", "icmp-code 3 or port 53",
     "src or dst port 0x35", "src and dst net 10.0.0.0/0x10", "dst or src ip 10.0.0.1", "in bytes > 100",
-    "in packets < 3 and src and dst port > 1023",
+    "in packets < 3 and src and dst port > 1023", "flows 1", "flows > 1 or proto icmp",
 ]
 
 
