@@ -9,8 +9,15 @@ import ipaddress
 from dataclasses import dataclass
 
 # Numeric fields a comparison can address; derived ones are computed by the compiler.
-NUMERIC = ("bytes", "packets", "duration", "bps", "pps", "bpp", "tos", "src_port", "dst_port",
-           "src_as", "dst_as", "input_if", "output_if", "proto", "src_vlan", "dst_vlan")
+NUMERIC = ("bytes", "packets", "flows", "duration", "bps", "pps", "bpp", "tos", "src_port", "dst_port",
+           "src_as", "dst_as", "input_if", "output_if", "proto", "src_vlan", "dst_vlan",
+           # Flow record revision 3 (issue 32); absent (older files, records without the
+           # element) reads 0, as nfdump reads a record without the element
+           "flow_direction", "src_mask", "dst_mask", "ingress_vrf", "egress_vrf", "forwarding_status",
+           "src_port_nat", "dst_port_nat", "nat_event",
+           # derived: ICMP type/code (the column, else dst_port's type*256+code), the MPLS
+           # stack's Nth label (0 when the stack is shorter) and its bottom label
+           "icmp_type", "icmp_code", "mpls_eos", *(f"mpls_label{n}" for n in range(1, 11)))
 OPS = ("==", "<", ">", "<=", ">=")
 
 
@@ -62,6 +69,20 @@ class Family:
 @dataclass(frozen=True)
 class Flags:
     mask: int  # every bit of mask set in tcp_flags
+
+
+@dataclass(frozen=True)
+class Text:
+    """field equals one of values (lower-case text, e.g. MAC addresses aa:bb:cc:dd:ee:ff)."""
+    field: str
+    values: tuple
+
+
+@dataclass(frozen=True)
+class ListHas:
+    """the list column field holds value (nfdump's `mpls any N`)."""
+    field: str
+    value: int
 
 
 def either(fields, make) -> object:

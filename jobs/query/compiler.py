@@ -15,7 +15,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from . import ast
-from .sql import LATER_COLUMNS
+from .sql import LATER_COLUMNS, NO_EOS_LABEL, ZERO_ADDRESS_COLUMNS, any_zero
 
 
 def to_column(node) -> Column:
@@ -37,6 +37,10 @@ def to_column(node) -> Column:
         return _compare(metric(node.field), node.op, node.value)
     if isinstance(node, ast.In):
         return F.col(node.field).isin(list(node.values))
+    if isinstance(node, ast.Text):  # NULL (absent) matches nothing, as sql.py
+        return F.coalesce(F.lower(F.col(node.field)).isin(list(node.values)), F.lit(False))
+    if isinstance(node, ast.ListHas):
+        return F.coalesce(F.array_contains(F.col(node.field), F.lit(node.value)), F.lit(False))
     if isinstance(node, ast.Flags):  # TCP only, every given flag set
         return (F.col("proto") == 6) & (F.col("tcp_flags").bitwiseAND(F.lit(node.mask)) == F.lit(node.mask))
     if isinstance(node, ast.Family):
@@ -44,7 +48,10 @@ def to_column(node) -> Column:
         v4 = ~F.col("src_addr").contains(":") & ~F.col("dst_addr").contains(":")
         return v6 if node.version == 6 else v4
     if isinstance(node, ast.Addr):
-        return address_in(F.col(node.field), node.nets)
+        cond = address_in(F.col(node.field), node.nets)
+        if node.field in ZERO_ADDRESS_COLUMNS and any_zero(node.nets):  # absent: nfdump's 0.0.0.0 / ::
+            cond = cond | F.col(node.field).isNull()
+        return cond
     raise TypeError(f"cannot compile {node!r}")
 
 
@@ -77,6 +84,16 @@ def metric(name: str) -> Column:
         return F.when(d > 0, F.floor(F.col("packets") * 1000 / d)).otherwise(F.lit(0))
     if name == "bpp":
         return F.when(F.col("packets") > 0, F.floor(F.col("bytes") / F.col("packets"))).otherwise(F.lit(0))
+    if name == "flows":  # nfdump's flow counter: 1 for every lake row (sql.py)
+        return F.lit(1)
+    if name in ("icmp_type", "icmp_code"):  # the column, else dst_port's type*256+code, as sql.py
+        port = F.col("dst_port")
+        return F.coalesce(F.col(name), F.floor(port / 256).cast("int") if name == "icmp_type" else port % 256)
+    if name.startswith("mpls_label"):  # the Nth label, 0 when the stack is shorter (sql.py)
+        return F.coalesce(F.get(F.col("mpls_labels"), int(name[10:]) - 1), F.lit(0))
+    if name == "mpls_eos":  # the bottom label, or nfdump's "none" value (sql.py)
+        labels = F.col("mpls_labels")
+        return F.when(F.size(labels) > 0, F.get(labels, F.size(labels) - 1)).otherwise(F.lit(NO_EOS_LABEL))
     if name in LATER_COLUMNS:  # NULL (a file from before the column) reads as 0, as in sql.py
         return F.coalesce(F.col(name), F.lit(0))
     return F.col(name)

@@ -141,7 +141,7 @@ class DuckEngine:
         if not columns:
             return ""
         have = {r[0] for r in self._exec(f"DESCRIBE SELECT * FROM {relation}").fetchall()}
-        return "".join(f", CAST(NULL AS INTEGER) AS {c}" for c in columns if c not in have)
+        return "".join(f", CAST(NULL AS {sql.LATER_COLUMNS[c][0]}) AS {c}" for c in columns if c not in have)
 
     def _exec(self, query: str, label: str = "scanning"):
         duckdb = duckdb_module()

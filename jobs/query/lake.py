@@ -8,6 +8,8 @@ import datetime as dt
 import re
 from pathlib import Path
 
+from .sql import LATER_COLUMNS
+
 _FORMATS = ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d %H:%M:%S",
             "%Y/%m/%d.%H:%M:%S", "%Y/%m/%d.%H:%M", "%Y/%m/%d")
 
@@ -86,6 +88,9 @@ def read_flows(spark, lake: Path, start: dt.datetime | None = None, end: dt.date
     from flowlake.schemas import FLOWS_TABLE  # noqa: PLC0415  (start-up: flowlake query's fast path)
 
     df = spark.read.schema(FLOWS_TABLE.spark_schema()).option("basePath", str(base)).parquet(*paths)
+    # columns of a later record revision the schema here does not declare yet: NULL, as
+    # DuckEngine reads files without them (a filter on them reads 0 or no address)
+    df = df.select("*", *(F.lit(None).cast(t).alias(c) for c, (_, t) in LATER_COLUMNS.items() if c not in df.columns))
     if start is not None:
         df = df.where((F.col("date") > start.strftime("%Y-%m-%d")) | (
             (F.col("date") == start.strftime("%Y-%m-%d")) & (F.col("hour") >= start.hour)))

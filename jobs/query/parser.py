@@ -51,10 +51,19 @@ PROTOCOLS = {
     "sctp": 132,
 }
 FLAG_BITS = {"F": 1, "S": 2, "R": 4, "P": 8, "A": 16, "U": 32, "E": 64, "C": 128, "X": 63}
-SCALE = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3}  # nfdump scales by 1000 (bytes 1k == bytes 1000)
+SCALE = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3, "t": 1000**4}  # nfdump scales by 1000 (bytes 1k == bytes 1000)
 COMP = {"=": "==", "==": "==", "eq": "==", "<": "<", "lt": "<", ">": ">", "gt": ">",
         "<=": "<=", "le": "<=", ">=": ">=", "ge": ">="}
-NUMBER = re.compile(r"^(\d+)\s*([kmg]?)$", re.I)
+# nfdump's numbers: decimal with an optional scale, or hex (0x1122, no scale), wherever a number goes
+NUMBER = re.compile(r"^(?:0x([0-9a-f]+)|(\d+)([kmgt]?))$", re.I)
+MPLS_MAX = 0xFFFFFF  # nfdump 1.7.1's MPLSMAX; a label compares as its low 20 bits
+# nfdump 1.7.1's forwarding status names (grammar.y fwd_status_def_list): `fwdstat NAME`
+FWD_STATUS = {"ukwn": 0, "forw": 1, "frag": 2, "drop": 16, "dacld": 17, "daclp": 18, "noroute": 19, "dadj": 20,
+              "dfrag": 21, "dbadh": 22, "dbadtlen": 23, "dbadhlen": 24, "dbadttl": 25, "dpolicy": 26, "dwred": 27,
+              "drpf": 28, "dforus": 29, "dbadof": 30, "dhw": 31, "term": 128, "tadj": 129, "tincadj": 130,
+              "tforus": 131}
+NAT_EVENTS = {"invalid": 0, "add": 1, "create": 1, "delete": 2}  # nfdump 1.7.1: `nat event add` ...
+MAC = re.compile(r"^[0-9a-f:]{1,17}$", re.I)
 MAX_VALUE = 2**63 - 1
 
 
@@ -112,11 +121,15 @@ def _cache_file(grammar: str) -> str | bool:
     return str(base / f"filter-grammar-{digest}.lark")
 
 
+def _is_number(text: str) -> bool:
+    return NUMBER.match(text) is not None
+
+
 def _number(tok: Token, what: str, limit: int = MAX_VALUE) -> int:
     m = NUMBER.match(str(tok))
     if not m:
         raise _Bad(f"expected {what}, got '{tok}'", tok)
-    value = int(m.group(1)) * SCALE[m.group(2).lower()]
+    value = int(m.group(1), 16) if m.group(1) else int(m.group(2)) * SCALE[m.group(3).lower()]
     if value > limit:
         raise _Bad(f"{what} {value} is out of range (max {limit})", tok)
     return value
@@ -133,6 +146,9 @@ def _network(tok: Token, mask: Token | None = None) -> ipaddress._BaseNetwork:
     text = str(tok)
     if mask is not None:
         text = f"{text}/{mask}"
+    addr, slash, bits = text.partition("/")
+    if slash and bits.lower().startswith("0x") and _is_number(bits):  # nfdump reads the prefix length as a number
+        text = f"{addr}/{int(bits, 16)}"
     if "/" not in text:
         raise _Bad(f"'{tok}' needs a prefix length (net 10.0.0.0/8) or a mask (net 10.0.0.0 255.0.0.0)", tok)
     try:
@@ -147,11 +163,15 @@ def _split(args):
     return {t.type: t for t in args if isinstance(t, Token)}, [a for a in args if not isinstance(a, Token)]
 
 
-def _dir_fields(toks, src: str, dst: str) -> tuple:
+def _sided(toks, src: str, dst: str, make):
+    """The node for the field(s) the direction qualifier names: src, dst, either (no
+    qualifier or `src or dst`), both (`src and dst`), as nfdump's dqual."""
     d = toks.get("DIR")
-    if d is None:
-        return (src, dst)
-    return (src,) if d.lower() == "src" else (dst,)
+    side = "src or dst" if d is None else str(d)
+    if side in ("src", "dst"):
+        return make(src if side == "src" else dst)
+    nodes = (make(src), make(dst))
+    return ast.Or(nodes) if side == "src or dst" else ast.And(nodes)
 
 
 @v_args(inline=True)
@@ -174,36 +194,46 @@ class _ToAst(Transformer):
     def vlist(self, *values):
         return list(values)
 
+    def dqual(self, *toks):
+        """One DIR token: 'src', 'dst', 'src or dst' (either side) or 'src and dst' (both sides)."""
+        sides = [str(t).lower() for t in toks if t.type == "DIR"]
+        if len(sides) == 1:
+            return Token.new_borrow_pos("DIR", sides[0], toks[0])
+        if sides[0] == sides[1]:
+            raise _Bad(f"'{toks[0]} {toks[1]} {toks[2]}' names one side twice (src or dst, src and dst)", toks[2])
+        # the value spans the words, so an error's caret underlines all three
+        return Token.new_borrow_pos("DIR", f"src {toks[1].type.lower()} dst", toks[0])
+
     def ip(self, *args):
         toks = {t.type: t for t in args}
         net = _address(args[-1])
-        return ast.either(_dir_fields(toks, "src_addr", "dst_addr"), lambda f: ast.Addr(f, (net,)))
+        return _sided(toks, "src_addr", "dst_addr", lambda f: ast.Addr(f, (net,)))
 
     def ip_in(self, *args):
         toks, (values,) = _split(args)
         if not values:
             raise _Bad("empty address list", toks["IN"])
         nets = tuple(_network(v) if "/" in v else _address(v) for v in values)
-        return ast.either(_dir_fields(toks, "src_addr", "dst_addr"), lambda f: ast.Addr(f, nets))
+        return _sided(toks, "src_addr", "dst_addr", lambda f: ast.Addr(f, nets))
 
     def net(self, *args):
         vals = [a for a in args if a.type == "VALUE"]
         toks = {t.type: t for t in args if t.type != "VALUE"}
         net = _network(*vals)
-        return ast.either(_dir_fields(toks, "src_addr", "dst_addr"), lambda f: ast.Addr(f, (net,)))
+        return _sided(toks, "src_addr", "dst_addr", lambda f: ast.Addr(f, (net,)))
 
     def _cmp(self, args, src, dst, what, limit):
         toks = {t.type: t for t in args if t.type != "VALUE"}
         value = _number(args[-1], what, limit)
         op = COMP[toks["COMP"].lower()] if "COMP" in toks else "=="
-        return ast.either(_dir_fields(toks, src, dst), lambda f: ast.Cmp(f, op, value))
+        return _sided(toks, src, dst, lambda f: ast.Cmp(f, op, value))
 
     def _in(self, args, src, dst, what, limit):
         toks, (values,) = _split(args)
         if not values:
             raise _Bad(f"empty {what} list", toks["IN"])
         nums = tuple(sorted({_number(v, what, limit) for v in values}))
-        return ast.either(_dir_fields(toks, src, dst), lambda f: ast.In(f, nums))
+        return _sided(toks, src, dst, lambda f: ast.In(f, nums))
 
     def port(self, *args):
         return self._cmp(args, "src_port", "dst_port", "a port number", 65535)
@@ -219,7 +249,7 @@ class _ToAst(Transformer):
 
     def proto(self, _kw, tok):
         name = str(tok).lower()
-        if name.isdigit():
+        if _is_number(name):
             return ast.Cmp("proto", "==", _number(tok, "a protocol number", 255))
         if name not in PROTOCOLS:
             raise _Bad(f"unknown protocol '{tok}' (use a number or one of {', '.join(sorted(PROTOCOLS))})", tok)
@@ -227,8 +257,8 @@ class _ToAst(Transformer):
 
     def flags(self, _kw, tok):
         text = str(tok).upper()
-        if text.isdigit():
-            return ast.Flags(_number(tok, "a flags value", 255))
+        if _is_number(text):  # nfdump 1.7.1: `flags 7` is `flags = 7` (a number compares, letters test bits)
+            return self._flags_cmp("==", tok)
         bad = [c for c in text if c not in FLAG_BITS]
         if bad:
             raise _Bad(f"unknown TCP flag '{bad[0]}' in '{tok}' (use letters of {''.join(FLAG_BITS)})", tok)
@@ -236,6 +266,24 @@ class _ToAst(Transformer):
         for c in text:
             mask |= FLAG_BITS[c]
         return ast.Flags(mask)
+
+    def flags_cmp(self, _kw, comp, tok):
+        return self._flags_cmp(COMP[comp.lower()], tok)
+
+    @staticmethod
+    def _flags_cmp(op, tok):
+        # nfdump 1.7.1: 0..63, TCP implied (`flags > 6` is "TCP and flags > 6")
+        return ast.And((ast.Cmp("proto", "==", 6), ast.Cmp("tcp_flags", op, _number(tok, "a flags value", 63))))
+
+    def tos(self, *args):
+        toks = {t.type: t for t in args if t.type != "VALUE"}
+        d = toks.get("DIR")
+        if d is not None and str(d) != "src":
+            # nfdump's dst tos is IPFIX postIpClassOfService (55): the lake keeps only the source ToS
+            raise _Bad("the lake keeps no destination ToS (IPFIX postIpClassOfService, 55): "
+                       "`tos` and `src tos` compare the source ToS", d)
+        comp = toks.get("COMP")
+        return ast.Cmp("tos", COMP[comp.lower()] if comp is not None else "==", _number(args[-1], "a ToS value", 255))
 
     def iface(self, *args):
         toks = {t.type: t for t in args}
@@ -248,12 +296,139 @@ class _ToAst(Transformer):
         # nfdump 1.7.1: equality only (`vlan > 5` is its syntax error), 0..65535; no side = either
         toks = {t.type: t for t in args if t.type != "VALUE"}
         value = _number(args[-1], "a VLAN number", 65535)
-        return ast.either(_dir_fields(toks, "src_vlan", "dst_vlan"), lambda f: ast.Cmp(f, "==", value))
+        return _sided(toks, "src_vlan", "dst_vlan", lambda f: ast.Cmp(f, "==", value))
 
     def router(self, _kw, _ip, tok):
         return ast.Addr("exporter", (_address(tok),))
 
+    # ---- Flow record revision 3 (issue 32): nfdump 1.7.1's spellings --------------------
+    def next_ip(self, _kw, _ip, tok):
+        return ast.Addr("next_hop", (_address(tok),))
+
+    def next_ip_in(self, *args):
+        toks, (values,) = _split(args)
+        if not values:
+            raise _Bad("empty address list", toks["IN"])
+        return ast.Addr("next_hop", tuple(_network(v) if "/" in v else _address(v) for v in values))
+
+    def bgpnext_ip(self, _kw, _ip, tok):
+        return ast.Addr("bgp_next_hop", (_address(tok),))
+
+    def mask(self, *args):
+        toks = {t.type: t for t in args if t.type != "VALUE"}
+        value = _number(args[-1], "a mask length", 255)
+        return _sided(toks, "src_mask", "dst_mask", lambda f: ast.Cmp(f, "==", value))
+
+    def mac(self, *args):
+        # The lake keeps one MAC a side (src_mac: the ingress source MAC, else the egress one;
+        # dst_mac: the ingress destination MAC, else the egress one): nfdump's `in`/`out`
+        # qualifiers pick nfdump's in/out MAC fields, here only the side (src/dst) counts.
+        toks = {t.type: t for t in args if t.type != "VALUE"}
+        if "DIR" in toks and str(toks["DIR"]) not in ("src", "dst"):  # nfdump: "not expected here"
+            raise _Bad("a MAC filter takes src or dst, not both", toks["DIR"])
+        tok = args[-1]
+        text = str(tok)
+        octets = text.split(":")
+        if not MAC.match(text) or len(octets) != 6 or not all(1 <= len(o) <= 2 for o in octets):
+            raise _Bad(f"'{tok}' is not a MAC address (six hex octets: 00:11:22:aa:bb:cc)", tok)
+        if all(int(o, 16) == 0 for o in octets):  # nfdump 1.7.1 refuses it (its "no MAC")
+            raise _Bad(f"'{tok}' is the null MAC address: it cannot be matched", tok)
+        value = ":".join(f"{int(o, 16):02x}" for o in octets)
+        return _sided(toks, "src_mac", "dst_mac", lambda f: ast.Text(f, (value,)))
+
+    def mpls(self, _kw, what, *args):
+        comp = [t for t in args if t.type == "COMP"]
+        op = COMP[comp[0].lower()] if comp else "=="
+        name = str(what).lower()
+        value = _number(args[-1], "an MPLS label", MPLS_MAX)
+        if name == "eos":  # the bottom of the stack's label (the lake's stack ends there)
+            return ast.Cmp("mpls_eos", op, value)
+        m = re.fullmatch(r"(label|exp)(\d*)", name)
+        if m is None:
+            raise _Bad(f"unknown MPLS option '{what}' (use label1..label10, eos or any)", what)
+        if not m.group(2):
+            raise _Bad(f"'{what}' needs a label number 1..10 (mpls {m.group(1)}1 ... {m.group(1)}10)", what)
+        n = int(m.group(2))
+        if not 1 <= n <= 10:
+            raise _Bad(f"MPLS label {n} is out of range 1..10", what)
+        if m.group(1) == "exp":
+            raise _Bad(f"'mpls {what}': the lake keeps MPLS label values only, not their EXP bits", what)
+        return ast.Cmp(f"mpls_label{n}", op, value & 0xFFFFF)  # nfdump compares the 20 label bits
+
+    def mpls_any(self, _kw, _any, tok):
+        return ast.ListHas("mpls_labels", _number(tok, "an MPLS label", MPLS_MAX))
+
+    def nip(self, *args):
+        toks = {t.type: t for t in args if t.type != "VALUE"}
+        net = _address(args[-1])
+        return _sided(toks, "src_addr_nat", "dst_addr_nat", lambda f: ast.Addr(f, (net,)))
+
+    def nip_in(self, *args):
+        toks, (values,) = _split(args)
+        if not values:
+            raise _Bad("empty address list", toks["IN"])
+        nets = tuple(_network(v) if "/" in v else _address(v) for v in values)
+        return _sided(toks, "src_addr_nat", "dst_addr_nat", lambda f: ast.Addr(f, nets))
+
+    def xnet(self, *args):
+        toks = {t.type: t for t in args if t.type != "VALUE"}
+        net = _network(args[-1])
+        return _sided(toks, "src_addr_nat", "dst_addr_nat", lambda f: ast.Addr(f, (net,)))
+
+    def nport(self, *args):
+        return self._cmp(args, "src_port_nat", "dst_port_nat", "a port number", 65535)
+
+    def nat_event(self, _nat, _event, *args):
+        comp = [t for t in args if t.type == "COMP"]
+        tok = args[-1]
+        name = str(tok).lower()
+        if name in NAT_EVENTS:
+            if comp:
+                raise _Bad(f"a NAT event name compares by equality only ('nat event {tok}'); "
+                           f"compare numbers: 'nat event {comp[0]} {NAT_EVENTS[name]}'", tok)
+            return ast.Cmp("nat_event", "==", NAT_EVENTS[name])
+        if not _is_number(name):
+            raise _Bad(f"unknown NAT event '{tok}' (use a number or one of {', '.join(NAT_EVENTS)})", tok)
+        return ast.Cmp("nat_event", COMP[comp[0].lower()] if comp else "==", _number(tok, "a NAT event", 255))
+
+    def icmp_type(self, _kw, tok):  # nfdump: equality only, ICMP or ICMPv6 implied
+        return ast.And((ast.In("proto", (1, 58)), ast.Cmp("icmp_type", "==", _number(tok, "an ICMP type", 255))))
+
+    def icmp_code(self, _kw, tok):
+        return ast.And((ast.In("proto", (1, 58)), ast.Cmp("icmp_code", "==", _number(tok, "an ICMP code", 255))))
+
+    def flowdir(self, _kw, tok):
+        name = str(tok).lower()
+        if name in ("ingress", "egress"):
+            return ast.Cmp("flow_direction", "==", 0 if name == "ingress" else 1)
+        if not _is_number(name):
+            raise _Bad(f"unknown flow direction '{tok}' (use ingress, egress, 0 or 1)", tok)
+        return ast.Cmp("flow_direction", "==", _number(tok, "a flow direction", 255))
+
+    def fwdstat(self, _kw, tok):
+        name = str(tok).lower()
+        if _is_number(name):
+            return ast.Cmp("forwarding_status", "==", _number(tok, "a forwarding status", 255))
+        if name not in FWD_STATUS:
+            raise _Bad(f"unknown forwarding status '{tok}' (use 0..255 or one of nfdump's names: "
+                       f"{', '.join(sorted(FWD_STATUS))})", tok)
+        return ast.Cmp("forwarding_status", "==", FWD_STATUS[name])
+
+    def vrf(self, side, _vrf, *args):
+        comp = [t for t in args if t.type == "COMP"]
+        field = "ingress_vrf" if side.type == "INGRESS" else "egress_vrf"
+        return ast.Cmp(field, COMP[comp[0].lower()] if comp else "==", _number(args[-1], "a VRF id", 2**32 - 1))
+
+    def adjacent_as(self, side, *_rest):
+        raise _Bad(f"the lake keeps no BGP adjacent AS ({side} as: IPFIX bgpPrevAdjacentAS 128 / "
+                   "bgpNextAdjacentAS 129); `src as`/`dst as` compare the flow's AS numbers", side)
+
     def counter(self, *args):
+        if args[0].type == "CNTDIR":
+            if args[0].lower() == "out":  # nfdump: a biflow's reverse counters
+                raise _Bad(f"'out {args[1]}': the lake keeps no reverse counters on a row: a biflow lands as two "
+                           "one-way rows (biflow_half 1 and 2), each counted by bytes/packets", args[0])
+            args = args[1:]  # nfdump: `in bytes` is `bytes`
         name = args[0].lower()
         comp = [t for t in args[1:] if t.type == "COMP"]
         op = COMP[comp[0].lower()] if comp else "=="

@@ -12,10 +12,29 @@ import ipaddress
 
 from . import ast
 
-FIELDS = frozenset(ast.NUMERIC) | {"tcp_flags", "src_addr", "dst_addr", "exporter"}
-# columns a later revision of the flow schema added (schemas/flow.py: revision 2, VLANs):
-# lake files written before it lack them, and a filter on them reads those flows as 0
-LATER_COLUMNS = ("src_vlan", "dst_vlan")
+# columns a later revision of the flow schema added, with their DuckDB and Spark types:
+# lake files written before it lack them (schemas/flow.py: revision 2, VLANs; revision 3,
+# issue 32, the rest of the record). A filter reads an absent or NULL number as 0 and an
+# absent address as 0.0.0.0/::, as nfdump reads a record without the element.
+LATER_COLUMNS = {
+    "src_vlan": ("INTEGER", "int"), "dst_vlan": ("INTEGER", "int"),
+    "flow_direction": ("INTEGER", "int"), "next_hop": ("VARCHAR", "string"),
+    "bgp_next_hop": ("VARCHAR", "string"), "src_mask": ("INTEGER", "int"), "dst_mask": ("INTEGER", "int"),
+    "src_mac": ("VARCHAR", "string"), "dst_mac": ("VARCHAR", "string"), "mpls_labels": ("INTEGER[]", "array<int>"),
+    "ingress_vrf": ("BIGINT", "bigint"), "egress_vrf": ("BIGINT", "bigint"), "forwarding_status": ("INTEGER", "int"),
+    "icmp_type": ("INTEGER", "int"), "icmp_code": ("INTEGER", "int"), "src_addr_nat": ("VARCHAR", "string"),
+    "dst_addr_nat": ("VARCHAR", "string"), "src_port_nat": ("INTEGER", "int"), "dst_port_nat": ("INTEGER", "int"),
+    "nat_event": ("INTEGER", "int"), "biflow_half": ("INTEGER", "int"),
+}
+# the address columns of revision 3: an absent one is nfdump's all-zero address
+ZERO_ADDRESS_COLUMNS = frozenset({"next_hop", "bgp_next_hop", "src_addr_nat", "dst_addr_nat"})
+# derived numbers: the lake columns each reads
+DERIVED = {"flows": (), "icmp_type": ("icmp_type", "dst_port"), "icmp_code": ("icmp_code", "dst_port"),
+           "mpls_eos": ("mpls_labels",), **{f"mpls_label{n}": ("mpls_labels",) for n in range(1, 11)}}
+# an MPLS stack without a bottom label: nfdump 1.7.1 compares 0xFF000000 (a label << 4)
+NO_EOS_LABEL = 0xFF000000 >> 4
+FIELDS = ((frozenset(ast.NUMERIC) - set(DERIVED)) | {"tcp_flags", "src_addr", "dst_addr", "exporter"}
+          | set(LATER_COLUMNS))
 
 
 def to_sql(node) -> str:
@@ -34,6 +53,10 @@ def to_sql(node) -> str:
         return f"({metric(node.field)} {op} {int(node.value):d})"
     if isinstance(node, ast.In):
         return f"({_col(node.field)} IN ({', '.join(str(int(v)) for v in node.values)}))"
+    if isinstance(node, ast.Text):  # NULL (absent) matches nothing
+        return f"coalesce(lower({_col(node.field)}) IN ({', '.join(_lit(v) for v in node.values)}), false)"
+    if isinstance(node, ast.ListHas):
+        return f"coalesce(list_contains({_col(node.field)}, {int(node.value):d}), false)"
     if isinstance(node, ast.Flags):
         return f"(proto = 6 AND (tcp_flags & {node.mask:d}) = {node.mask:d})"
     if isinstance(node, ast.Family):
@@ -41,8 +64,16 @@ def to_sql(node) -> str:
         v4 = "(NOT contains(src_addr, ':') AND NOT contains(dst_addr, ':'))"
         return v6 if node.version == 6 else v4
     if isinstance(node, ast.Addr):
-        return address_in(_col(node.field), node.nets)
+        cond = address_in(_col(node.field), node.nets)
+        if node.field in ZERO_ADDRESS_COLUMNS and any_zero(node.nets):
+            cond = f"({cond} OR {node.field} IS NULL)"
+        return cond
     raise TypeError(f"cannot compile {node!r}")
+
+
+def any_zero(nets) -> bool:
+    """Whether a net holds the all-zero address (0.0.0.0 or ::, one value to nfdump)."""
+    return any(int(n.network_address) == 0 for n in nets)
 
 
 def columns(node) -> set[str]:
@@ -51,12 +82,14 @@ def columns(node) -> set[str]:
         return columns(node.item) | ({"proto", "tcp_flags"} if isinstance(node.item, ast.Flags) else set())
     if isinstance(node, (ast.And, ast.Or)):
         return set().union(*(columns(i) for i in node.items))
+    if isinstance(node, ast.Cmp) and node.field in DERIVED:
+        return set(DERIVED[node.field])
     if isinstance(node, ast.Cmp):
         return {"time_start", "time_end"} if node.field == "duration" else (
             {"time_start", "time_end", "bytes"} if node.field == "bps" else
             {"time_start", "time_end", "packets"} if node.field == "pps" else
             {"bytes", "packets"} if node.field == "bpp" else {node.field})
-    if isinstance(node, (ast.In, ast.Addr)):
+    if isinstance(node, (ast.In, ast.Addr, ast.Text, ast.ListHas)):
         return {node.field}
     if isinstance(node, ast.Flags):
         return {"proto", "tcp_flags"}
@@ -95,6 +128,14 @@ def metric(name: str) -> str:
                 f"ELSE 0 END)")
     if name == "bpp":
         return "(CASE WHEN packets > 0 THEN floor(CAST(bytes AS DOUBLE) / packets) ELSE 0 END)"
+    if name == "flows":  # nfdump's flow counter: 1 for a flow the exporter did not aggregate (every lake row)
+        return "1"
+    if name in ("icmp_type", "icmp_code"):  # the column, else dst_port's type*256+code (rows before revision 3)
+        return f"coalesce({name}, {'dst_port // 256' if name == 'icmp_type' else 'dst_port % 256'})"
+    if name.startswith("mpls_label"):  # the Nth label of the stack, 0 when it is shorter, as nfdump's empty slots
+        return f"coalesce(mpls_labels[{int(name[10:]):d}], 0)"
+    if name == "mpls_eos":  # the bottom label (the lake's stack ends at it)
+        return f"(CASE WHEN len(mpls_labels) > 0 THEN mpls_labels[len(mpls_labels)] ELSE {NO_EOS_LABEL:d} END)"
     if name in LATER_COLUMNS:  # NULL (a file from before the column) reads as "none", as nfdump's 0
         return f"coalesce({name}, 0)"
     return _col(name)
