@@ -21,7 +21,8 @@ TARGETS = ("ping.example.net", "cern.example.org", "slac.example.edu")
 ARROW = {"int": pa.int32(), "long": pa.int64(), "double": pa.float64(), "string": pa.string(),
          "boolean": pa.bool_(), "bytes": pa.binary(), "timestamp_ms": pa.timestamp("ms", tz="UTC"),
          "date": pa.date32(), "map_string_double": pa.map_(pa.string(), pa.float64()),
-         "map_string_string": pa.map_(pa.string(), pa.string()), "array_double": pa.list_(pa.float64())}
+         "map_string_string": pa.map_(pa.string(), pa.string()), "array_double": pa.list_(pa.float64()),
+         "array_int": pa.list_(pa.int32())}
 
 # Values chosen by column name so the dashboards' fixed filters (by=src, kind=daily, ...) match.
 VOCAB = {
@@ -82,7 +83,9 @@ def write_flows(lake: Path, flows_per_day: int = 20000, seed: int = 7) -> int:
             "src_vlan": rng.choice([0, 100, 210, 211], n), "dst_vlan": rng.choice([0, 100, 210, 211], n),
         }
         cols.update(_enrichment(cols, rng, n))
-        table = pa.table({k: pa.array(cols[k]).cast(schema.field(k).type) for k in schema.names}, schema=schema)
+        # columns of later record revisions (issue 32's, after dst_vlan) read null, as in older lakes
+        table = pa.table({k: pa.array(cols[k]).cast(schema.field(k).type) if k in cols else pa.nulls(n, schema.field(k).type)
+                          for k in schema.names}, schema=schema)
         hours = (t - start0) // 3_600_000
         for h in np.unique(hours):
             part = lake / "flows" / f"date={day.isoformat()}" / f"hour={int(h):02d}"
