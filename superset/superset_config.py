@@ -256,8 +256,9 @@ def _confine_duckdb(dbapi_connection, _record):  # noqa: ANN001
             "SELECT current_setting('lock_configuration'), current_setting('enable_external_access')").fetchone()
         if locked and not external:
             # confined by an earlier connection, which loaded the extension if it was needed
-            if dbapi_connection.execute("SELECT count(*) FROM duckdb_extensions() WHERE loaded "
-                                        "AND extension_name = 'delta'").fetchone()[0]:
+            # (duckdb_extensions() would list ~/.duckdb: refused once confined)
+            if dbapi_connection.execute("SELECT count(*) FROM duckdb_functions() "
+                                        "WHERE function_name = 'delta_scan'").fetchone()[0]:
                 _DELTA_CONNECTIONS.add(dbapi_connection)
             return
         if _load_delta_if_needed(dbapi_connection):
