@@ -74,6 +74,7 @@ def _read_views(views: Path, lake: Path, outside: Path) -> dict:
     return json.loads(res.stdout)
 
 
+@pytest.mark.slow  # seven Superset-venv processes (~1 min here): not in make check
 def test_views_read_a_converted_table_like_its_parquet_files(tmp_path):
 
     home = tmp_path / "home"
