@@ -169,7 +169,11 @@ def start(cfg, timeout: float = START_TIMEOUT) -> dict:
     if proc.running() and healthy(cfg):
         return credentials(cfg)
     bootstrap(cfg)
-    refresh_views(cfg)  # a table converted to Delta while Superset was down
+    try:
+        refresh_views(cfg)  # a table converted to Delta (or given its first files) while Superset was down
+    except (click.ClickException, OSError, ValueError) as exc:  # the bundle's errors are ValueErrors
+        log.error("Superset's lake views not rewritten, starting with the old ones: %s",
+                  getattr(exc, "message", exc))
     bind = f"{cfg.superset.host}:{cfg.superset.port}"
     proc.start(gunicorn_argv(cfg), env=superset_env(cfg), cwd=str(state_dir(cfg)))
     wait_until(lambda: healthy(cfg), timeout, f"Superset /health on {bind}", interval=1.0, proc=proc)
