@@ -169,6 +169,11 @@ def start(cfg, timeout: float = START_TIMEOUT) -> dict:
     if proc.running() and healthy(cfg):
         return credentials(cfg)
     bootstrap(cfg)
+    try:
+        refresh_views(cfg)  # a table converted to Delta (or given its first files) while Superset was down
+    except (click.ClickException, OSError, ValueError) as exc:  # the bundle's errors are ValueErrors
+        log.error("Superset's lake views not rewritten, starting with the old ones: %s",
+                  getattr(exc, "message", exc))
     bind = f"{cfg.superset.host}:{cfg.superset.port}"
     proc.start(gunicorn_argv(cfg), env=superset_env(cfg), cwd=str(state_dir(cfg)))
     wait_until(lambda: healthy(cfg), timeout, f"Superset /health on {bind}", interval=1.0, proc=proc)
@@ -209,7 +214,52 @@ def write_views(cfg, bundle) -> Path:
     spec.parent.mkdir(parents=True, exist_ok=True)
     spec.write_text(json.dumps(bundle.views_sql(), indent=1))
     _run([venv_bin("python"), SUPERSET_DIR / "lake_views.py", spec, bundle.views_db], cfg, "lake views")
+    _views_stamp(cfg).write_text(_venv_requirements())
     return Path(bundle.views_db)
+
+
+def _views_stamp(cfg) -> Path:
+    return state_dir(cfg) / "lake_views.requirements"
+
+
+def _venv_requirements() -> str:
+    """Superset's venv pins: a views file is in its DuckDB's storage format (a file written
+    by DuckDB 2.0 does not open in 1.4), so a change of pins rewrites it."""
+    return (SUPERSET_DIR / "requirements.txt").read_text()
+
+
+def refresh_views(cfg) -> list[str] | None:
+    """Rewrite the views file when what it should say changed since it was written: a
+    lake table became a Delta table (its view then reads `delta_scan`, not the Parquet
+    glob: the glob would count a compacted hour's replaced files twice, and matches the
+    log's checkpoint files), or the schemas changed. Returns the views reading Delta
+    tables when it rewrote the file, None when it was current or Superset is not
+    provisioned in this home. Cheap when nothing changed (the bundle is built in memory)."""
+    if not provisioned(cfg):
+        return None
+    bundle = _bundle_module().build(cfg)
+    spec = state_dir(cfg) / "lake_views.json"
+    try:
+        current = (json.loads(spec.read_text()) == bundle.views_sql() and Path(bundle.views_db).exists()
+                   and _views_stamp(cfg).read_text() == _venv_requirements())
+    except (OSError, ValueError):
+        current = False
+    if current:
+        return None
+    write_views(cfg, bundle)
+    return sorted(name for name, sql in bundle.views.items() if "delta_scan(" in sql)
+
+
+def refresh_views_hook(cfg, console) -> None:
+    """base/hooks.py: after the lake's tables changed kind (`flowlake lake migrate`) or the
+    report jobs ran. Best effort on a `rich` console, as refill_cache."""
+    try:
+        delta = refresh_views(cfg)
+    except Exception as exc:  # noqa: BLE001  (a failed views build is reported, the caller's outcome stands)
+        console.print(f"[yellow]Superset's lake views not rewritten: {getattr(exc, 'message', exc)}[/yellow]")
+        return
+    if delta is not None:
+        console.print("Superset's lake views rewritten" + (f" (Delta tables: {', '.join(delta)})" if delta else ""))
 
 
 def provision(cfg) -> dict:
@@ -290,6 +340,7 @@ def refill_cache(cfg, console) -> None:
     (superset/lake_cache.py): refill it when this home's Superset is provisioned and
     running (`jobs run`, `demo`). Best effort on a `rich` console: a failure is reported,
     the caller's outcome stands."""
+    refresh_views_hook(cfg, console)  # before the cache is filled through them
     if not (provisioned(cfg) and healthy(cfg)):
         return
     try:
@@ -313,6 +364,7 @@ def superset() -> None:
       flowlake superset start            # bootstrap once, run on 127.0.0.1:$FLOWLAKE_SUPERSET_PORT
       flowlake superset provision        # build the bundle and import it (repeatable)
       flowlake superset warm             # after the report jobs: fill the cache
+      flowlake superset views            # after `flowlake lake migrate`: views read Delta tables
       flowlake superset credentials --json
       flowlake superset bundle -o /tmp/bundle.zip   # only build the ZIP, no Superset needed
       flowlake superset stop
@@ -359,6 +411,32 @@ def provision_cmd() -> None:
     for slug, charts in result["dashboards"].items():
         console.print(f"{slug}: {len(charts)} charts")
     click.echo(f"provisioned {url(_cfg())}/superset/dashboard/<slug>/ from {result['bundle']}")
+
+
+@superset.command("views")
+def views_cmd() -> None:
+    """Rewrite the lake views file if a lake table changed kind (became a Delta table).
+
+    A view over a Delta table reads `delta_scan('<table>')` (one table version per
+    query), a view over a plain Parquet table the table's files; `flowlake superset
+    start`, `provision` and the report jobs run this too. Safe to repeat.
+
+    \b
+    Example:
+      flowlake lake migrate && flowlake superset views
+    """
+    cfg = _cfg()
+    if not provisioned(cfg):
+        raise click.ClickException("Superset is not provisioned yet: run `flowlake superset provision`")
+    delta = refresh_views(cfg)
+    if delta is None:
+        click.echo(f"{views_db_path_text(cfg)}: current")
+    else:
+        click.echo(f"{views_db_path_text(cfg)}: rewritten; views reading Delta tables: {', '.join(delta) or 'none'}")
+
+
+def views_db_path_text(cfg) -> str:
+    return str(_bundle_module().views_db_path(cfg))
 
 
 @superset.command("warm")

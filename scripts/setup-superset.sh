@@ -20,6 +20,20 @@ fi
 "$VENV/bin/pip" install --quiet --upgrade pip
 "$VENV/bin/pip" install --quiet -r "$REQ"
 # Fail here, not at first start, if the install is broken.
-"$VENV/bin/python" -c "import superset, duckdb_engine, duckdb; print('superset', superset.__version__ if hasattr(superset, '__version__') else '?', 'duckdb', duckdb.__version__)"
+# DuckDB's delta extension (for views over Delta tables) loads from the package's file,
+# offline; an existing venv with another DuckDB (2.0.0 before issue 38) is moved to the pin
+# by the install above (the stamp no longer matches).
+"$VENV/bin/python" - <<'PY'
+import pathlib, duckdb, duckdb_engine, duckdb_extension_delta, superset  # noqa: F401
+ext = pathlib.Path(duckdb_extension_delta.__file__).parent / "extensions" / f"v{duckdb.__version__}" / "delta.duckdb_extension"
+con = duckdb.connect()
+try:
+    con.execute(f"LOAD '{ext}'")
+    loaded = con.execute("SELECT loaded FROM duckdb_extensions() WHERE extension_name = 'delta'").fetchone()[0]
+finally:
+    con.close()  # a connection with the extension loaded is closed before exit
+assert loaded, ext
+print("superset", getattr(superset, "__version__", "?"), "duckdb", duckdb.__version__, "delta extension", ext.name)
+PY
 echo "$want" > "$STAMP"
 echo "superset venv ready: $VENV"

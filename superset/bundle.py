@@ -52,10 +52,41 @@ def dataset_uuid(name: str) -> str:
 
 # ---- SQL fragments templated at provision time ------------------------------------------
 def parquet_source(lake: Path, rel: str) -> str:
-    """The Parquet files of a lake table; none yet is an empty relation, not an error
-    (DuckDB re-expands the glob at every query, so files written later are seen)."""
+    """The Parquet files of a lake table (DuckDB re-expands the glob at every query, so
+    files written later are seen). Superset's DuckDB (1.4, for the delta extension) fails
+    a glob that matches nothing, so a table without files gets no glob (`table_source`)."""
     path = str(Path(lake) / rel / "**" / "*.parquet").replace("'", "''")
-    return f"read_parquet('{path}', hive_partitioning=true, union_by_name=true, allow_empty=true)"
+    return f"read_parquet('{path}', hive_partitioning=true, union_by_name=true)"
+
+
+def has_parquet(lake: Path, rel: str) -> bool:
+    """Does the table's folder hold a Parquet file yet (stops at the first found)?"""
+    return next((Path(lake) / rel).rglob("*.parquet"), None) is not None
+
+
+def is_delta_table(lake: Path, rel: str) -> bool:
+    """A lake table folder that is a Delta table (issue 38): it has a `_delta_log/`."""
+    return (Path(lake) / rel / "_delta_log").is_dir()
+
+
+def delta_source(lake: Path, rel: str) -> str:
+    """A Delta table's current version, read by DuckDB's delta extension: each query reads
+    the log and then exactly the files of one version, so a compaction or retention commit
+    in between is never half seen (the replaced files stay until VACUUM). The lake
+    connection loads the extension (superset_config.py)."""
+    path = str(Path(lake) / rel).replace("'", "''")
+    return f"delta_scan('{path}')"
+
+
+def table_source(lake: Path, rel: str) -> str | None:
+    """What a lake table's view reads: the Delta table if the folder is one, else the
+    Parquet glob, or nothing (None) while the folder has no Parquet file. Decided when the
+    views file is written: `flowlake superset views` (also run by `superset start`,
+    `provision`, and after the report jobs) rewrites it when a table changed kind or got
+    its first files."""
+    if is_delta_table(lake, rel):
+        return delta_source(lake, rel)
+    return parquet_source(lake, rel) if has_parquet(lake, rel) else None
 
 
 def ident(name: str) -> str:
@@ -68,7 +99,13 @@ def table_view_sql(lake: Path, rel: str, columns: list[dict]) -> str:
     missing from older files read as NULL (union by name); undeclared ones are dropped."""
     typed = ", ".join(f"CAST(NULL AS {c['type']}) AS {ident(c['column_name'])}" for c in columns)
     names = ", ".join(ident(c["column_name"]) for c in columns)
-    return (f"SELECT {names} FROM (SELECT * FROM {parquet_source(lake, rel)} "
+    source = table_source(lake, rel)
+    if source is None:  # no file yet: the typed empty relation (rewritten once files exist)
+        return f"SELECT {names} FROM (SELECT {typed} WHERE false)"
+    if source.startswith("delta_scan(") and any(c["column_name"] == "date" for c in columns):
+        # a Delta partition value is a string; the glob's hive partition reads as DATE
+        source = f'(SELECT * REPLACE (CAST("date" AS DATE) AS "date") FROM {source})'
+    return (f"SELECT {names} FROM (SELECT * FROM {source} "
             f"UNION ALL BY NAME SELECT {typed} WHERE false)")
 
 

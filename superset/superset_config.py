@@ -12,10 +12,12 @@ There is no default secret: without a real one Superset refuses to start.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import sys
 import threading
+import weakref
 from pathlib import Path
 
 from cachelib.file import FileSystemCache  # noqa: F401  (ships with flask-caching)
@@ -171,8 +173,9 @@ ROW_LIMIT = 50000
 # ---- the lake connection: DuckDB, read-only, confined to the lake directory -----------
 # duckdb-engine passes `allowed_directories` to duckdb.connect(), where DuckDB refuses it
 # ("cannot set before the database is started"), so every new DuckDB connection is
-# locked down here instead: only the lake is readable, no extension loading, and the
-# configuration is locked so SQL Lab cannot undo it.
+# locked down here instead: only the lake is readable, no extension loading (the delta
+# extension, when a view needs it, is loaded before), and the configuration is locked so
+# SQL Lab cannot undo it.
 
 from sqlalchemy import event  # noqa: E402
 from sqlalchemy.engine import Engine  # noqa: E402
@@ -180,6 +183,57 @@ from sqlalchemy.engine import Engine  # noqa: E402
 
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
+
+
+# ---- Delta tables: DuckDB's delta extension, loaded from its package file ---------------
+# A view over a lake table that is a Delta table (superset/bundle.py, `_delta_log/` in the
+# table's folder) reads `delta_scan('<table>')`: one table version per query, so a
+# compaction or retention commit never fails or halves a read. The extension comes from the
+# PyPI package duckdb-extension-delta (superset/requirements.txt pins it to the venv's
+# DuckDB); a plain `LOAD delta` would try to download it. It is loaded into a DuckDB
+# instance before the instance is confined (after that, no file outside the lake may be
+# read), and only when the views file has a Delta view: until a table is converted nothing
+# changes. A DuckDB process that exits with the extension loaded and a connection open may
+# abort ("terminate called without an active exception"), so every such connection is
+# closed at exit (Superset's own pool closes them after each query already).
+_DELTA_VIEWS_SQL = ("SELECT count(*) FROM duckdb_views() WHERE NOT internal "
+                    "AND lower(sql) LIKE '%delta_scan(%'")
+_DELTA_CONNECTIONS: weakref.WeakSet = weakref.WeakSet()
+
+
+def delta_extension_file() -> Path:
+    """The delta extension built for this DuckDB, shipped by duckdb-extension-delta."""
+    import duckdb
+
+    version = duckdb.__version__
+    try:
+        import duckdb_extension_delta
+    except ImportError:
+        raise RuntimeError(f"a lake table is a Delta table, but Superset's virtualenv lacks the package "
+                           f"duckdb-extension-delta=={version}: run `make setup` (scripts/setup-superset.sh)") from None
+    package = Path(duckdb_extension_delta.__file__).resolve().parent
+    path = package / "extensions" / f"v{version}" / "delta.duckdb_extension"
+    if not path.is_file():
+        raise RuntimeError(f"a lake table is a Delta table, but {path} is missing: Superset's DuckDB is {version}; "
+                           f"install duckdb-extension-delta=={version} (superset/requirements.txt)")
+    return path
+
+
+def _load_delta_if_needed(dbapi_connection) -> bool:  # noqa: ANN001
+    """LOAD the delta extension when this database's views read a Delta table."""
+    if not dbapi_connection.execute(_DELTA_VIEWS_SQL).fetchone()[0]:
+        return False
+    dbapi_connection.execute(f"LOAD {_quote(str(delta_extension_file()))}")
+    return True
+
+
+@atexit.register
+def _close_delta_connections() -> None:
+    for con in list(_DELTA_CONNECTIONS):
+        try:
+            con.close()
+        except Exception:  # noqa: BLE001, S110 - at exit: nothing to report to
+            pass
 
 
 @event.listens_for(Engine, "connect")
@@ -201,7 +255,14 @@ def _confine_duckdb(dbapi_connection, _record):  # noqa: ANN001
         locked, external = dbapi_connection.execute(
             "SELECT current_setting('lock_configuration'), current_setting('enable_external_access')").fetchone()
         if locked and not external:
+            # confined by an earlier connection, which loaded the extension if it was needed
+            # (duckdb_extensions() would list ~/.duckdb: refused once confined)
+            if dbapi_connection.execute("SELECT count(*) FROM duckdb_functions() "
+                                        "WHERE function_name = 'delta_scan'").fetchone()[0]:
+                _DELTA_CONNECTIONS.add(dbapi_connection)
             return
+        if _load_delta_if_needed(dbapi_connection):
+            _DELTA_CONNECTIONS.add(dbapi_connection)
         for stmt in (
             f"SET allowed_directories = {allowed}",
             "SET enable_external_access = false",

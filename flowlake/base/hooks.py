@@ -11,6 +11,9 @@ import importlib
 
 # What refreshes after the report jobs rewrote report tables (jobs run, demo).
 AFTER_REPORTS: tuple[str, ...] = ("flowlake.superset_cli:refill_cache",)
+# What follows the lake when a table changed kind (made a Delta table: `flowlake lake
+# migrate`): Superset's views read a Delta table through delta_scan, not its Parquet glob.
+AFTER_LAKE_CHANGE: tuple[str, ...] = ("flowlake.superset_cli:refresh_views_hook",)
 
 
 def _resolve(target: str):
@@ -20,4 +23,9 @@ def _resolve(target: str):
 
 def after_reports(cfg, console) -> None:
     for target in AFTER_REPORTS:
+        _resolve(target)(cfg, console)
+
+
+def after_lake_change(cfg, console) -> None:
+    for target in AFTER_LAKE_CHANGE:
         _resolve(target)(cfg, console)
