@@ -37,13 +37,21 @@ def _start(home: Path) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, text=True)
     sock = home / "run" / "query.sock"
     deadline = time.monotonic() + 60
-    # listening, not only present: a stale socket file of a killed server exists before
-    # the new one has taken it over (a restart under load raced the next command)
-    while not _listening(sock):
+    # this process listening, not only a socket present: a stale file of a killed server, or
+    # the module's other server, answers until the new one has taken the socket over (it
+    # writes its state, with its pid, after it listens); under load the next command raced it
+    while not (_listening(sock) and _state_pid(home) == proc.pid):
         assert proc.poll() is None, proc.stdout.read()
         assert time.monotonic() < deadline, "the query server did not listen on its socket"
         time.sleep(0.1)
     return proc
+
+
+def _state_pid(home: Path) -> int | None:
+    try:
+        return _state(home).get("pid")
+    except (OSError, ValueError):
+        return None
 
 
 def _listening(sock: Path) -> bool:
