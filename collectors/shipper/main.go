@@ -128,6 +128,9 @@ func cmdDump(args []string) error {
 			buf = appendFlowJSON(buf[:0], f, file)
 			if *checkTimes {
 				corrected, reject := rules.checkTimes(f)
+				if reject == "" {
+					reject = f.Reject
+				}
 				buf = appendFlowJSON(buf[:0], f, file)
 				buf = buf[:len(buf)-2]
 				buf = strconv.AppendQuote(append(buf, `,"time_corrected":`...), corrected)
