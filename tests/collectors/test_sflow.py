@@ -1,0 +1,216 @@
+"""sFlow v5 through nfdump's sfcapd (issue 35), with a real sFlow agent: pmacct's pmacctd
+and its sfprobe plugin replay pcaps written here (scapy) into the stack's sfcapd (the
+Sfcapd component `flowlake up` starts). Every field the shipper makes of sfcapd's files is
+compared with the pcap's own truth: addresses, ports, protocol, TCP flags, ICMP type/code,
+MACs, VLAN, packets and bytes at layer 3 scaled by the sample's rate."""
+from __future__ import annotations
+
+import json
+import math
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from flowlake import components
+from flowlake.base import config
+from flowlake.base.gobuild import SHIPPER
+from flowlake.base.ports import private_env
+from flowlake.collectors import sfcapd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
+from nfcapd_capture import dump_resolved  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+AGENT = "192.0.2.77"
+SUB_AGENT = 3
+
+
+def _packets():
+    from scapy.all import ICMP, IP, TCP, UDP, Dot1Q, Ether, IPv6, Raw  # noqa: PLC0415  (scapy's import is slow: only when a test runs)
+
+    return [
+        Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP(src="10.1.0.1", dst="10.2.0.2", tos=0x10)
+        / TCP(sport=40000, dport=443, flags="S"),
+        Ether(src="02:00:00:00:00:03", dst="02:00:00:00:00:04") / IPv6(src="2001:db8::1", dst="2001:db8::2")
+        / UDP(sport=5353, dport=53) / Raw(b"x" * 100),
+        Ether(src="02:00:00:00:00:05", dst="02:00:00:00:00:06") / Dot1Q(vlan=100)
+        / IP(src="10.3.0.1", dst="10.4.0.2") / UDP(sport=1000, dport=2000) / Raw(b"y" * 200),
+        Ether(src="02:00:00:00:00:07", dst="02:00:00:00:00:08") / IP(src="10.5.0.1", dst="10.6.0.2")
+        / ICMP(type=3, code=1) / Raw(b"z" * 56),
+        Ether(src="02:00:00:00:00:09", dst="02:00:00:00:00:0a") / IP(src="10.7.0.1", dst="10.8.0.2")
+        / TCP(sport=40001, dport=80, flags="PA") / Raw(b"q" * 500),
+        Ether(src="02:00:00:00:00:0b", dst="02:00:00:00:00:0c") / Dot1Q(vlan=4001)
+        / IPv6(src="2001:db8::a", dst="2001:db8::b") / TCP(sport=22, dport=50000, flags="FA"),
+    ]
+
+
+def _truth(p) -> dict:
+    """What the lake must say of one sampled packet, from the packet itself."""
+    from scapy.all import ICMP, IP, TCP, UDP, Dot1Q, Ether, IPv6  # noqa: PLC0415  (scapy's import is slow: only when a test runs)
+
+    ip = p[IP] if IP in p else p[IPv6]
+    l4 = p[TCP] if TCP in p else p[UDP] if UDP in p else None
+    icmp = p[ICMP] if ICMP in p else None
+    return {
+        "src_addr": ip.src, "dst_addr": ip.dst,
+        "proto": ip.proto if IP in p else ip.nh,
+        "tos": ip.tos if IP in p else ip.tc,
+        "src_port": l4.sport if l4 else 0,
+        "dst_port": l4.dport if l4 else icmp.type * 256 + icmp.code,
+        "tcp_flags": int(p[TCP].flags) if TCP in p else 0,
+        "icmp_type": icmp.type if icmp else None, "icmp_code": icmp.code if icmp else None,
+        "src_mac": p[Ether].src, "dst_mac": p[Ether].dst,
+        "src_vlan": p[Dot1Q].vlan if Dot1Q in p else 0,
+        "l3_bytes": len(ip),
+    }
+
+
+def _write_pcap(path: Path, packets) -> None:
+    from scapy.all import wrpcap  # noqa: PLC0415  (scapy's import is slow: only when a test runs)
+
+    for i, p in enumerate(packets):
+        p.time = 1_763_600_000 + i * 0.001
+    wrpcap(str(path), packets)
+
+
+def _replay(tmp_path: Path, pcap: Path, port: int, *, ext_rate: int | None = None, rate: int | None = None) -> None:
+    """pmacctd + sfprobe read the pcap and export sFlow v5 to 127.0.0.1:port, agent AGENT.
+    ext_rate N: every packet becomes a sample announced as 1:N (pmacctd_ext_sampling_rate,
+    deterministic); rate N: pmacctd samples 1 in N at random (sampling_rate)."""
+    conf = tmp_path / f"pmacctd-{pcap.stem}.conf"
+    lines = ["daemonize: false", f"pcap_savefile: {pcap}", "plugins: sfprobe",
+             f"sfprobe_receiver: 127.0.0.1:{port}", f"sfprobe_agentip: {AGENT}", f"sfprobe_agentsubid: {SUB_AGENT}"]
+    if ext_rate:
+        lines.append(f"pmacctd_ext_sampling_rate: {ext_rate}")
+    if rate:
+        lines.append(f"sampling_rate: {rate}")
+    conf.write_text("\n".join(lines) + "\n")
+    res = subprocess.run(["pmacctd", "-f", str(conf)], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "Unknown key" not in res.stdout + res.stderr, res.stdout + res.stderr
+
+
+@pytest.fixture
+def sflow(tmp_path):
+    """The stack's sfcapd (the component `flowlake up` starts) on a private home and port."""
+
+    env = private_env(tmp_path / "home")
+    cfg = config.load(env=env)
+    comp = components.get(cfg, "sfcapd")
+    assert comp.enabled() and comp.port() == int(env["FLOWLAKE_COLLECTOR_SFLOW_PORT"])
+    comp.start()
+    try:
+        yield cfg, comp
+    finally:
+        comp.stop()
+
+
+def _closed(cfg) -> list[Path]:
+    return sorted(p for p in sfcapd.spool_dir(cfg).rglob("nfcapd.*") if ".current." not in p.name)
+
+
+def _flows(cfg, comp) -> list[dict]:
+    comp.stop()  # sfcapd renames its current file on SIGTERM
+    files = _closed(cfg)
+    assert files, "sfcapd wrote no file"
+    return [f for path in files for f in dump_resolved(path)]
+
+
+def test_pmacct_sfprobe_every_field_exact(sflow, tmp_path):
+    cfg, comp = sflow
+    rate = 7
+    packets = _packets()
+    pcap = tmp_path / "mixed.pcap"
+    _write_pcap(pcap, packets)
+    _replay(tmp_path, pcap, comp.port(), ext_rate=rate)
+    time.sleep(0.5)
+    flows = _flows(cfg, comp)
+    got = {(f["src_addr"], f["dst_addr"]): f for f in flows}
+    assert len(flows) == len(got) == len(packets), flows
+    for p in packets:
+        t = _truth(p)
+        f = got[(t["src_addr"], t["dst_addr"])]
+        for key in ("proto", "tos", "src_port", "dst_port", "tcp_flags", "icmp_type", "icmp_code",
+                    "src_mac", "dst_mac", "src_vlan"):
+            assert f[key] == t[key], (key, f, t)
+        assert f["sampling_rate"] == rate, f
+        assert f["packets"] == rate, f                      # scaled once: one sample = 1:rate packets
+        assert f["bytes"] == rate * t["l3_bytes"], (f, t)    # layer 3: no Ethernet, tag or FCS
+        # sfcapd 1.7.1 stores the UDP sender, not the sFlow agent address (docs: known gap)
+        assert f["exporter"] == "127.0.0.1", f
+        assert f["source_file"].startswith(str(cfg.path("nfcapd") / "sflow")), f
+    status = comp.status()
+    assert status["received"]["flows"] == len(packets), status
+    assert status["agents"] == {"127.0.0.1/3": {"exporter": "127.0.0.1", "sub_agent": SUB_AGENT, "rates": [rate]}}
+
+
+def test_random_sampling_scaled_once_within_binomial_bound(sflow, tmp_path):
+    """pmacctd samples 1 in N at random: the lake's scaled packets and bytes agree with the
+    pcap's within the bound computed from N and the packet count (never unscaled, never twice)."""
+    from scapy.all import IP, UDP, Ether, Raw  # noqa: PLC0415  (scapy's import is slow: only when a test runs)
+
+    cfg, comp = sflow
+    n, rate, size = 3000, 10, 300
+    packets = [Ether(src="02:00:00:00:01:01", dst="02:00:00:00:01:02") / IP(src="10.9.0.1", dst="10.9.0.2")
+               / UDP(sport=7000 + i % 50, dport=9000) / Raw(b"p" * (size - 28)) for i in range(n)]
+    pcap = tmp_path / "bulk.pcap"
+    _write_pcap(pcap, packets)
+    _replay(tmp_path, pcap, comp.port(), rate=rate)
+    time.sleep(0.5)
+    flows = _flows(cfg, comp)
+    assert flows and all(f["sampling_rate"] == rate for f in flows), flows[:3]
+    samples = len(flows)
+    p = 1 / rate
+    bound = 5 * math.sqrt(n * p * (1 - p))  # 5 sigma of the sample count: ~1 in 3.5 million fails by chance
+    assert abs(samples - n * p) <= bound, (samples, n * p, bound)
+    assert sum(f["packets"] for f in flows) == samples * rate
+    assert sum(f["bytes"] for f in flows) == samples * rate * size   # layer 3, each sample scaled once
+
+
+def test_bad_datagrams_counted_nothing_else_lost(sflow, tmp_path):
+    """Truncated datagrams, a datagram that is not sFlow v5, a sample overrunning its
+    datagram, an unknown sample format and a flow sample without a decodable header, then
+    valid traffic: sfcapd keeps running, the rejected ones are counted with the reason, the
+    header-less sample is quarantined by the shipper with its reason, every valid flow arrives."""
+    cfg, comp = sflow
+    port = comp.port()
+
+    def hdr(seq: int, nsamples: int) -> bytes:
+        return struct.pack("!II4sIIII", 5, 1, socket.inet_aton("192.0.2.99"), 7, seq, 1000, nsamples)
+
+    bad = [
+        hdr(1, 1)[:17],                                                            # truncated header
+        struct.pack("!I", 4) + b"\x00" * 40,                                       # not sFlow v5
+        hdr(2, 1) + struct.pack("!II", 1, 500) + b"\x00" * 20,                     # sample overruns the datagram
+        hdr(3, 1) + struct.pack("!II", 99, 8) + b"\x00" * 8,                       # unknown sample format: skipped
+        hdr(4, 1) + struct.pack("!II", 1, 40) + struct.pack("!8I", 1, 1, 1, 1, 0, 0, 0, 1)
+        + struct.pack("!II", 77, 0),                                               # flow sample, unknown record only
+    ]
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for d in bad:
+        s.sendto(d, ("127.0.0.1", port))
+    time.sleep(0.5)
+    packets = _packets()
+    pcap = tmp_path / "after.pcap"
+    _write_pcap(pcap, packets)
+    _replay(tmp_path, pcap, port, ext_rate=2)
+    time.sleep(0.5)
+    assert comp.managed().running(), "sfcapd died on bad input"
+    rej = comp.status()["rejected"]
+    assert rej["reasons"].get(sfcapd.ABORTS["1"]) == 3, rej
+    comp.stop()
+    files = _closed(cfg)
+    out = subprocess.run([str(SHIPPER.build()), "dump", "--check-times", *map(str, files)],
+                         capture_output=True, text=True, check=True).stdout
+    rows = [json.loads(line) for line in out.splitlines()]
+    kept = [r for r in rows if not r["quarantine_reason"]]
+    quarantined = [r for r in rows if r["quarantine_reason"]]
+    assert len(quarantined) == 1 and "without a sampled header" in quarantined[0]["quarantine_reason"], quarantined
+    assert sorted((r["src_addr"], r["dst_addr"]) for r in kept) == sorted(
+        (_truth(p)["src_addr"], _truth(p)["dst_addr"]) for p in packets)
