@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 
 	"github.com/klauspost/compress/zstd"
@@ -792,9 +793,6 @@ func (r *reader) v3(rec []byte, f *Flow, blockOff int64, blockNo uint32) error {
 		}
 		pos += elen
 	}
-	if f.NfVersion&nfVersionSFlow != 0 {
-		f.sflowFixup()
-	}
 	f.Exporter = r.exporterFor(sysid)
 	if f.Exporter.Addr == "" && received != nil {
 		f.Exporter = r.receivedExporter(sysid, received)
@@ -805,13 +803,16 @@ func (r *reader) v3(rec []byte, f *Flow, blockOff int64, blockNo uint32) error {
 		f.SamplingRate, id = r.samplingRate(sysid, selector, hasSelector)
 		f.NfcapdSetting = id <= samplerNfcapdDefault
 	}
+	if f.NfVersion&nfVersionSFlow != 0 {
+		f.sflowFixup()
+	}
 	return nil
 }
 
 // sfcapd (nfdump's sFlow collector, 1.7.1) marks its records with nfversion 0x80|5 (sFlow
-// v5) and stores each flow sample as one record: packets = the sample's sampling rate,
-// bytes = rate x the sampled frame_length, both already scaled once (the sampler record it
-// writes makes the resolver keep that rate, never apply it again).
+// v5) and stores each flow sample as one record: packets = the sample's own sampling rate
+// (one sampled packet scaled by it), bytes = rate x the sampled frame_length. Its sampler
+// record holds only the agent's first rate, so the record's own packets are its rate.
 const nfVersionSFlow = 0x80
 
 // Layer-2 overhead in an sFlow frame_length (sFlow v5: for a layer-2 header_protocol,
@@ -831,6 +832,10 @@ const (
 //   - ICMP: sfcapd stores the type in src_port and the code in dst_port; flowlake keeps
 //     dst_port = type*256+code with src_port 0, as for NetFlow (icmp_type/icmp_code follow).
 func (f *Flow) sflowFixup() {
+	if f.Packets > 0 && f.Packets <= math.MaxUint32 {
+		f.SamplingRate = uint32(f.Packets) // as applied: the resolver takes wire counts 1 packet, 1 frame
+		f.NfcapdSetting = false
+	}
 	if f.Proto == 1 {
 		f.DstPort = f.SrcPort<<8 | f.DstPort&0xff
 		f.SrcPort = 0

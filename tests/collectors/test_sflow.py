@@ -214,3 +214,55 @@ def test_bad_datagrams_counted_nothing_else_lost(sflow, tmp_path):
     assert len(quarantined) == 1 and "without a sampled header" in quarantined[0]["quarantine_reason"], quarantined
     assert sorted((r["src_addr"], r["dst_addr"]) for r in kept) == sorted(
         (_truth(p)["src_addr"], _truth(p)["dst_addr"]) for p in packets)
+
+
+def _flow_sample(seq: int, rate: int, frame: bytes) -> bytes:
+    """An sFlow v5 flow sample (format 1) with one raw packet header record (Ethernet)."""
+    pad = frame + b"\x00" * (-len(frame) % 4)
+    rec = struct.pack("!IIII", 1, len(frame) + 4, 4, len(frame)) + pad  # frame_length counts the FCS
+    body = struct.pack("!8I", seq, 5, rate, seq * rate, 0, 5, 6, 1) + struct.pack("!II", 1, len(rec)) + rec
+    return struct.pack("!II", 1, len(body)) + body
+
+
+def _datagram(agent: str, sub: int, seq: int, samples: list[bytes]) -> bytes:
+    return struct.pack("!II4sIIII", 5, 1, socket.inet_aton(agent), sub, seq, 1000, len(samples)) + b"".join(samples)
+
+
+def test_each_sample_scaled_by_its_own_rate(sflow, tmp_path):
+    """An agent changing its rate between two samples of one datagram, and a second
+    sub-agent: every record scaled once by its own sample's rate (sfcapd's sampler record
+    holds only the first rate: read as the rate, it once turned 1:50 samples into 0 packets),
+    exporter health per sub-agent with the rates in use."""
+    from scapy.all import IP, TCP, Ether, raw  # noqa: PLC0415  (scapy's import is slow: only when a test runs)
+
+    cfg, comp = sflow
+    frame = raw(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP(src="10.1.0.1", dst="10.2.0.2")
+                / TCP(sport=1, dport=2, flags="S"))
+    l3 = len(frame) - 14
+    sent = [("192.0.2.50", 0, [100, 50]), ("192.0.2.51", 1, [10]), ("192.0.2.50", 0, [50, 100, 100])]
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for seq, (agent, sub, rates) in enumerate(sent, 1):
+        s.sendto(_datagram(agent, sub, seq, [_flow_sample(i, r, frame) for i, r in enumerate(rates)]),
+                 ("127.0.0.1", comp.port()))
+    time.sleep(0.5)
+    settings = tmp_path / "sampling.json"
+    settings.write_text(json.dumps({"exporters": {}, "unannounced": 1}))
+    comp.stop()
+    files = _closed(cfg)
+    flows = [f for path in files for f in dump_resolved(path, settings=settings)]
+    want = [r for _, _, rates in sent for r in rates]
+    assert [f["sampling_rate"] for f in flows] == want, flows
+    assert [f["packets"] for f in flows] == want
+    assert [f["bytes"] for f in flows] == [r * l3 for r in want]
+    out = subprocess.run([str(SHIPPER.build()), "stats", *map(str, files)], capture_output=True, text=True, check=True)
+    health: dict[int, dict] = {}
+    for line in out.stdout.splitlines():  # one JSON line per file (sfcapd may have rotated)
+        for h in json.loads(line)["exporter_health"]:
+            agg = health.setdefault(h["observation_domain"], {"datagrams": 0, "flows": 0, "rates": set()})
+            agg["datagrams"] += h["datagrams"]
+            agg["flows"] += h["flows"]
+            agg["rates"] |= set(h["sampling_rates"].split(","))
+            assert h["exporter"] == "127.0.0.1" and h["version"] == 9999, h  # sfcapd: the UDP sender, sFlow
+    # sfcapd 1.7.1 counts each flow sample where nfcapd counts datagrams (2 and 1 were sent)
+    assert health == {0: {"datagrams": 5, "flows": 5, "rates": {"50", "100"}},
+                      1: {"datagrams": 1, "flows": 1, "rates": {"10"}}}, health
