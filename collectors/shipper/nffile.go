@@ -827,8 +827,9 @@ const (
 //   - bytes at layer 3: sfcapd stores frame_length (Ethernet header, 802.1Q tag, FCS
 //     included). It decodes MAC addresses (and the tag's VLAN) only from an Ethernet
 //     sampled header, so a record with a MAC address had one: per packet subtract the
-//     Ethernet header and FCS, and 4 more when it carries a VLAN. A record without MACs
+//     Ethernet header and FCS, and 4 more for an 802.1Q tag. A record without MACs
 //     came from an IP header_protocol sample, whose frame_length is the IP packet already.
+//     (A tag is subtracted only where the record's VLAN must be the header's: see below.)
 //   - ICMP: sfcapd stores the type in src_port and the code in dst_port; flowlake keeps
 //     dst_port = type*256+code with src_port 0, as for NetFlow (icmp_type/icmp_code follow).
 func (f *Flow) sflowFixup() {
@@ -850,7 +851,10 @@ func (f *Flow) sflowFixup() {
 		return
 	}
 	over := uint64(ethHeaderLen + ethFCSLen)
-	if f.SrcVlan != 0 {
+	if f.SrcVlan != 0 && f.DstVlan == 0 {
+		// the VLAN can only have come from a tag in the sampled header. With a dst_vlan the
+		// agent sent extended switch data, whose src_vlan sfcapd stores over the tag's:
+		// the frame may or may not carry a tag (access port), so none is subtracted.
 		over += vlanTagLen
 	}
 	// a frame no longer than its own layer-2 overhead is not Ethernet as described: leave it

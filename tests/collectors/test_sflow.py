@@ -266,3 +266,31 @@ def test_each_sample_scaled_by_its_own_rate(sflow, tmp_path):
     # sfcapd 1.7.1 counts each flow sample where nfcapd counts datagrams (2 and 1 were sent)
     assert health == {0: {"datagrams": 5, "flows": 5, "rates": {"50", "100"}},
                       1: {"datagrams": 1, "flows": 1, "rates": {"10"}}}, health
+
+
+def test_what_the_record_cannot_say(sflow, tmp_path):
+    """The measured limits of sfcapd 1.7.1's records, so a change in them shows: a VLAN from
+    extended switch data (format 1001) for an untagged frame subtracts no tag (exact here);
+    ICMPv6 type and code are lost (sfcapd stores 0)."""
+    from scapy.all import IP, TCP, Ether, ICMPv6EchoRequest, IPv6, raw  # noqa: PLC0415  (scapy's import is slow)
+
+    cfg, comp = sflow
+    untagged = raw(Ether(src="02:00:00:00:00:03", dst="02:00:00:00:00:04") / IP(src="10.1.0.1", dst="10.2.0.2")
+                   / TCP(sport=1, dport=2, flags="S"))
+    pad = untagged + b"\x00" * (-len(untagged) % 4)
+    header = struct.pack("!IIII", 1, len(untagged) + 4, 4, len(untagged)) + pad
+    switch = struct.pack("!IIII", 77, 0, 88, 0)  # src_vlan 77, dst_vlan 88
+    body = (struct.pack("!8I", 1, 5, 3, 3, 0, 5, 6, 2) + struct.pack("!II", 1, len(header)) + header
+            + struct.pack("!II", 1001, len(switch)) + switch)
+    icmp6 = raw(Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IPv6(src="2001:db8::1", dst="2001:db8::2")
+                / ICMPv6EchoRequest())
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(_datagram("192.0.2.50", 0, 1, [struct.pack("!II", 1, len(body)) + body, _flow_sample(2, 1, icmp6)]),
+             ("127.0.0.1", comp.port()))
+    time.sleep(0.5)
+    comp.stop()
+    flows = {f["proto"]: f for path in _closed(cfg) for f in dump_resolved(path)}
+    assert (flows[6]["src_vlan"], flows[6]["dst_vlan"]) == (77, 88), flows[6]
+    assert flows[6]["bytes"] == 3 * (len(untagged) - 14), flows[6]
+    assert flows[58]["bytes"] == len(icmp6) - 14, flows[58]
+    assert (flows[58]["icmp_type"], flows[58]["icmp_code"]) == (0, 0), flows[58]  # truth: 128, 0 (sfcapd loses it)
