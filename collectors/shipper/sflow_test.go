@@ -1,0 +1,81 @@
+package main
+
+import "testing"
+
+// sfcapd's record of one sFlow sample at 1:rate of a frame (FCS included), as read.
+func sflowRecord(rate, frame uint64) *Flow {
+	return &Flow{NfVersion: 0x85, Packets: rate, Bytes: rate * frame, SamplingRate: 99, NfcapdSetting: true,
+		SrcMAC: 0x020000000001, DstMAC: 0x020000000002, Proto: 6, SrcAddr: [16]byte{10, 0, 0, 1},
+		DstAddr: [16]byte{10, 0, 0, 2}, Exporter: &Exporter{Addr: "192.0.2.1"}}
+}
+
+func TestSFlowFixupBytesAtLayer3(t *testing.T) {
+	cases := []struct {
+		name             string
+		srcVlan, dstVlan uint32
+		noMAC            bool
+		frame, want      uint64
+	}{
+		{"untagged: header 14 + FCS 4", 0, 0, false, 58, 40},
+		{"802.1Q tag: 4 more", 100, 0, false, 250, 228},
+		{"extended switch VLANs: the tag is not known", 77, 88, false, 62, 44},
+		{"IP header_protocol (no MACs): already layer 3", 0, 0, true, 40, 40},
+		{"shorter than its own overhead: left alone", 0, 0, false, 10, 10},
+	}
+	for _, c := range cases {
+		f := sflowRecord(7, c.frame)
+		f.SrcVlan, f.DstVlan = c.srcVlan, c.dstVlan
+		if c.noMAC {
+			f.SrcMAC, f.DstMAC = 0, 0
+		}
+		f.sflowFixup()
+		if f.Bytes != 7*c.want || f.Packets != 7 || f.SamplingRate != 7 || f.NfcapdSetting {
+			t.Errorf("%s: bytes %d packets %d rate %d nfcapd-setting %v, want bytes %d packets 7 rate 7",
+				c.name, f.Bytes, f.Packets, f.SamplingRate, f.NfcapdSetting, 7*c.want)
+		}
+	}
+}
+
+func TestSFlowFixupICMPAndHeaderless(t *testing.T) {
+	f := sflowRecord(1, 102)
+	f.Proto, f.SrcPort, f.DstPort = 1, 3, 1 // sfcapd: type in src_port, code in dst_port
+	f.sflowFixup()
+	if f.SrcPort != 0 || f.DstPort != 3<<8|1 {
+		t.Errorf("ICMP ports %d/%d, want 0/%d", f.SrcPort, f.DstPort, 3<<8|1)
+	}
+	empty := &Flow{NfVersion: 0x85, Packets: 1, Exporter: &Exporter{Addr: "192.0.2.1"}}
+	empty.sflowFixup()
+	if empty.Reject == "" {
+		t.Error("a record without addresses and bytes was not rejected")
+	}
+	netflow := &Flow{NfVersion: 9, Packets: 1, Proto: 1, SrcPort: 3, Exporter: &Exporter{Addr: "192.0.2.1"}}
+	if netflow.NfVersion&nfVersionSFlow != 0 {
+		t.Fatal("NetFlow v9 taken for sFlow")
+	}
+}
+
+// The resolver keeps each sFlow record's own rate (never the sampler record's, never the
+// configured default) and applies it once; force_sampling still wins.
+func TestResolveSFlowOwnRateOnce(t *testing.T) {
+	r, err := NewResolver("", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.settings.Exporters = map[string]ExporterSampling{"192.0.2.1": {Sampling: 1000}}
+	for _, rate := range []uint64{100, 50, 1} {
+		f := sflowRecord(rate, 58)
+		f.sflowFixup()
+		r.Resolve(f)
+		if f.SamplingRate != uint32(rate) || f.Packets != rate || f.Bytes != rate*40 {
+			t.Errorf("1:%d: rate %d packets %d bytes %d", rate, f.SamplingRate, f.Packets, f.Bytes)
+		}
+	}
+	r.settings.Exporters["192.0.2.2"] = ExporterSampling{Force: 10}
+	f := sflowRecord(100, 58)
+	f.Exporter = &Exporter{Addr: "192.0.2.2"}
+	f.sflowFixup()
+	r.Resolve(f)
+	if f.SamplingRate != 10 || f.Packets != 10 || f.Bytes != 400 {
+		t.Errorf("forced 1:10: rate %d packets %d bytes %d", f.SamplingRate, f.Packets, f.Bytes)
+	}
+}
