@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import socket
 import struct
 import subprocess
@@ -294,3 +295,37 @@ def test_what_the_record_cannot_say(sflow, tmp_path):
     assert flows[6]["bytes"] == 3 * (len(untagged) - 14), flows[6]
     assert flows[58]["bytes"] == len(icmp6) - 14, flows[58]
     assert (flows[58]["icmp_type"], flows[58]["icmp_code"]) == (0, 0), flows[58]  # truth: 128, 0 (sfcapd loses it)
+
+
+def test_shipper_ships_sfcapd_files_once_beside_nfcapd_names(kafka, cfg, tmp_path):
+    """sfcapd's files live in the spool's sflow/ and ship under their own ledger keys: an
+    nfcapd file of the very same name beside them is another file, and a second pass ships
+    neither again."""
+    from flowlake.collectors import ship  # noqa: PLC0415  (confluent_kafka: only with a broker)
+
+    comp = components.get(cfg, "sfcapd")
+    comp.start()
+    try:
+        pcap = tmp_path / "ship.pcap"
+        _write_pcap(pcap, _packets())
+        _replay(tmp_path, pcap, comp.port(), ext_rate=3)
+        time.sleep(0.5)
+    finally:
+        comp.stop()
+    sflow_files = _closed(cfg)
+    assert sflow_files
+    twin = cfg.path("nfcapd") / sflow_files[0].name  # the name nfcapd could give a file at that minute
+    twin.write_bytes(sflow_files[0].read_bytes())
+    flowlake = str(Path(sys.executable).with_name("flowlake"))
+    res = subprocess.run([flowlake, "ship", "--pending"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    ledger = ship.read_ledger(cfg)
+    keys = [f"sflow/{p.name}" for p in sflow_files] + [twin.name]
+    for key in keys:
+        assert key in ledger, (key, sorted(ledger))
+    want = sum(len(dump_resolved(p)) for p in sflow_files)
+    assert sum(ledger[f"sflow/{p.name}"]["flows"] for p in sflow_files) == want == len(_packets())
+    again = subprocess.run([flowlake, "ship", "--pending"], capture_output=True, text=True)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert {k: ledger[k] for k in keys} == {k: v for k, v in ship.read_ledger(cfg).items() if k in keys}
+    assert re.search(r"(?<!\d)0 files shipped", again.stdout), again.stdout
