@@ -13,6 +13,7 @@ bytes were scaled once by sfcapd by each sample's own rate, and the resolver kee
 """
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import sys
@@ -21,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flowlake.base import config as _config
-from flowlake.base.component import ModuleComponent
+from flowlake.base.component import Component, ModuleComponent
+from flowlake.base.gobuild import SHIPPER
 from flowlake.base.process import Managed, udp_bound, wait_until
 
 from . import nfcapd
@@ -142,6 +144,32 @@ def agents(cfg=None) -> dict:
     return out
 
 
+# ---- the sFlow tap: what sfcapd does not keep of the datagrams (collectors/shipper/sflowtap.go)
+
+def tap_state_file(cfg) -> Path:
+    return cfg.path("state", "sampling", "sflow.json")
+
+
+def tap_managed(cfg) -> Managed:
+    return Managed("sflow-tap", cfg.path("run"), cfg.path("log"))
+
+
+def tap_argv(cfg) -> list[str]:
+    c = cfg.collector
+    return [str(SHIPPER.binary), "sflow-tap", "--bind", c.bind, "--port", str(c.sflow_port),
+            "--dir", str(tap_state_file(cfg).parent)]
+
+
+def tap_status(cfg) -> dict:
+    """sflow.json: per agent address and sub-agent, the UDP senders, datagrams, datagrams
+    lost (sequence gaps), restarts, samples by kind, sampling rates, the agent's own drops;
+    malformed datagrams by reason. {} before the tap first ran."""
+    try:
+        return json.loads(tap_state_file(cfg).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def spool_usage(cfg=None) -> dict:
     spool = spool_dir(cfg)
     files = [p for p in spool.rglob("nfcapd.*") if p.is_file() and ".current." not in p.name]
@@ -182,5 +210,48 @@ class Sfcapd(ModuleComponent):
         return stopped
 
     def status(self) -> dict:
+        tap = tap_status(self.cfg)
         return {"received": received(self.cfg), "spool": spool_usage(self.cfg), "rejected": rejected(self.cfg),
-                "agents": agents(self.cfg)}
+                "announced": agents(self.cfg), "agents": tap.get("agents", {}),
+                "tap": {"datagrams": tap.get("datagrams", 0), "malformed": tap.get("malformed", {})}}
+
+
+@dataclass(frozen=True)
+class SflowTapSettings:
+    """[collector] and [sampling] as the sFlow tap uses them."""
+    bind: str
+    sflow_port: int
+    sflow_enabled: bool
+
+
+class SflowTap(Component):
+    """A copy of every sFlow datagram sfcapd receives (raw socket, like the sampling tap):
+    agent addresses, sequence gaps and restarts, sample kinds and rates per agent. Started
+    before sfcapd so no datagram is missed; runs where the sampling tap runs ([sampling] tap)."""
+    name = "sflow-tap"
+    stop_timeout = 10.0
+    settings_type = SflowTapSettings
+    section = "collector"
+
+    def enabled(self) -> bool:
+        return self.settings.sflow_enabled and bool(self.cfg.sampling.tap)
+
+    def managed(self) -> Managed:
+        return tap_managed(self.cfg)
+
+    def start(self) -> int | None:
+        proc = self.managed()
+        if proc.running():
+            return proc.pid()
+        SHIPPER.build()
+        state = tap_state_file(self.cfg)
+        state.parent.mkdir(parents=True, exist_ok=True)
+        before = state.stat().st_mtime if state.exists() else 0
+        pid = proc.start(tap_argv(self.cfg))
+        wait_until(lambda: state.exists() and state.stat().st_mtime > before, 20.0,
+                   "the sFlow tap to open its raw socket", proc=proc)
+        return pid
+
+    def status(self) -> dict:
+        tap = tap_status(self.cfg)
+        return {"datagrams": tap.get("datagrams", 0), "malformed": tap.get("malformed", {})}

@@ -1,6 +1,11 @@
 package main
 
-import "testing"
+import (
+	"encoding/binary"
+	"net/netip"
+	"testing"
+	"time"
+)
 
 // sfcapd's record of one sFlow sample at 1:rate of a frame (FCS included), as read.
 func sflowRecord(rate, frame uint64) *Flow {
@@ -77,5 +82,58 @@ func TestResolveSFlowOwnRateOnce(t *testing.T) {
 	r.Resolve(f)
 	if f.SamplingRate != 10 || f.Packets != 10 || f.Bytes != 400 {
 		t.Errorf("forced 1:10: rate %d packets %d bytes %d", f.SamplingRate, f.Packets, f.Bytes)
+	}
+}
+
+func sflowTestDatagram(agent [4]byte, sub, seq, uptime uint32, samples ...[]byte) []byte {
+	b := binary.BigEndian.AppendUint32(nil, 5)
+	b = binary.BigEndian.AppendUint32(b, 1)
+	b = append(b, agent[:]...)
+	for _, v := range []uint32{sub, seq, uptime, uint32(len(samples))} {
+		b = binary.BigEndian.AppendUint32(b, v)
+	}
+	for _, s := range samples {
+		b = append(b, s...)
+	}
+	return b
+}
+
+func sflowTestSample(format, rate, drops uint32) []byte {
+	body := make([]byte, 32)
+	binary.BigEndian.PutUint32(body[8:], rate)
+	binary.BigEndian.PutUint32(body[16:], drops)
+	b := binary.BigEndian.AppendUint32(nil, format)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(body)))
+	return append(b, body...)
+}
+
+// Sequence accounting per agent/sub-agent: gaps lost, a late datagram taken back from the
+// lost, a duplicate, a restart (uptime back to near 0) not counted as loss; samples by kind,
+// rates and the agent's drops; malformed datagrams by reason, without touching the counts.
+func TestSFlowTapSequencesAndSamples(t *testing.T) {
+	st := &SFlowTapState{Malformed: map[string]uint64{}, Agents: map[string]*SFlowAgent{}}
+	sender := netip.MustParseAddr("198.51.100.1")
+	agent := [4]byte{192, 0, 2, 50}
+	now := time.Now()
+	feed := []struct{ seq, uptime uint32 }{{1, 100010}, {2, 100020}, {3, 100030}, {7, 100070}, {6, 100060}, {8, 100080},
+		{8, 100080}, {1, 5}, {2, 15}}
+	for _, d := range feed {
+		st.sflowDatagram(sender, sflowTestDatagram(agent, 0, d.seq, d.uptime, sflowTestSample(1, 100, 2), sflowTestSample(2, 0, 0)), now)
+	}
+	st.sflowDatagram(sender, sflowTestDatagram(agent, 1, 1, 1, sflowTestSample(3, 0, 0), sflowTestSample(99, 0, 0)), now)
+	st.sflowDatagram(sender, []byte{0, 0, 0, 5, 0, 0}, now)
+	st.sflowDatagram(sender, append(sflowTestDatagram(agent, 2, 1, 1, sflowTestSample(1, 10, 0)), 0, 0, 0, 1, 0, 0, 0, 200), now)
+	a := st.Agents["192.0.2.50/0"]
+	if a == nil || a.Datagrams != 9 || a.Lost != 2 || a.Reordered != 2 || a.Restarts != 1 {
+		t.Fatalf("agent 0: %+v", a)
+	}
+	if a.FlowSamples != 9 || a.CountSamples != 9 || a.AgentDrops != 18 || a.Rates["100"] != 9 || a.Senders["198.51.100.1"] != 9 {
+		t.Errorf("agent 0 samples: %+v", a)
+	}
+	if b := st.Agents["192.0.2.50/1"]; b == nil || b.FlowSamples != 1 || b.OtherSamples != 1 || b.Rates["0"] != 1 {
+		t.Errorf("agent 1: %+v", b)
+	}
+	if st.Datagrams != 12 || st.Malformed["truncated header"] != 1 || len(st.Malformed) != 1 {
+		t.Errorf("datagrams %d malformed %v", st.Datagrams, st.Malformed)
 	}
 }

@@ -103,13 +103,22 @@ def sflow(tmp_path):
 
     env = private_env(tmp_path / "home")
     cfg = config.load(env=env)
+    tap = components.get(cfg, "sflow-tap")
     comp = components.get(cfg, "sfcapd")
-    assert comp.enabled() and comp.port() == int(env["FLOWLAKE_COLLECTOR_SFLOW_PORT"])
+    assert tap.enabled() and comp.enabled() and comp.port() == int(env["FLOWLAKE_COLLECTOR_SFLOW_PORT"])
+    tap.start()  # as `flowlake up` does: the tap first, no datagram missed
     comp.start()
     try:
         yield cfg, comp
     finally:
         comp.stop()
+        tap.stop()
+
+
+def _tap(cfg) -> dict:
+    """The sFlow tap's state once it has written everything it read (it saves on SIGTERM)."""
+    components.get(cfg, "sflow-tap").stop()
+    return sfcapd.tap_status(cfg)
 
 
 def _closed(cfg) -> list[Path]:
@@ -148,7 +157,12 @@ def test_pmacct_sfprobe_every_field_exact(sflow, tmp_path):
         assert f["source_file"].startswith(str(cfg.path("nfcapd") / "sflow")), f
     status = comp.status()
     assert status["received"]["flows"] == len(packets), status
-    assert status["agents"] == {"127.0.0.1/3": {"exporter": "127.0.0.1", "sub_agent": SUB_AGENT, "rates": [rate]}}
+    assert status["announced"] == {"127.0.0.1/3": {"exporter": "127.0.0.1", "sub_agent": SUB_AGENT, "rates": [rate]}}
+    agents = _tap(cfg)["agents"]
+    assert list(agents) == [f"{AGENT}/{SUB_AGENT}"], agents  # the agent address sfcapd does not keep
+    a = agents[f"{AGENT}/{SUB_AGENT}"]
+    assert (a["senders"], a["lost"], a["restarts"]) == ({"127.0.0.1": a["datagrams"]}, 0, 0), a
+    assert (a["flow_samples"], a["rates"]) == (len(packets), {str(rate): len(packets)}), a
 
 
 def test_random_sampling_scaled_once_within_binomial_bound(sflow, tmp_path):
@@ -205,6 +219,11 @@ def test_bad_datagrams_counted_nothing_else_lost(sflow, tmp_path):
     assert comp.managed().running(), "sfcapd died on bad input"
     rej = comp.status()["rejected"]
     assert rej["reasons"].get(sfcapd.ABORTS["1"]) == 3, rej
+    tap = _tap(cfg)
+    assert tap["malformed"] == {"truncated header": 1, "not sFlow v5 (version 4)": 1,
+                                "sample longer than the datagram": 1}, tap["malformed"]
+    bad_agent = tap["agents"]["192.0.2.99/7"]
+    assert (bad_agent["other_samples"], bad_agent["flow_samples"]) == (1, 1), bad_agent
     comp.stop()
     files = _closed(cfg)
     out = subprocess.run([str(SHIPPER.build()), "dump", "--check-times", *map(str, files)],
@@ -267,6 +286,10 @@ def test_each_sample_scaled_by_its_own_rate(sflow, tmp_path):
     # sfcapd 1.7.1 counts each flow sample where nfcapd counts datagrams (2 and 1 were sent)
     assert health == {0: {"datagrams": 5, "flows": 5, "rates": {"50", "100"}},
                       1: {"datagrams": 1, "flows": 1, "rates": {"10"}}}, health
+    # the tap counts datagrams and the sequence gap (the .50 agent's datagram 2 was the .51's)
+    agents = _tap(cfg)["agents"]
+    assert {k: (a["datagrams"], a["lost"], a["flow_samples"], a["rates"]) for k, a in agents.items()} == {
+        "192.0.2.50/0": (2, 1, 5, {"100": 3, "50": 2}), "192.0.2.51/1": (1, 0, 1, {"10": 1})}, agents
 
 
 def test_what_the_record_cannot_say(sflow, tmp_path):
