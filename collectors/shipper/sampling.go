@@ -76,6 +76,7 @@ type Resolver struct {
 	loaded   map[int64]bool
 	info     map[*Exporter]*exporterInfo
 	Counts   map[string]*ExporterSamplingCounts
+	agents   sflowAgentMap // sFlow: the agent address behind each UDP sender (sflowtap.go)
 }
 
 // NewResolver reads the settings file (may be "") and the tap's directory (may be "").
@@ -102,6 +103,7 @@ func (r *Resolver) reset() {
 	if r.dir == "" {
 		return
 	}
+	r.agents.load(filepath.Join(r.dir, "sflow.json"))
 	path := filepath.Join(r.dir, "rates.jsonl")
 	info, err := os.Stat(path)
 	if err != nil || (r.history != nil && !info.ModTime().After(r.histMod)) {
@@ -209,6 +211,9 @@ func (r *Resolver) fromHistory(key string, at int64) (uint32, bool) {
 // Resolve sets f.SamplingRate and scales f.Packets/f.Bytes; f.SamplingRate holds the
 // rate nfcapd applied on entry (1 when it applied none).
 func (r *Resolver) Resolve(f *Flow) {
+	if f.NfVersion&nfVersionSFlow != 0 {
+		r.agents.apply(f.Exporter) // before anything keyed by the exporter's address
+	}
 	applied := f.SamplingRate
 	if applied == 0 {
 		applied = 1

@@ -2,7 +2,10 @@ package main
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -135,5 +138,33 @@ func TestSFlowTapSequencesAndSamples(t *testing.T) {
 	}
 	if st.Datagrams != 12 || st.Malformed["truncated header"] != 1 || len(st.Malformed) != 1 {
 		t.Errorf("datagrams %d malformed %v", st.Datagrams, st.Malformed)
+	}
+}
+
+// sfcapd's exporter (sender, sub-agent id as domain) takes the agent address the tap read;
+// a sender/sub-agent pair seen with two agent addresses stays the sender.
+func TestSFlowAgentMap(t *testing.T) {
+	dir := t.TempDir()
+	st := &SFlowTapState{Malformed: map[string]uint64{}, Agents: map[string]*SFlowAgent{}}
+	relay := netip.MustParseAddr("198.51.100.1")
+	st.sflowDatagram(relay, sflowTestDatagram([4]byte{192, 0, 2, 50}, 3, 1, 1), time.Now())
+	st.sflowDatagram(relay, sflowTestDatagram([4]byte{192, 0, 2, 60}, 4, 1, 1), time.Now())
+	st.sflowDatagram(relay, sflowTestDatagram([4]byte{192, 0, 2, 61}, 4, 1, 1), time.Now())
+	data, _ := json.Marshal(st)
+	if err := os.WriteFile(filepath.Join(dir, "sflow.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var m sflowAgentMap
+	m.load(filepath.Join(dir, "sflow.json"))
+	one := &Exporter{Addr: "198.51.100.1", Domain: 3, Version: 9999}
+	two := &Exporter{Addr: "198.51.100.1", Domain: 4, Version: 9999}
+	m.apply(one)
+	m.apply(two)
+	m.apply(one) // once per exporter
+	if one.Addr != "192.0.2.50" || string(one.addrRaw) != string([]byte{192, 0, 2, 50}) {
+		t.Errorf("sub-agent 3: %q %v", one.Addr, one.addrRaw)
+	}
+	if two.Addr != "198.51.100.1" {
+		t.Errorf("ambiguous sub-agent 4 renamed to %q", two.Addr)
 	}
 }

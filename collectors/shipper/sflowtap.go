@@ -239,8 +239,9 @@ func cmdSFlowTap(args []string) error {
 			ulen = n
 		}
 		addr, _ := netip.AddrFromSlice(src.IP)
+		known := len(st.Agents)
 		st.sflowDatagram(addr.Unmap(), buf[8:ulen], time.Now())
-		if time.Since(last) > time.Second {
+		if len(st.Agents) != known || time.Since(last) > time.Second {
 			save()
 			last = time.Now()
 		}
@@ -248,4 +249,66 @@ func cmdSFlowTap(args []string) error {
 	save()
 	log.Printf("INFO sflow tap stopped")
 	return nil
+}
+
+// sflowAgentMap gives sfcapd's exporters (the UDP sender, the sub-agent id as observation
+// domain) the sFlow agent address the tap read in their datagrams. A sender/sub-agent
+// pair seen with more than one agent address (a relay merging agents that reuse a
+// sub-agent id) stays the sender: which agent a record came from is not in sfcapd's file.
+type sflowAgentMap struct {
+	mod    time.Time
+	agents map[string]netip.Addr // "sender/sub" -> agent; invalid: ambiguous
+	done   map[*Exporter]bool
+}
+
+// load (re)reads the tap's sflow.json when it changed; once per shipped file.
+func (m *sflowAgentMap) load(path string) {
+	m.done = map[*Exporter]bool{}
+	info, err := os.Stat(path)
+	if err != nil || (m.agents != nil && !info.ModTime().After(m.mod)) {
+		return
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return
+	}
+	var st SFlowTapState
+	if json.Unmarshal(data, &st) != nil {
+		return
+	}
+	m.mod, m.agents = info.ModTime(), map[string]netip.Addr{}
+	for _, a := range st.Agents {
+		agent, err := netip.ParseAddr(a.Agent)
+		if err != nil {
+			continue
+		}
+		for sender := range a.Senders {
+			key := fmt.Sprintf("%s/%d", sender, a.SubAgent)
+			if prev, ok := m.agents[key]; ok && prev != agent {
+				m.agents[key] = netip.Addr{}
+				continue
+			}
+			m.agents[key] = agent
+		}
+	}
+}
+
+// apply renames an sfcapd exporter (shared by all its records) to its agent address, once.
+func (m *sflowAgentMap) apply(e *Exporter) {
+	if e == nil || m.done[e] || len(m.agents) == 0 {
+		return
+	}
+	m.done[e] = true
+	agent, ok := m.agents[fmt.Sprintf("%s/%d", e.Addr, e.Domain)]
+	if !ok || !agent.IsValid() {
+		return
+	}
+	e.Addr = agent.String()
+	if agent.Is4() {
+		a := agent.As4()
+		e.addrRaw = a[:]
+	} else {
+		a := agent.As16()
+		e.addrRaw = a[:]
+	}
 }

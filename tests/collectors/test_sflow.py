@@ -129,7 +129,7 @@ def _flows(cfg, comp) -> list[dict]:
     comp.stop()  # sfcapd renames its current file on SIGTERM
     files = _closed(cfg)
     assert files, "sfcapd wrote no file"
-    return [f for path in files for f in dump_resolved(path)]
+    return [f for path in files for f in dump_resolved(path, tap_dir=sfcapd.tap_state_file(cfg).parent)]
 
 
 def test_pmacct_sfprobe_every_field_exact(sflow, tmp_path):
@@ -152,8 +152,8 @@ def test_pmacct_sfprobe_every_field_exact(sflow, tmp_path):
         assert f["sampling_rate"] == rate, f
         assert f["packets"] == rate, f                      # scaled once: one sample = 1:rate packets
         assert f["bytes"] == rate * t["l3_bytes"], (f, t)    # layer 3: no Ethernet, tag or FCS
-        # sfcapd 1.7.1 stores the UDP sender, not the sFlow agent address (docs: known gap)
-        assert f["exporter"] == "127.0.0.1", f
+        # sfcapd 1.7.1 stores the UDP sender (127.0.0.1); the sFlow tap read the agent address
+        assert f["exporter"] == AGENT, f
         assert f["source_file"].startswith(str(cfg.path("nfcapd") / "sflow")), f
     status = comp.status()
     assert status["received"]["flows"] == len(packets), status
