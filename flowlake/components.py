@@ -16,6 +16,8 @@ REGISTRY: tuple[str, ...] = (
     "flowlake.collectors.ship:Shipper",
     "flowlake.collectors.sampling:SamplingTap",   # before nfcapd: no sampler announcement is missed
     "flowlake.collectors.nfcapd:Nfcapd",
+    "flowlake.collectors.sfcapd:SflowTap",        # before sfcapd: no datagram is missed
+    "flowlake.collectors.sfcapd:Sfcapd",
     "flowlake.collectors.snmp.service:SnmpPoller",
     "flowlake.collectors.routing.service:Routing",
     "flowlake.retention_service:Retention",

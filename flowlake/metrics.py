@@ -35,7 +35,7 @@ def samples(cfg) -> list[Sample]:
         try:
             state = comp.state(paused)
             out.extend(comp.metrics(state=state, status=comp.status() if state["state"] == "running" or comp.name in (
-                "nfcapd", "shipper", "ingest", "compactor", "retention") else {}))
+                "nfcapd", "sfcapd", "shipper", "ingest", "compactor", "retention") else {}))
         except Exception as exc:  # noqa: BLE001  (a scrape reports, never fails)
             log.warning("metrics of %s: %s", comp.name, exc)
             out.append(Sample("status_error", "1 when a component's status could not be read", 1.0,
@@ -43,6 +43,7 @@ def samples(cfg) -> list[Sample]:
     counts = stack.counts(cfg)
     lake = counts.get("lake", {}).get("flows", {})
     stages = {"nfcapd_received": counts["nfcapd"].get("flows", 0),
+              "sfcapd_received": counts.get("sfcapd", {}).get("flows", 0),
               "shipped": counts.get("shipper", {}).get("flows_shipped", 0),
               "kafka_offsets": counts.get("kafka", {}).get(cfg.kafka.flows_topic, 0),
               "lake": lake.get("rows", 0),

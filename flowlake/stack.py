@@ -19,7 +19,7 @@ from flowlake.base import config as _config
 from flowlake.base import spark_cluster
 from flowlake.base.process import port_open
 from flowlake.cluster import print_status
-from flowlake.collectors import nfcapd
+from flowlake.collectors import nfcapd, sfcapd
 from flowlake.collectors import status as collectors_status
 from flowlake.jobs import status as jobs_status
 from flowlake.pipelines import hour_close, ingest, ingest_lag, lake_check
@@ -77,7 +77,8 @@ def component_state(cfg, name: str) -> dict:
 
 def counts(cfg) -> dict:
     out: dict = {"nfcapd": nfcapd.received(cfg), "spool": nfcapd.spool_usage(cfg),
-                 "collector_rejected": nfcapd.rejected(cfg)}
+                 "collector_rejected": nfcapd.rejected(cfg),
+                 "sfcapd": sfcapd.received(cfg), "sfcapd_rejected": sfcapd.rejected(cfg)}
     shipper_state = cfg.path("state", "shipper.json")
     try:
         out["shipper"] = json.loads(shipper_state.read_text())
@@ -248,6 +249,9 @@ def status(as_json: bool) -> None:
     ct.add_column("flows", justify="right")
     ct.add_column("detail")
     ct.add_row("nfcapd received", f"{n['flows']:,}", f"sequence errors {n['sequence_errors']}, bad packets {n['bad_packets']}")
+    sf = c.get("sfcapd", {})
+    if sf.get("flows") or st["components"].get("sfcapd", {}).get("state") == "running":
+        ct.add_row("sfcapd received (sFlow samples)", f"{sf['flows']:,}", f"bad packets {sf['bad_packets']}")
     ct.add_row("spool (unshipped+shipped files)", f"{c['spool']['files']:,} files", f"{c['spool']['bytes']:,} bytes")
     ct.add_row("shipped to Kafka", f"{s.get('flows_shipped', 0):,}", f"{s.get('files_shipped', 0)} files, {s.get('files_pending', '?')} pending")
     imp = c.get("import", {})
@@ -258,6 +262,10 @@ def status(as_json: bool) -> None:
     ct.add_row("in the lake", f"{lake.get('rows', 0):,}", "")
     rej = c["collector_rejected"]
     ct.add_row("rejected by nfcapd", f"{rej['errors']:,} errors", f"bad packets {rej['bad_packets']}")
+    srej = c.get("sfcapd_rejected", {})
+    if srej.get("errors"):
+        ct.add_row("rejected by sfcapd", f"{srej['errors']:,} datagrams",
+                   "; ".join(f"{k}: {v}" for k, v in srej["reasons"].items()))
     comp = c.get("compaction", {})
     if "hours_compacted" in comp:
         bpf = comp["bytes_per_flow"]

@@ -31,6 +31,9 @@ commands:
   serve           watch --spool and ship each file nfcapd closes, until SIGTERM
   tap             read a copy of every datagram sent to the collector port (raw socket) and
                   record the sampling each exporter announces (see tap.go), until SIGTERM
+  sflow-tap       read a copy of every sFlow datagram sent to sfcapd's port (raw socket) and
+                  count per agent and sub-agent: datagrams, lost (sequence gaps), restarts,
+                  samples by kind, sampling rates, malformed (see sflowtap.go), until SIGTERM
   import PATH...  ship nfcapd files and archive trees beside the live shipper (flowlake import)
 
 run "flowlake-shipper ship -h" for the Kafka flags (the Python wrapper, "flowlake ship",
@@ -54,6 +57,8 @@ func main() {
 		err = cmdShip(os.Args[2:], true)
 	case "tap":
 		err = cmdTap(os.Args[2:])
+	case "sflow-tap":
+		err = cmdSFlowTap(os.Args[2:])
 	case "import":
 		err = cmdImport(os.Args[2:])
 	case "-h", "--help", "help":
@@ -128,6 +133,9 @@ func cmdDump(args []string) error {
 			buf = appendFlowJSON(buf[:0], f, file)
 			if *checkTimes {
 				corrected, reject := rules.checkTimes(f)
+				if reject == "" {
+					reject = f.Reject
+				}
 				buf = appendFlowJSON(buf[:0], f, file)
 				buf = buf[:len(buf)-2]
 				buf = strconv.AppendQuote(append(buf, `,"time_corrected":`...), corrected)

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 
 	"github.com/klauspost/compress/zstd"
@@ -133,7 +134,9 @@ type Flow struct {
 	NfcapdSetting             bool   // SamplingRate came from nfcapd's -s, not from the router
 	Seq                       int64  // position of the record in its file, from 0; a reverse half: -(position+1)
 	Layout                    uint64 // bit per extension element type present (health: template layouts)
-	NfVersion                 uint8  // NetFlow version of the record (5, 9, 10)
+	NfVersion                 uint8  // NetFlow version of the record (5, 9, 10; 0x85 sFlow v5 from sfcapd)
+	L2Corrected               bool   // an sFlow record whose bytes were brought from frame to layer 3 (sflowFixup)
+	Reject                    string // why the record cannot be a flow (sflowFixup): quarantined like impossible times
 	Dropped                   bool   // set by a ReadFile callback that does not pass the flow on (quarantined)
 }
 
@@ -800,7 +803,65 @@ func (r *reader) v3(rec []byte, f *Flow, blockOff int64, blockNo uint32) error {
 		f.SamplingRate, id = r.samplingRate(sysid, selector, hasSelector)
 		f.NfcapdSetting = id <= samplerNfcapdDefault
 	}
+	if f.NfVersion&nfVersionSFlow != 0 {
+		f.sflowFixup()
+	}
 	return nil
+}
+
+// sfcapd (nfdump's sFlow collector, 1.7.1) marks its records with nfversion 0x80|5 (sFlow
+// v5) and stores each flow sample as one record: packets = the sample's own sampling rate
+// (one sampled packet scaled by it), bytes = rate x the sampled frame_length. Its sampler
+// record holds only the agent's first rate, so the record's own packets are its rate.
+const nfVersionSFlow = 0x80
+
+// Layer-2 overhead in an sFlow frame_length (sFlow v5: for a layer-2 header_protocol,
+// "total number of octets received on the network ... including FCS octets").
+const (
+	ethHeaderLen = 14 // destination MAC, source MAC, EtherType
+	vlanTagLen   = 4  // one 802.1Q tag
+	ethFCSLen    = 4
+)
+
+// sflowFixup brings an sfcapd record to what flowlake's columns mean:
+//   - bytes at layer 3: sfcapd stores frame_length (Ethernet header, 802.1Q tag, FCS
+//     included). It decodes MAC addresses (and the tag's VLAN) only from an Ethernet
+//     sampled header, so a record with a MAC address had one: per packet subtract the
+//     Ethernet header and FCS, and 4 more for an 802.1Q tag. A record without MACs
+//     came from an IP header_protocol sample, whose frame_length is the IP packet already.
+//     (A tag is subtracted only where the record's VLAN must be the header's: see below.)
+//   - ICMP: sfcapd stores the type in src_port and the code in dst_port; flowlake keeps
+//     dst_port = type*256+code with src_port 0, as for NetFlow (icmp_type/icmp_code follow).
+func (f *Flow) sflowFixup() {
+	if f.Packets > 0 && f.Packets <= math.MaxUint32 {
+		f.SamplingRate = uint32(f.Packets) // as applied: the resolver takes wire counts 1 packet, 1 frame
+		f.NfcapdSetting = false
+	}
+	if f.Proto == 1 {
+		f.DstPort = f.SrcPort<<8 | f.DstPort&0xff
+		f.SrcPort = 0
+	}
+	if f.Bytes == 0 && f.SrcAddr == ([16]byte{}) && f.DstAddr == ([16]byte{}) {
+		// a flow sample whose records sfcapd could not decode (an unknown record format, no
+		// sampled header): it still writes a record, 0.0.0.0 -> 0.0.0.0, 0 bytes
+		f.Reject = "sFlow flow sample without a sampled header sfcapd decoded (no addresses, 0 bytes)"
+		return
+	}
+	if (f.SrcMAC == 0 && f.DstMAC == 0) || f.Packets == 0 {
+		return
+	}
+	over := uint64(ethHeaderLen + ethFCSLen)
+	if f.SrcVlan != 0 && f.DstVlan == 0 {
+		// the VLAN can only have come from a tag in the sampled header. With a dst_vlan the
+		// agent sent extended switch data, whose src_vlan sfcapd stores over the tag's:
+		// the frame may or may not carry a tag (access port), so none is subtracted.
+		over += vlanTagLen
+	}
+	// a frame no longer than its own layer-2 overhead is not Ethernet as described: leave it
+	if f.Bytes > f.Packets*over {
+		f.Bytes -= f.Packets * over
+		f.L2Corrected = true
+	}
 }
 
 // putIPv4 stores nfcapd's little-endian IPv4 word as the address's 4 bytes.

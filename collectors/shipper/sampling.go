@@ -3,6 +3,7 @@
 //
 // Order (first that applies):
 //  1. force_sampling of the exporter in flowlake.toml ([exporters."ADDR"], "*" = all)
+//     (sFlow records from sfcapd: else the sample's own rate, which sfcapd applied)
 //  2. the tap's fingerprint of this very record (tap.go): the rate its sampler had when
 //     the record arrived, resolved in datagram order, so mid-file changes are exact
 //  3. the tap's rate history (rates.jsonl) at the flow's receive time: the exporter-wide
@@ -44,7 +45,7 @@ type ExporterSampling struct {
 type ExporterSamplingCounts struct {
 	Flows   uint64            `json:"flows"`
 	Unknown uint64            `json:"unknown"`
-	Sources map[string]uint64 `json:"sources"` // forced, announced, history, nfcapd, configured, unannounced, unknown
+	Sources map[string]uint64 `json:"sources"` // forced, sflow, announced, history, nfcapd, configured, unannounced, unknown
 	Rates   map[string]uint64 `json:"rates"`   // rate -> flows
 	rates   map[uint32]uint64 // while resolving (folded into Rates by MergeCounts)
 }
@@ -75,6 +76,7 @@ type Resolver struct {
 	loaded   map[int64]bool
 	info     map[*Exporter]*exporterInfo
 	Counts   map[string]*ExporterSamplingCounts
+	agents   sflowAgentMap // sFlow: the agent address behind each UDP sender (sflowtap.go)
 }
 
 // NewResolver reads the settings file (may be "") and the tap's directory (may be "").
@@ -101,6 +103,7 @@ func (r *Resolver) reset() {
 	if r.dir == "" {
 		return
 	}
+	r.agents.load(filepath.Join(r.dir, "sflow.json"))
 	path := filepath.Join(r.dir, "rates.jsonl")
 	info, err := os.Stat(path)
 	if err != nil || (r.history != nil && !info.ModTime().After(r.histMod)) {
@@ -208,6 +211,9 @@ func (r *Resolver) fromHistory(key string, at int64) (uint32, bool) {
 // Resolve sets f.SamplingRate and scales f.Packets/f.Bytes; f.SamplingRate holds the
 // rate nfcapd applied on entry (1 when it applied none).
 func (r *Resolver) Resolve(f *Flow) {
+	if f.NfVersion&nfVersionSFlow != 0 {
+		r.agents.apply(f.Exporter) // before anything keyed by the exporter's address
+	}
 	applied := f.SamplingRate
 	if applied == 0 {
 		applied = 1
@@ -219,6 +225,11 @@ func (r *Resolver) Resolve(f *Flow) {
 	unknown := false
 	if set.Force > 0 {
 		rate, source = set.Force, "forced"
+	}
+	if source == "" && f.NfVersion&nfVersionSFlow != 0 {
+		// sFlow: every sample carries its rate (1 included) and sfcapd applied it; the tap
+		// reads NetFlow/IPFIX only, its history must not reach an sFlow agent's records
+		rate, source = applied, "sflow"
 	}
 	if source == "" && ex.tapped {
 		if ex.ipOK {

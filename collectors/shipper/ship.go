@@ -390,6 +390,9 @@ func (s *Shipper) shipAs(ctx context.Context, path string, id fileID) (*Stats, e
 		}
 		s.res.Resolve(f)
 		corrected, reject := s.o.Times.checkTimes(f)
+		if reject == "" {
+			reject = f.Reject
+		}
 		if corrected != "" {
 			tally.add(f.Exporter, corrected)
 		}

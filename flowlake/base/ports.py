@@ -19,6 +19,7 @@ def private_env(home: Path | str) -> dict[str, str]:
         "FLOWLAKE_KAFKA_PORT": str(free_port()),
         "FLOWLAKE_KAFKA_CONTROLLER_PORT": str(free_port()),
         "FLOWLAKE_COLLECTOR_PORT": str(free_port(socket.SOCK_DGRAM)),
+        "FLOWLAKE_COLLECTOR_SFLOW_PORT": str(free_port(socket.SOCK_DGRAM)),
         "FLOWLAKE_SUPERSET_PORT": str(free_port()),
         "FLOWLAKE_METRICS_PORT": str(free_port()),
         "FLOWLAKE_COLLECTOR_ROTATE_SECONDS": "2",

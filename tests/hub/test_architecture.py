@@ -77,7 +77,8 @@ def test_status_and_metrics_list_the_registry_on_a_stopped_stack(tmp_path):
     up = {s.labels["component"]: s.value for s in families["flowlake_component_up"].samples}
     assert up == {name: 0.0 for name in components.names()}
     stages = {s.labels["stage"]: s.value for s in families["flowlake_stage_flows"].samples}
-    assert stages == {"nfcapd_received": 0, "shipped": 0, "kafka_offsets": 0, "lake": 0, "quarantined_messages": 0}
+    assert stages == {"nfcapd_received": 0, "sfcapd_received": 0, "shipped": 0, "kafka_offsets": 0, "lake": 0,
+                      "quarantined_messages": 0}
 
 
 def test_component_settings_are_typed_and_checked():

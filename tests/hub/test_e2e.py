@@ -362,3 +362,38 @@ def test_sampled_routers_land_scaled_per_sampler_and_unknown_rates_show(stack):
         time.sleep(1)
     assert sum(times["exporters"]["127.0.0.95"]["quarantined"].values()) == bad
     assert times["quarantined_flows"] == bad
+
+
+def test_sflow_agent_lands_with_its_address_layer3_bytes_and_rate(stack, tmp_path):
+    """sFlow through `flowlake up`'s stack (sflow-tap + sfcapd + shipper + Kafka + ingest):
+    pmacctd + sfprobe replay a pcap as agent 192.0.2.77 announcing 1:5 for every packet;
+    every sample lands once with the agent address as exporter (sfcapd stores the UDP
+    sender), layer-3 bytes x 5, and the tap counts the agent. Last in the module: the other
+    tests compare the whole lake with nfdump's totals of nfcapd's files."""
+    from scapy.all import IP, UDP, Dot1Q, Ether, IPv6, Raw, wrpcap  # noqa: PLC0415  (scapy: slow import)
+
+    packets = [Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02") / IP(src="10.77.0.1", dst="10.77.0.2")
+               / UDP(sport=1000 + i, dport=53) / Raw(b"a" * (10 * i)) for i in range(5)]
+    packets.append(Ether(src="02:00:00:00:00:03", dst="02:00:00:00:00:04") / Dot1Q(vlan=42)
+                   / IPv6(src="2001:db8:77::1", dst="2001:db8:77::2") / UDP(sport=5, dport=6) / Raw(b"b" * 300))
+    pcap = tmp_path / "sflow.pcap"
+    wrpcap(str(pcap), packets)
+    port = int(stack["env"]["FLOWLAKE_COLLECTOR_SFLOW_PORT"])
+    conf = tmp_path / "pmacctd.conf"
+    conf.write_text(f"daemonize: false\npcap_savefile: {pcap}\nplugins: sfprobe\nsfprobe_receiver: 127.0.0.1:{port}\n"
+                    "sfprobe_agentip: 192.0.2.77\nsfprobe_agentsubid: 2\npmacctd_ext_sampling_rate: 5\n")
+    subprocess.run(["pmacctd", "-f", str(conf)], check=True, capture_output=True, timeout=120)
+    want = sorted((p[IP].src if IP in p else p[IPv6].src, 5, 5, 5 * len(p[IP] if IP in p else p[IPv6]),
+                   42 if Dot1Q in p else 0) for p in packets)
+    got = []
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        got = sorted(lake(stack, "select src_addr, sampling_rate, packets, bytes, src_vlan from flows "
+                                 "where exporter = '192.0.2.77'") or [])
+        if len(got) >= len(want):
+            break
+        time.sleep(2)
+    assert [(a, r, int(p), int(b), v) for a, r, p, b, v in got] == want
+    no_duplicates(stack)
+    sf = json.loads((stack["home"] / "state" / "sampling" / "sflow.json").read_text())["agents"]["192.0.2.77/2"]
+    assert sf["flow_samples"] == len(packets) and sf["lost"] == 0 and sf["rates"] == {"5": len(packets)}, sf
