@@ -603,8 +603,10 @@ def lake_from_nfdump(nfcapd_file: Path, lake: Path) -> int:
                "source_file": nfcapd_file.name, "file_seq": seq}
         for k, v in row.items():
             cols[k].append(v)
-    arrow = {"int": pa.int32(), "long": pa.int64(), "string": pa.string(), "timestamp_ms": pa.timestamp("ms", tz="UTC")}
-    # nfdump -o pipe prints no VLANs: those columns stay null (not read), as in a lake from before them
+    arrow = {"int": pa.int32(), "long": pa.int64(), "string": pa.string(), "timestamp_ms": pa.timestamp("ms", tz="UTC"),
+             "array_int": pa.list_(pa.int32())}
+    # nfdump -o pipe prints no VLANs nor revision 3's fields: those columns stay null (not
+    # read), as in a lake from before them
     table = pa.table({f.name: pa.array(cols[f.name] or [None] * len(lines), arrow[f.type]) for f in FLOW.fields})
     starts = table.column("time_start").to_pylist()
     keys = sorted({(t.date().isoformat(), t.hour) for t in starts})
