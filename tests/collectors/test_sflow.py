@@ -93,7 +93,12 @@ def _replay(tmp_path: Path, pcap: Path, port: int, *, ext_rate: int | None = Non
         lines.append(f"sampling_rate: {rate}")
     conf.write_text("\n".join(lines) + "\n")
     res = subprocess.run(["pmacctd", "-f", str(conf)], capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stdout + res.stderr
+    log = res.stdout + res.stderr
+    # pmacctd 1.7.7 at the pcap's end: the core tells the plugin to stop, and exits 1 when
+    # it sees the plugin gone before it closed its side ("connection lost"), 1 run in ~3
+    # here. Every sample was sent by then: the tests' exact counts check that, not this.
+    shutdown_race = res.returncode == 1 and "Shutting down on user request" in log and "no more plugins active" in log
+    assert res.returncode == 0 or shutdown_race, log
     assert "Unknown key" not in res.stdout + res.stderr, res.stdout + res.stderr
 
 
