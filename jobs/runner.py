@@ -107,11 +107,11 @@ def _context_class():
 
 def run_jobs(spark, cfg, date: dt.date, jobs: list[Job], progress=None) -> list[Outcome]:
     """Run jobs in the given order; never raises for a job's failure."""
-    from flowlake.pipelines.lake_snapshot import Snapshot
+    from flowlake.pipelines.lake_read import LakeReader
 
     Ctx = _context_class()
     shared: dict = {}  # state jobs may share within this run (e.g. the enriched flows)
-    snapshot = Snapshot(cfg.lake)  # one for the run: shared DataFrames outlive their job
+    snapshot = LakeReader(cfg.lake)  # one for the run: shared DataFrames outlive their job
     try:
         return _run_jobs(spark, cfg, date, jobs, progress, Ctx, shared, snapshot)
     finally:
