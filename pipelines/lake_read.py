@@ -37,7 +37,10 @@ def _table_dir(lake: Path, table: str) -> Path:
 
 def _under(part: Path, table_dir: Path) -> str:
     """`part` as a path prefix below the table folder ("" for the table itself)."""
-    rel = Path(part).relative_to(table_dir)
+    try:
+        rel = Path(part).relative_to(table_dir)
+    except ValueError:  # one of them through a symlink (e.g. a path the Delta log resolved)
+        rel = Path(part).resolve().relative_to(Path(table_dir).resolve())
     return "" if str(rel) == "." else str(rel).rstrip("/") + "/"
 
 
