@@ -98,9 +98,12 @@ def execute(cfg, p: Plan) -> dict:
     if delta_units:  # DELETE of the expired days, then VACUUM (at once when the disk guard chose any)
         now = any(u in p.guard for u in delta_units)
         retain = 0 if now else math.ceil(readers.grace_s(cfg) / 3600)
+        from flowlake.pipelines.hour_close import single_runner  # noqa: PLC0415  (start-up: click)
+
         try:
-            tiers.remove_table_days([u for u in delta_units if u.tier == "flows"] or
-                                    [Unit("flows", lake / "flows" / "date=none", None, 0)], lake, retain)
+            with single_runner(cfg):  # one writer of the table's replaces and deletes: not beside a compaction
+                tiers.remove_table_days([u for u in delta_units if u.tier == "flows"] or
+                                        [Unit("flows", lake / "flows" / "date=none", None, 0)], lake, retain)
         except Exception as exc:  # noqa: BLE001  (a failed commit must not stop the other tiers)
             log.error("retention: lake/flows: %s", exc)
             delta_units = []

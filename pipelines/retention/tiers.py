@@ -216,7 +216,10 @@ def remove_table_days(units: list[Unit], lake: Path, retain_hours: int) -> None:
         if dated:
             delta.delete_partitions(table, [{"date": u.day.isoformat()} for u in dated])
         delta.vacuum(table, retain_hours)
-        for d in table.glob("date=*"):  # partition folders the VACUUM emptied
+        recent = (dt.datetime.now(dt.UTC) - dt.timedelta(days=2)).date().isoformat()
+        for d in table.glob("date=*"):  # partition folders the VACUUM emptied (not the ingest's current days)
+            if d.name[5:] >= recent:
+                continue
             for base, _dirs, _files in sorted(os.walk(d), reverse=True):
                 try:
                     os.rmdir(base)  # only if empty
