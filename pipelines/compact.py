@@ -34,7 +34,6 @@ from flowlake.base import delta
 
 log = logging.getLogger("flowlake.compact")
 
-BATCH_FILE = re.compile(r"^b(\d+)-\d+\.[\w.]*parquet$")
 COMPACT_FILE = re.compile(r"^c\d{13}-\d{3}\.parquet$")
 HOUR_DIR = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$"), re.compile(r"^hour=(\d{1,2})$")
 TIMESTAMPS = ("time_start", "time_end")

@@ -6,7 +6,9 @@ health.v1 -> lake/exporter_health/date=YYYY-MM-DD/ (partitioned by interval_star
 Undecodable messages -> lake/quarantine/ingest/<table>/ with the reason; never stop the stream.
 
 Exactly once: Spark's checkpoint fixes each batch's Kafka offset range before the batch
-runs; the BatchWriter makes writing a batch idempotent; consumers read with
+runs; lake/flows is a Delta table whose commit of a batch carries (ingest-flows, batch id),
+so a replayed batch is a no-op (flow_ingest), the other streams' BatchWriter makes writing a
+batch idempotent; consumers read with
 isolation.level=read_committed so aborted shipper transactions are never seen.
 """
 from __future__ import annotations
