@@ -28,6 +28,7 @@ HUB_COMMANDS: dict[str, tuple[str, str]] = {
     "superset": ("flowlake.superset_cli:superset", "Superset credentials and dashboard provisioning."),
     "demo": ("flowlake.demo:demo", "The main job end to end: stack, a day of traffic, reports, Superset."),
     "schema": ("flowlake.schema_cli:schema", "Print generated views (Avro, Spark, Markdown) of a record."),
+    "lake": ("flowlake.lake_cli:lake", "The lake's tables: `lake migrate` turns an older Parquet lake into Delta tables."),
     "retention": ("flowlake.retention_cli:retention", "Expire old data per tier ([retention]); --dry-run shows what goes."),
     "metrics": ("flowlake.metrics:metrics", "Prometheus metrics of the stack (one scrape, or --serve /metrics)."),
     "config": ("flowlake.schema_cli:config_cmd", "Print the effective configuration."),

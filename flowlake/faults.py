@@ -51,11 +51,11 @@ def lake_per_file(lake: Path) -> dict[str, tuple[int, int, int]]:
     the stack's compactor may swap hours: a connection that reruns a read a swap broke."""
     from flowlake.pipelines.lake import duckdb_connect  # noqa: PLC0415  (start-up: duckdb)
 
-    if not list((lake / "flows").rglob("*.parquet")):
+    if not (lake / "flows" / "_delta_log").is_dir():
         return {}
     rows = duckdb_connect(lake.parent).execute(
         f"select source_file, count(*), sum(packets // greatest(sampling_rate, 1)), "
-        f"sum(bytes // greatest(sampling_rate, 1)) from read_parquet('{lake}/flows/**/*.parquet') "
+        f"sum(bytes // greatest(sampling_rate, 1)) from delta_scan('{lake}/flows') "
         "group by all").fetchall()
     return {r[0]: (r[1], int(r[2]), int(r[3])) for r in rows}
 
@@ -63,10 +63,10 @@ def lake_per_file(lake: Path) -> dict[str, tuple[int, int, int]]:
 def lake_duplicates(lake: Path) -> int:
     from flowlake.pipelines.lake import duckdb_connect  # noqa: PLC0415  (start-up: duckdb)
 
-    if not list((lake / "flows").rglob("*.parquet")):
+    if not (lake / "flows" / "_delta_log").is_dir():
         return 0
     return duckdb_connect(lake.parent).execute(
-        f"select count(*) from (select source_file, file_seq from read_parquet('{lake}/flows/**/*.parquet') "
+        f"select count(*) from (select source_file, file_seq from delta_scan('{lake}/flows') "
         "group by all having count(*) > 1)").fetchone()[0]
 
 

@@ -38,6 +38,9 @@ def order(cfg=None) -> list[str]:
 def up_stack(cfg=None, with_superset: bool = True) -> dict:
     """Start every enabled component that does not run, in the registry's order."""
     cfg = cfg or _config.get()
+    from flowlake.lake_cli import check_up  # noqa: PLC0415  (start-up: the lake's check only for `up`)
+
+    check_up(cfg)  # lake/flows of an older flowlake: `flowlake lake migrate` first (nothing started)
     steps = [c for c in components.all_components(cfg) if c.enabled()]
     if not with_superset:
         steps = [c for c in steps if c.name != "superset"]
@@ -271,8 +274,7 @@ def status(as_json: bool) -> None:
         bpf = comp["bytes_per_flow"]
         ct.add_row("compacted (hour close)", f"{comp['rows']:,}",
                    f"{comp['hours_compacted']} hours compacted, {comp['hours_waiting']} waiting"
-                   + (f", {bpf} bytes/flow" if bpf else "") + (f", {comp['errors']} errors" if comp["errors"] else "")
-                   + (f", {comp['retired']['folders']} swapped-out hours kept for readers" if comp.get("retired", {}).get("folders") else ""))
+                   + (f", {bpf} bytes/flow" if bpf else "") + (f", {comp['errors']} errors" if comp["errors"] else ""))
         ct.add_row("rollups (1m/5m/1h/1d)", " / ".join(str(r["dates"]) for r in comp["rollups"].values()) + " days",
                    f"{comp['rollups']['1h']['first'] or '-'} .. {comp['rollups']['1h']['last'] or '-'} (1h)")
     q = c["quarantined"]

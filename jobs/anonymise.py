@@ -169,8 +169,10 @@ def anonymise_day(lake: Path, date: str, out: Path, cp: CryptoPAn) -> tuple[int,
     File by file, so memory stays bounded by the largest file. Returns (files, rows)."""
     import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: pyarrow)
 
+    from flowlake.pipelines.lake_read import lake_files  # noqa: PLC0415  (start-up: only this command)
+
     src = Path(lake) / "flows" / f"date={date}"
-    files = sorted(src.rglob("*.parquet"))
+    files = [Path(f) for f in lake_files(lake, "flows", [src])[1]]  # a Delta table: its current version
     if not files:
         raise click.ClickException(f"no flows for {date} in the lake ({src} has no Parquet files)")
     rows = 0

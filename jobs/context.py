@@ -13,7 +13,7 @@ from pathlib import Path
 
 from flowlake.base.lake_files import replace_partition  # noqa: F401  (jobs write through ctx.write)
 from flowlake.pipelines import lake_check
-from flowlake.pipelines.lake_snapshot import Snapshot
+from flowlake.pipelines.lake_read import LakeReader
 from flowlake.schemas import FLOWS_TABLE, registry
 
 log = logging.getLogger(__name__)
@@ -25,13 +25,14 @@ class JobContext:
     cfg: object
     date: dt.date
     results: dict = field(default_factory=dict)  # table -> rows written, for the summary
-    # What this run reads, pinned (pipelines/lake_snapshot.py): a compaction swap during a
-    # job cannot pull files from under its DataFrames. Shared by the jobs of one run.
+    # What this run reads (pipelines/lake_read.py): each Delta table at one version, Parquet
+    # folders pinned, so a compaction during a job cannot pull files from under its
+    # DataFrames. Shared by the jobs of one run.
     snapshot: object = None
 
-    def lake_snapshot(self):
+    def lake_snapshot(self) -> LakeReader:
         if self.snapshot is None:
-            self.snapshot = Snapshot(self.lake)
+            self.snapshot = LakeReader(self.lake)
         return self.snapshot
 
     # ---- reading -------------------------------------------------------------------
@@ -55,12 +56,11 @@ class JobContext:
         part = base / f"date={date.isoformat()}"
         schema = record.spark_schema()
         lake_check.check(self.lake, rel, f"date={date.isoformat()}")  # bad files must not sink a report
-        pinned, files = self.lake_snapshot().pin(part)
+        reader = self.lake_snapshot()
+        _version, files = reader.files(rel, [part])
         if not files:
             return self.spark.createDataFrame([], schema)
-        df = (self.spark.read.option("basePath", str(pinned / rel)).schema(schema)
-              .parquet(str(pinned / rel / part.name)))
-        return df
+        return self.spark.read.option("basePath", str(reader.base(rel))).schema(schema).parquet(*files)
 
     # ---- writing -------------------------------------------------------------------
     def write(self, df, table: str) -> int:

@@ -107,11 +107,11 @@ def _context_class():
 
 def run_jobs(spark, cfg, date: dt.date, jobs: list[Job], progress=None) -> list[Outcome]:
     """Run jobs in the given order; never raises for a job's failure."""
-    from flowlake.pipelines.lake_snapshot import Snapshot
+    from flowlake.pipelines.lake_read import LakeReader
 
     Ctx = _context_class()
     shared: dict = {}  # state jobs may share within this run (e.g. the enriched flows)
-    snapshot = Snapshot(cfg.lake)  # one for the run: shared DataFrames outlive their job
+    snapshot = LakeReader(cfg.lake)  # one for the run: shared DataFrames outlive their job
     try:
         return _run_jobs(spark, cfg, date, jobs, progress, Ctx, shared, snapshot)
     finally:
@@ -249,8 +249,10 @@ def run_cmd(date: dt.date, names: tuple[str, ...], master: str | None, warm: boo
                                  param_hint="--job")
     selected = order(found, list(names) or sorted(found))
     spark_factory.submit_if_cluster(f"flowlake-jobs-{date}", master, cfg)  # a cluster: through spark-submit
+    from flowlake.pipelines.lake_read import lake_files  # noqa: PLC0415  (start-up: flowlake status)
+
     day = cfg.lake / "flows" / f"date={date.isoformat()}"
-    if not day.exists() or not any(day.rglob("*.parquet")):
+    if not day.exists() or not lake_files(cfg, "flows", [day])[1]:
         console.print(f"[yellow]no flows for {date} in {day}: the flow reports will be empty tables[/yellow]")
     with console.status("starting Spark ...") as status:
         spark = spark_factory.session(f"flowlake-jobs-{date}", master=master, cfg=cfg)

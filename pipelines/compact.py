@@ -7,41 +7,33 @@ dozens to hundreds per hour. Once an hour is closed (its end and its newest file
 that neighbouring rows look alike (they compress well) and row groups cover narrow
 ranges of exporter and time (readers skip the rest).
 
-The swap is atomic for every reader that lists the folder (DuckDB, Superset's views,
-Spark): the new files are written into a hidden folder, then one renameat2 exchange
-puts that folder in the hour's place. A listing sees the old files or the new ones,
-never both and never neither. The swapped-out folder is not deleted but retired
-(`lake/.retired/`) for `[compaction] retired_grace_minutes`: a reader that listed the
-hour just before the swap takes its snapshot from it (`lake_snapshot`), so reads that
-span a swap never fail and never count a row twice or miss one.
+`lake/flows` is a Delta table (flowlake/base/delta.py). An hour's files are those of one
+table version; the sorted files are written into the hour's folder itself (uncommitted,
+no reader sees them) and committed as the replacement of exactly the files of the version
+read (`delta.commit_partition_files(..., read_version=v)`): readers see the old version or
+the new, never both; the replaced files stay on disk for the VACUUM retention
+(`[compaction] retired_grace_minutes`, in whole hours) for readers of older versions.
 
-Exactly once with the ingest:
-- only files of batches with a done-marker are rewritten. A batch that died mid-move (a
-  `.pending` marker, no done-marker) is undone by its replay, which deletes the paths it
-  had placed: such files are carried over as they are (hard links, same names), so the
-  replay still finds and removes them and no row is written twice;
-- a replayed batch that was done is skipped by its done-marker, which compaction never
-  touches, so compacted rows are never written again;
-- a batch arriving late for a compacted hour lands beside the compacted files (the ingest
-  and the swap share a lock, `lake_lock.table_lock`); the hour is then compacted again.
+Exactly once with the ingest: a batch is in the table once its commit is (its transaction
+makes a replay a no-op), so every file of the version read is rewritten. A batch committed
+to the hour after the version read stays beside the compacted files (the commit removes
+only the files it read) and reopens the hour for the next pass. Two compactions of one
+hour: the second commit is refused (it read files the first removed) and its files,
+listed by no version, go at the next full VACUUM.
 """
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import re
-import shutil
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import lake_lock, lake_snapshot
+from flowlake.base import delta
 
 log = logging.getLogger("flowlake.compact")
 
-BATCH_FILE = re.compile(r"^b(\d+)-\d+\.[\w.]*parquet$")
 COMPACT_FILE = re.compile(r"^c\d{13}-\d{3}\.parquet$")
 HOUR_DIR = re.compile(r"^date=(\d{4}-\d{2}-\d{2})$"), re.compile(r"^hour=(\d{1,2})$")
 TIMESTAMPS = ("time_start", "time_end")
@@ -80,11 +72,16 @@ class Settings:
                    int(c.zstd_level), tuple(c.sort), c.retired_grace_minutes * 60.0)
 
 
+PARTITION_BY = ["date", "hour"]
+
+
 @dataclass
 class Hour:
     date: str
     hour: int
     path: Path
+    version: int | None = None  # the table version its files were read from
+    paths: list[Path] | None = None  # those files
 
     @property
     def end(self) -> float:
@@ -92,7 +89,7 @@ class Hour:
         return (d + dt.timedelta(hours=self.hour + 1)).timestamp()
 
     def files(self) -> list[Path]:
-        return sorted(p for p in self.path.iterdir() if p.name.endswith(".parquet") and p.is_file())
+        return sorted(self.paths or [])
 
     def needs_compaction(self) -> bool:
         return any(not COMPACT_FILE.match(p.name) for p in self.files())
@@ -103,31 +100,25 @@ class Hour:
 
 
 def hours(table_dir: Path, date: str | None = None) -> list[Hour]:
-    out = []
-    if not table_dir.exists():
-        return out
-    for ddir in sorted(table_dir.iterdir()):
-        m = HOUR_DIR[0].match(ddir.name)
-        if not m or not ddir.is_dir() or (date and m.group(1) != date):
-            continue
-        for hdir in sorted(ddir.iterdir()):
-            h = HOUR_DIR[1].match(hdir.name)
-            if h and hdir.is_dir():
-                out.append(Hour(m.group(1), int(h.group(1)), hdir))
-    return out
+    """The table's hours holding files in its newest version (one version for all)."""
+    if not (Path(table_dir) / "_delta_log").is_dir():
+        return []
+    version, files = delta.version_files(table_dir, None, [("date", "=", date)] if date else None)
+    by: dict[tuple[str, int], list[Path]] = {}
+    for f in map(Path, files):
+        m, h = HOUR_DIR[0].match(f.parent.parent.name), HOUR_DIR[1].match(f.parent.name)
+        if m and h:
+            by.setdefault((m.group(1), int(h.group(1))), []).append(f)
+    # one Hour per partition (an older lake's hour=05 and the ingest's hour=5 are one)
+    return [Hour(d, h, sorted(paths)[0].parent, version, paths) for (d, h), paths in sorted(by.items())]
 
 
-def split_files(files: list[Path], done) -> tuple[list[Path], list[Path]]:
-    """(files to rewrite, files to carry over as they are). `done(batch_id)` says whether
-    a batch's done-marker exists; files of unknown names are never rewritten."""
-    rewrite, carry = [], []
-    for p in files:
-        m = BATCH_FILE.match(p.name)
-        if COMPACT_FILE.match(p.name) or (m and done(int(m.group(1)))):
-            rewrite.append(p)
-        else:
-            carry.append(p)
-    return rewrite, carry
+def current(table_dir: Path, hour: Hour) -> Hour:
+    """The hour with its files at the table's newest version."""
+    version, files = delta.version_files(table_dir, None, [("date", "=", hour.date), ("hour", "=", str(hour.hour))])
+    # every file of the partition: the commit replaces them all (hour=5 and an older
+    # lake's hour=05 are one partition)
+    return Hour(hour.date, hour.hour, hour.path, version, [Path(f) for f in files])
 
 
 # ---- writing ---------------------------------------------------------------------------
@@ -195,10 +186,6 @@ def write_sorted(reader, out_dir: Path, stamp: int, s: Settings, rows_per_file: 
     return written
 
 
-def written_now(hour: "Hour") -> list[Path]:
-    return [p for p in hour.files() if COMPACT_FILE.match(p.name)]
-
-
 def sorted_dictionaries(table):
     """String columns of SORTED_DICTIONARIES as dictionary arrays with a sorted dictionary:
     Parquet keeps the Arrow dictionary as the column chunk's dictionary page."""
@@ -226,99 +213,46 @@ def checksum(con, files: list[Path]) -> tuple:
 
 
 # ---- one hour --------------------------------------------------------------------------
-def staging_root(lake: Path, table: str) -> Path:
-    return lake / ".compact" / table
-
-
-def retired_root(lake: Path, table: str) -> Path:
-    return lake / ".retired" / table
-
-
-def retire(lake: Path, table: str, old: Path, hour: Hour) -> Path:
-    """Move a swapped-out hour folder aside (named by when it was retired), for readers
-    that listed it before the swap to take their snapshot from."""
-    dest = retired_root(lake, table) / f"{int(time.time() * 1000):013d}-{hour.date}-{hour.hour:02d}-{uuid.uuid4().hex[:6]}"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    os.rename(old, dest)
-    return dest
-
-
-def retired_folders(lake: Path) -> list[tuple[Path, float]]:
-    """Every swapped-out folder under lake/.retired (all tables), with when it was retired."""
-    out = []
-    base = Path(lake) / ".retired"
-    for table in sorted(base.iterdir()) if base.is_dir() else ():
-        for d in sorted(table.iterdir()) if table.is_dir() else ():
-            stamp = d.name.split("-", 1)[0]
-            if stamp.isdigit():
-                out.append((d, int(stamp) / 1000.0))
-    return out
-
-
-def expire_retired(lake: Path, table: str, grace_s: float, now: float | None = None) -> dict:
-    """Delete retired folders older than the grace (the bound), once no pin in progress can
-    still reach them (lake_snapshot.pins_settled); what is left, for status."""
-    now = time.time() if now is None else now
-    base = retired_root(lake, table)
-    out = {"removed": 0, "folders": 0, "bytes": 0}
-    found = [(d, at) for d, at in retired_folders(lake) if d.parent == base]
-    old = [d for d, at in found if now - at >= grace_s]
-    if old and not lake_snapshot.pins_settled(lake):
-        old = []  # readers are pinning right now: next pass
-    for d in old:
-        shutil.rmtree(d, ignore_errors=True)
-        out["removed"] += 1
-    for d, _ in found:
-        if d not in old:
-            out["folders"] += 1
-            out["bytes"] += sum(p.stat().st_size for p in d.iterdir() if p.is_file())
-    return out
-
-
-def compact_hour(cfg, table_dir: Path, hour: Hour, done, s: Settings, con=None, force: bool = False) -> dict | None:
-    """Rewrite one hour's finished batches as a few sorted files and swap them in.
-    Returns what was done, or None when the hour holds nothing to rewrite. force: rewrite
-    an hour already compacted (after changing [compaction] settings)."""
-    files = hour.files()
-    rewrite, _ = split_files(files, done)
+def compact_hour(cfg, table_dir: Path, hour: Hour, s: Settings, con=None, force: bool = False) -> dict | None:
+    """Rewrite the hour's files of the version it was read at as a few sorted files and
+    commit them as their replacement. Returns what was done, or None when the hour holds
+    nothing to rewrite. force: rewrite an hour already compacted (after changing
+    [compaction] settings). A commit to the hour since the version read (a late batch)
+    stays beside; a concurrent compaction of the hour makes this one fail, nothing lost.
+    The hour's files are read anew at the table's newest version (an earlier hour of the
+    same pass committed since `hour` was listed)."""
+    hour = current(table_dir, hour)
+    rewrite = hour.files()
     if not rewrite or (not force and all(COMPACT_FILE.match(p.name) for p in rewrite)):
         return None
     t0 = time.monotonic()
     import duckdb  # noqa: PLC0415  (start-up: duckdb)
 
     con = con or duckdb.connect(config={"threads": 1, "memory_limit": "1GB"})
-    stage = staging_root(cfg.lake, table_dir.name) / f"{hour.date}-{hour.hour:02d}-{uuid.uuid4().hex[:8]}"
+    before = checksum(con, rewrite)
+    rows_before = before[0]
+    bytes_before = sum(p.stat().st_size for p in rewrite)
+    # Sorted and recompressed, the rows take at most what they took before: files of
+    # target size hold at least this many.
+    rows_per_file = max(s.row_group_rows, int(s.target_bytes / max(1.0, bytes_before / max(1, rows_before))))
+    stamp = int(time.time() * 1000)
+    written: list[Path] = []
     try:
-        before = checksum(con, rewrite)
-        rows_before = before[0]
-        bytes_before = sum(p.stat().st_size for p in rewrite)
-        # Sorted and recompressed, the rows take at most what they took before: files of
-        # target size hold at least this many.
-        rows_per_file = max(s.row_group_rows, int(s.target_bytes / max(1.0, bytes_before / max(1, rows_before))))
-        stamp = int(time.time() * 1000)
-        written = write_sorted(sorted_reader(con, rewrite, s.sort, 65536), stage, stamp, s, rows_per_file)
+        written = write_sorted(sorted_reader(con, rewrite, s.sort, 65536), hour.path, stamp, s, rows_per_file)
         after = checksum(con, written)
-        rows_after = after[0]
-        if after != before:  # never swap in a file set that lost or gained rows
+        if after != before:  # never commit a file set that lost or gained rows
             raise RuntimeError(f"{hour.path}: compaction read back {after} (rows, bytes, packets, file_seq) "
-                               f"from {before}; nothing swapped")
-        with lake_lock.table_lock(table_dir):
-            now = {p.name: p for p in hour.files()}
-            gone = [p.name for p in rewrite if p.name not in now]
-            if gone:  # only retention removes finished files: leave the hour to it
-                raise RuntimeError(f"{hour.path}: {len(gone)} files vanished during compaction ({gone[0]}); nothing swapped")
-            consumed = {p.name for p in rewrite}
-            carried = [p for name, p in now.items() if name not in consumed]
-            for p in carried:  # unfinished or late batches stay as they are, under their names
-                os.link(p, stage / p.name)
-            lake_lock.exchange(stage, hour.path)
+                               f"from {before}; nothing committed")
+        import deltalake  # noqa: PLC0415  (start-up: deltalake)
+
+        schema = deltalake.DeltaTable(str(table_dir), version=hour.version).schema()
+        delta.commit_partition_files(table_dir, written, {"date": hour.date, "hour": hour.hour}, schema,
+                                     PARTITION_BY, read_version=hour.version, folder=hour.path)
     except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
+        for p in written:  # listed by no version: nobody reads them
+            p.unlink(missing_ok=True)
         raise
-    # The old files: kept aside for the grace, then expire_retired deletes them.
-    retire(cfg.lake, table_dir.name, stage, hour)
-    out = {"date": hour.date, "hour": hour.hour, "rows": rows_after,
-           "files_before": len(rewrite), "files_after": len(written), "carried": len(carried),
-           "bytes_before": bytes_before, "bytes_after": sum(p.stat().st_size for p in written_now(hour)),
-           "seconds": round(time.monotonic() - t0, 2), "at": time.time()}
-    return out
+    return {"date": hour.date, "hour": hour.hour, "rows": after[0], "version": hour.version,
+            "files_before": len(rewrite), "files_after": len(written), "carried": 0,
+            "bytes_before": bytes_before, "bytes_after": sum(p.stat().st_size for p in written),
+            "seconds": round(time.monotonic() - t0, 2), "at": time.time()}

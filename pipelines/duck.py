@@ -42,7 +42,8 @@ def partition_files(ctx, rel: str, date=None) -> list[str]:
 
     part = f"date={(date or ctx.date).isoformat()}"
     lake_check.check(ctx.lake, rel, part)
-    return ctx.lake_snapshot().files(ctx.lake / rel / part)  # pinned: compaction cannot swap them away
+    # one version (Delta) or pinned (Parquet): a compaction cannot take them away
+    return ctx.lake_snapshot().files(rel, [ctx.lake / rel / part])[1]
 
 
 def flow_files(ctx) -> list[str]:

@@ -7,10 +7,11 @@ read_committed consumer in the Python worker), so message bytes never pass throu
 (its Kafka consumer, rows and the Arrow hand-off to Python were most of the JVM's CPU per
 flow, bench/ingest.py). The task decodes the messages (FlowBatch messages without touching
 a row, legacy one-flow Avro messages gathered into tables) and streams them into zstd
-Parquet files of its own under the batch's staging folder, one per date/hour, row groups of
+Parquet files of its own straight into the table's date=/hour= folders, one per date/hour, row groups of
 `row_group_rows`. The driver collects only the files' names and counts, and any bad message
-with its reason, then publishes the batch atomically with BatchWriter: a replayed batch id
-has the same offsets in the checkpoint, so the same exactly-once rules hold.
+with its reason, then commits the batch's files to the Delta table lake/flows in one commit
+carrying the transaction (APP_ID, batch id): a replayed batch id has the same offsets in
+the checkpoint and finds its transaction committed, so it is a no-op.
 
 A task's file names depend only on the batch and the task's partition, and files appear
 under them only once complete (written as .tmp, then renamed), so a retried task
@@ -31,7 +32,7 @@ from flowlake.pipelines.batch_offsets import read_range
 from flowlake.schemas.enrich import ENRICHMENT_NAMES
 
 from .batch_offsets import batch_ranges
-from .lake_writer import writer_for
+from .lake_writer import quarantine_writer_for
 
 log = logging.getLogger("flowlake.ingest")
 
@@ -109,9 +110,10 @@ class HourFiles:
         if writer is None:
             path = self._path(hour)
             path.parent.mkdir(parents=True, exist_ok=True)
-            # INT96 timestamps, as Spark writes them: every reader sees one type in the lake.
+            # microsecond timestamps: the Delta table's timestamp type (older INT96 files of a
+            # migrated lake and the compactor's ms files read as the same instants)
             writer = self.writers[hour] = pq.ParquetWriter(
-                str(path) + ".tmp", self.schema, compression="zstd", use_deprecated_int96_timestamps=True,
+                str(path) + ".tmp", self.schema, compression="zstd", coerce_timestamps="us",
                 use_dictionary=[c for c in DICTIONARY_COLUMNS if c in self.schema.names],
                 write_statistics=[c for c in self.schema.names if c not in NO_STATISTICS])
         # one dictionary per column and row group (enrichment columns are dictionary arrays):
@@ -178,7 +180,8 @@ def land_messages(messages, staged: str, stem: str, row_group_rows: int, lab_run
     return out + [{"kind": "bad", **b} for b in bad]
 
 
-def fetch_task(groups: list, kafka_conf: dict, staged: str, row_group_rows: int, lab_runs: str = "", plan=None):
+def fetch_task(groups: list, kafka_conf: dict, staged: str, row_group_rows: int, lab_runs: str = "", plan=None,
+               prefix: str = ""):
     """mapInArrow function over spark.range(len(groups)): task i reads the offset ranges
     groups[i] from the broker itself (pipelines/batch_offsets.py) and lands them. The JVM
     never holds a message."""
@@ -196,7 +199,7 @@ def fetch_task(groups: list, kafka_conf: dict, staged: str, row_group_rows: int,
 
         for rb in batches:
             for i in rb.column("id").to_pylist():
-                out = land_messages(messages(groups[i]), staged, f"part-{TaskContext.get().partitionId():05d}",
+                out = land_messages(messages(groups[i]), staged, f"{prefix}part-{TaskContext.get().partitionId():05d}",
                                     row_group_rows, lab_runs, plan)
                 # the ranges' length, not first..last read: markers at their ends count too
                 next(o for o in out if o["kind"] == "task")["offsets"] = sum(r.end - r.start for r in groups[i])
@@ -218,7 +221,7 @@ def group_ranges(ranges: list, tasks: int) -> list[list]:
     return [sorted(g, key=lambda r: (r.topic, r.partition)) for g in groups]
 
 
-def land_task(staged: str, row_group_rows: int, lab_runs: str = "", plan=None):
+def land_task(staged: str, row_group_rows: int, lab_runs: str = "", plan=None, prefix: str = ""):
     """mapInArrow function over the Kafka source's rows (Spark fetched the messages and
     hands them over as Arrow): the design before fetch_task, kept for bench/ingest.py's
     same-run comparison of the two."""
@@ -234,7 +237,7 @@ def land_task(staged: str, row_group_rows: int, lab_runs: str = "", plan=None):
                     yield values[i].as_py(), offsets[i].as_py(), lambda rb=rb, i=i: {
                         k: rb.column(k)[i].as_py() for k in ("topic", "partition", "offset", "timestamp", "key")}
 
-        out = land_messages(messages(), staged, f"part-{TaskContext.get().partitionId():05d}",
+        out = land_messages(messages(), staged, f"{prefix}part-{TaskContext.get().partitionId():05d}",
                             row_group_rows, lab_runs, plan)
         yield pa.RecordBatch.from_pylist(out, schema=_result_schema())
 
@@ -271,33 +274,106 @@ def write_quarantine(rows: list, path: Path) -> None:
     pq.write_table(table, path / "part-00000.parquet", compression="zstd", use_deprecated_int96_timestamps=True)
 
 
+APP_ID = "ingest-flows"  # the Delta application transaction the flows ingest commits under
+PARTITION_BY = ["date", "hour"]
+RECENT = 20  # batches kept in state/ingest/<table>-recent.json (ingest_lag.RECENT_BATCHES)
+
+
+def table_schema():
+    """The flows table's Arrow schema as the ingest writes it: the files' columns with
+    microsecond UTC times (Delta's timestamp), then the partition columns."""
+    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
+
+    from flowlake.pipelines.enrich import apply as enrich  # noqa: PLC0415  (start-up: numpy, pyarrow)
+
+    fields = []
+    for f in lab_tag.with_run_id(enrich.lake_schema()):
+        if pa.types.is_timestamp(f.type):
+            f = f.with_type(pa.timestamp("us", tz="UTC"))
+        elif pa.types.is_dictionary(f.type):
+            f = f.with_type(f.type.value_type)
+        fields.append(f)
+    return pa.schema([*fields, pa.field("date", pa.string()), pa.field("hour", pa.int32())])
+
+
+def partition_of(path: Path) -> dict:
+    """{"date": d, "hour": h} of a file in lake/flows/date=d/hour=h/."""
+    return {"date": path.parent.parent.name[len("date="):], "hour": int(path.parent.name[len("hour="):])}
+
+
+def totals_path(cfg, table: str) -> Path:
+    return cfg.path("state", "ingest", f"{table}.json")
+
+
+def add_totals(cfg, table: str, counters: dict) -> None:
+    """The batch's counters summed into state/ingest/<table>.json (for `flowlake status`;
+    each commit's custom metadata holds the same)."""
+    import json  # noqa: PLC0415  (start-up: only after a commit)
+
+    path = totals_path(cfg, table)
+    try:
+        tot = json.loads(path.read_text())
+    except (OSError, ValueError):
+        tot = {}
+    for k, v in counters.items():
+        if isinstance(v, (int, float)):
+            tot[k] = tot.get(k, 0) + v
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(tot))
+    os.replace(tmp, path)
+    # the newest batches, for the ingest's rates in `flowlake status` (ingest_lag.recent_batches)
+    recent_path = cfg.path("state", "ingest", f"{table}-recent.json")
+    try:
+        recent = json.loads(recent_path.read_text())
+    except (OSError, ValueError):
+        recent = []
+    recent = [*recent, {**counters, "at": time.time()}][-RECENT:]
+    tmp = recent_path.with_name(recent_path.name + ".tmp")
+    tmp.write_text(json.dumps(recent))
+    os.replace(tmp, recent_path)
+
+
 def make_handler(cfg, stream, checkpoint: Path, row_group_rows: int = 262144, fetch: str = "tasks"):
     """foreachBatch function of the flows stream. fetch: "tasks" = the Python tasks read the
     batch's offset range from the broker themselves (the default); "spark" = Spark's Kafka
-    source reads the messages and hands them to the tasks (the design before: bench/ingest.py compares)."""
+    source reads the messages and hands them to the tasks (the design before: bench/ingest.py compares).
+
+    The tasks write the batch's files straight into lake/flows/date=/hour=/ as
+    b<batch>-part-<task>.parquet (a retried task replaces its own file); the driver then
+    commits them to the Delta table in one commit with the transaction (APP_ID, batch id).
+    A replayed batch finds its id committed and is skipped; files of a batch that died
+    before its commit are listed by no version (invisible; VACUUM removes them)."""
+    from flowlake.base import delta  # noqa: PLC0415  (start-up: deltalake)
+
     from .enrich.sources import Sources  # noqa: PLC0415  (start-up: numpy, pyarrow)
 
-    lake_writer, quarantine_writer = writer_for(cfg, stream)
+    quarantine_writer = quarantine_writer_for(cfg, stream)
+    table = Path(cfg.lake) / stream.table
+    schema = table_schema()
+    delta.ensure_table(table, schema, PARTITION_BY)
     lab_runs = registry_path(cfg)
     enrichment = Sources(cfg)  # checks the enrichment files and rules now: a bad one stops the start
     kafka_conf = cfg.kafka_client_conf()
 
-    def job(batch_df, batch_id: int, staged: Path, plan) -> list:
+    def job(batch_df, batch_id: int, plan) -> list:
         spark = batch_df.sparkSession
+        prefix = f"b{batch_id:012d}-"
         if fetch == "tasks":
             ranges = batch_ranges(checkpoint, batch_id)
             if not ranges:
                 return []
             groups = group_ranges(ranges, spark.sparkContext.defaultParallelism)
             return (spark.range(0, len(groups), 1, len(groups))
-                    .mapInArrow(fetch_task(groups, kafka_conf, str(staged), row_group_rows, str(lab_runs), plan),
-                                RESULT_DDL).collect())
+                    .mapInArrow(fetch_task(groups, kafka_conf, str(table), row_group_rows, str(lab_runs), plan,
+                                           prefix), RESULT_DDL).collect())
         conf_key = "spark.sql.execution.arrow.maxRecordsPerBatch"
         before = spark.conf.get(conf_key, None)
         spark.conf.set(conf_key, MESSAGES_PER_ARROW_BATCH)
         try:
             return (batch_df.select("key", "value", "topic", "partition", "offset", "timestamp")
-                    .mapInArrow(land_task(str(staged), row_group_rows, str(lab_runs), plan), RESULT_DDL).collect())
+                    .mapInArrow(land_task(str(table), row_group_rows, str(lab_runs), plan, prefix), RESULT_DDL)
+                    .collect())
         finally:
             if before is None:
                 spark.conf.unset(conf_key)
@@ -305,13 +381,13 @@ def make_handler(cfg, stream, checkpoint: Path, row_group_rows: int = 262144, fe
                 spark.conf.set(conf_key, before)
 
     def handle(batch_df, batch_id: int) -> None:
-        if lake_writer.already_done(batch_id):
+        last = delta.committed_version(table, APP_ID)
+        if last is not None and batch_id <= last:
             log.info("%s batch %d already in the lake (replay after a restart): skipped", stream.table, batch_id)
             return
         started = time.monotonic()
-        staged = lake_writer.staging(batch_id)
         plan = enrichment.plan()  # changed files are picked up here, between micro-batches
-        results = job(batch_df, batch_id, staged, plan)
+        results = job(batch_df, batch_id, plan)
         collected = time.monotonic()
         rows = sum(r.rows for r in results if r.kind == "file")
         messages = sum(r.messages for r in results if r.kind == "task")
@@ -330,13 +406,18 @@ def make_handler(cfg, stream, checkpoint: Path, row_group_rows: int = 262144, fe
                   "task_cpu": sum(r.task_cpu for r in task_rows),
                   "write_seconds": sum(r.write_seconds for r in task_rows)}
         published = time.monotonic()
-        lake_writer.publish(batch_id, staged, {"rows": rows, "quarantined": len(bad), "messages": messages,
-                                               "offsets": offsets, "tasks": tasks,
-                                               "seconds": round(published - started, 3),
-                                               **{k: round(v, 3) for k, v in timing.items()}})
+        files = [Path(r.path) for r in results if r.kind == "file"]
+        counters = {"rows": rows, "quarantined": len(bad), "messages": messages, "offsets": offsets,
+                    "tasks": tasks, "files": len(files), "seconds": round(published - started, 3),
+                    **{k: round(v, 3) for k, v in timing.items()}}
+        committed = delta.commit_batch_files(table, [(f, partition_of(f)) for f in files], schema, PARTITION_BY,
+                                             APP_ID, batch_id, counters)
+        if committed:
+            add_totals(cfg, stream.table, counters)
         seconds = time.monotonic() - started
         log.info("%s batch %d: %d rows from %d messages into the lake, %d quarantined, %.1fs (%.0f rows/s; "
-                 "Spark job %.1fs, publish %.2fs)", stream.table, batch_id, rows, messages, len(bad), seconds,
-                 rows / max(seconds, 1e-6), timing["collect_seconds"], time.monotonic() - published)
+                 "Spark job %.1fs, commit %.2fs)%s", stream.table, batch_id, rows, messages, len(bad), seconds,
+                 rows / max(seconds, 1e-6), timing["collect_seconds"], time.monotonic() - published,
+                 "" if committed else " (already committed by another writer: nothing added)")
 
     return handle

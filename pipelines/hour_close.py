@@ -13,8 +13,8 @@ import datetime as dt
 import fcntl
 import json
 import logging
+import math
 import os
-import shutil
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,7 +26,7 @@ from flowlake.base import config as _config
 from flowlake.base.component import Component
 from flowlake.base.process import python_argv
 
-from . import compact, ingest, lake_snapshot
+from . import compact, lake_snapshot
 
 log = logging.getLogger("flowlake.hour_close")
 TABLE = "flows"
@@ -64,11 +64,16 @@ def single_runner(cfg):
         os.close(fd)
 
 
-def done_check(cfg):
-    """batch id -> has its done-marker (the ingest's own BatchWriter decides)."""
-    stream = next(s for s in ingest.streams(cfg) if s.table == TABLE)
-    writer, _ = ingest.writer_for(cfg, stream)
-    return writer.already_done
+def vacuum(cfg, s, table_dir: Path) -> dict:
+    """Files no table version younger than the grace needs go: hours replaced by a
+    compaction (kept that long for readers of older versions) and files of batches or
+    compactions that died before their commit. The grace in whole hours (delta-rs)."""
+    if not (table_dir / "_delta_log").is_dir():
+        return {"removed": 0}
+    from flowlake.base import delta  # noqa: PLC0415  (start-up: deltalake)
+
+    retain = math.ceil(s.retired_grace_s / 3600)
+    return {"removed": len(delta.vacuum(table_dir, retain, full=True)), "retain_hours": retain}
 
 
 def run(cfg=None, date: str | None = None, settle: bool = True, now: float | None = None,
@@ -79,16 +84,12 @@ def run(cfg=None, date: str | None = None, settle: bool = True, now: float | Non
     cfg = cfg or _config.get()
     s = compact.Settings.from_config(cfg)
     table_dir = cfg.lake / TABLE
-    done = done_check(cfg)
     out = []
     with single_runner(cfg):
-        # A pass killed mid-hour leaves its staging folder (new files not swapped in, or old
-        # ones already swapped out): nothing there is live, and no other pass runs now.
-        shutil.rmtree(compact.staging_root(cfg.lake, TABLE), ignore_errors=True)
         state = read_state(cfg)
-        # Bounded: swapped-out folders past their grace, snapshots of readers that died.
+        # Bounded: replaced files past their grace, snapshots of (other tables') readers that died.
         now = time.time() if now is None else now
-        state["retired"] = compact.expire_retired(cfg.lake, TABLE, s.retired_grace_s, now)
+        state["vacuum"] = vacuum(cfg, s, table_dir)
         lake_snapshot.sweep(cfg.lake)
         for hour in compact.hours(table_dir, date):
             if not (force or hour.needs_compaction()):
@@ -97,7 +98,7 @@ def run(cfg=None, date: str | None = None, settle: bool = True, now: float | Non
                 continue
             key = f"{hour.date}/{hour.path.name}"
             try:
-                res = compact.compact_hour(cfg, table_dir, hour, done, s, force=force)
+                res = compact.compact_hour(cfg, table_dir, hour, s, force=force)
                 if res is None:
                     continue
                 if rollups:
@@ -140,15 +141,7 @@ def status(cfg) -> dict:
             "bytes_per_flow": round(size / rows, 2) if rows else None,
             "last_run": state.get("last_run"), "runs": state.get("runs", 0),
             "errors": state.get("errors", 0), "last_error": state.get("last_error"),
-            "retired": retired_now(cfg)}
-
-
-def retired_now(cfg) -> dict:
-    """Swapped-out hours still kept (as they are now: retention may have deleted some since
-    the last pass)."""
-    folders = [d for d, _ in compact.retired_folders(cfg.lake) if d.parent.name == TABLE]
-    return {"folders": len(folders),
-            "bytes": sum(p.stat().st_size for d in folders for p in d.iterdir() if p.is_file())}
+            "vacuum": state.get("vacuum")}
 
 
 @click.command("compact")

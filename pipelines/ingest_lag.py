@@ -36,6 +36,14 @@ def committed_offsets(checkpoint: Path) -> dict[str, dict[int, int]]:
 
 
 def recent_batches(state_dir: Path, n: int = RECENT_BATCHES) -> list[dict]:
+    """The newest batches' counters: a Delta-written table's from `<table>-recent.json`
+    beside its state folder (flow_ingest.add_totals), else from the done-markers."""
+    recent = state_dir.with_name(state_dir.name + "-recent.json")
+    if recent.exists():
+        try:
+            return json.loads(recent.read_text())[-n:][::-1]
+        except (OSError, ValueError):
+            return []
     out = []
     for marker in sorted(state_dir.glob("*.done"), reverse=True)[:n]:
         try:

@@ -2,8 +2,7 @@
 
     from flowlake.lake import duckdb_connect
     con = duckdb_connect()            # $FLOWLAKE_HOME's lake (as the CLI resolves it), or duckdb_connect(home)
-    con.execute(f"CREATE VIEW flows AS SELECT * FROM read_parquet('{con.lake}/flows/**/*.parquet', "
-                "hive_partitioning = true)")
+    con.execute(f"CREATE VIEW flows AS SELECT * FROM delta_scan('{con.lake}/flows')")   # a Delta table
     con.execute("SELECT count(*) FROM flows").fetchall()   # also .df(), .arrow(), .pl(), .fetchone() ...
 
 Why: DuckDB lists a glob's files when a query starts and opens them while it scans. When
@@ -147,7 +146,9 @@ class LakeConnection:
 def duckdb_connect(home: str | os.PathLike | None = None, config: dict | None = None) -> LakeConnection:
     """An in-memory DuckDB for reading the lake of `home` (default: $FLOWLAKE_HOME's, as the
     CLI resolves it) whose statements rerun when a compaction swap removed a file they had
-    listed. `config`: DuckDB settings (e.g. {"threads": 2})."""
+    listed (the tables still of plain Parquet), with DuckDB's delta extension loaded:
+    `delta_scan('<lake>/flows')` reads the flows table's current version.
+    `config`: DuckDB settings (e.g. {"threads": 2})."""
     if home is None:
         # not at the top: Superset's virtualenv loads this file by path and has no flowlake
         from flowlake.base import config as flowlake_config  # noqa: PLC0415  (optional: not in Superset's venv)
@@ -155,4 +156,10 @@ def duckdb_connect(home: str | os.PathLike | None = None, config: dict | None = 
         lake = flowlake_config.get().lake
     else:
         lake = Path(home).expanduser() / "lake"
-    return LakeConnection(duckdb.connect(config=config or {}), lake)
+    con = duckdb.connect(config=config or {})
+    # lake/flows is a Delta table: `delta_scan('<lake>/flows')` reads its current version
+    # (its folder also holds files of older versions and uncommitted ones: never glob it)
+    from flowlake.base.delta import duckdb_load_delta  # noqa: PLC0415  (optional: not in Superset's venv)
+
+    duckdb_load_delta(con)  # closed at exit (an open connection with the extension may abort the exit)
+    return LakeConnection(con, lake)

@@ -2,7 +2,13 @@
 unreadable schema), move them to lake/quarantine/lake/ with the reason, and count them.
 
 Jobs run this over the partitions they read, so one bad file costs its own rows (named
-in the log and the quarantine) and never the whole report."""
+in the log and the quarantine) and never the whole report.
+
+A Delta table (lake/flows) is different: its log lists the file, so moving it would break
+every version that holds it. A bad file of the table's current version is reported with
+the table, the version and the file (`CorruptLakeFile`): that table's read fails, the
+rest of the lake stays readable. Files in its folders that no version lists (a batch that
+died before its commit) are not the table's and are not checked."""
 from __future__ import annotations
 
 import logging
@@ -34,11 +40,29 @@ def problem(path: Path) -> str | None:
     return None
 
 
+class CorruptLakeFile(RuntimeError):
+    """A file a Delta table's version lists is unreadable (named with table and version)."""
+
+
 def check(lake: Path, table: str = "flows", under: str = "") -> list[tuple[Path, str]]:
-    """Quarantine every bad *.parquet below lake/<table>/<under>; return (new path, reason)."""
+    """Quarantine every bad *.parquet below lake/<table>/<under>; return (new path, reason).
+    A Delta table: CorruptLakeFile naming table, version and file instead (see above)."""
     root = lake / table / under if under else lake / table
     moved = []
     if not root.exists():
+        return moved
+    if (lake / table / "_delta_log").is_dir():
+        from flowlake.base import delta  # noqa: PLC0415  (start-up: deltalake)
+
+        version, files = delta.version_files(lake / table)
+        prefix = str((lake / table).resolve() / under) if under else str((lake / table).resolve())
+        for f in files:
+            if f == prefix or f.startswith(prefix.rstrip("/") + "/"):
+                reason = problem(Path(f))
+                if reason is not None:
+                    log.error("lake/%s version %d: %s: %s", table, version, f, reason)
+                    raise CorruptLakeFile(f"lake/{table} version {version}: {f}: {reason} (the table's other "
+                                          "files and the rest of the lake stay readable)")
         return moved
     qroot = lake / "quarantine" / "lake" / table
     for path in sorted(root.rglob("*.parquet")):

@@ -92,6 +92,15 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def quarantine_writer_for(cfg, stream) -> BatchWriter:
+    """The stream's quarantine writer alone (the flows table itself is a Delta table,
+    written by flow_ingest's commit)."""
+    lake = Path(cfg.lake)
+    return BatchWriter(lake / "quarantine" / "ingest" / stream.table,
+                       cfg.path("state", "ingest", f"{stream.table}-quarantine"),
+                       lake / ".staging" / f"quarantine-{stream.table}")
+
+
 def writer_for(cfg, stream):
     """The stream's lake writer and its quarantine writer (staging beside the lake)."""
     lake = Path(cfg.lake)

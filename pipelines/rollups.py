@@ -17,7 +17,7 @@ from pathlib import Path
 
 import datetime as dt
 
-from flowlake.pipelines import duck, port_map
+from flowlake.pipelines import duck, lake_read, port_map
 from flowlake.schemas.protocols import PROTO_NAMES
 from flowlake.schemas.rollups import DAILY_BUCKETS, ENRICHMENT, P95_RANK, RESOLUTIONS, ROLLUP_1D, ROLLUPS
 
@@ -185,7 +185,7 @@ def connect():
 def update_hour(cfg, date: str, hour: int, hour_dir: Path) -> dict[str, int]:
     """Recompute the rollup rows of one lake hour (after its compaction), then the daily
     rows of the days its traffic touched."""
-    files = sorted(str(p) for p in Path(hour_dir).glob("*.parquet"))
+    _version, files = lake_read.lake_files(cfg, "flows", [Path(hour_dir)])  # the table's current files of the hour
     con = connect()
     try:
         out = {}

@@ -288,8 +288,70 @@ def file_stats(path: Path) -> str:
     return json.dumps({"numRecords": md.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls})
 
 
+def ensure_table(table_uri: str | Path, schema, partition_by: list[str]):
+    """The Delta table at `table_uri`, created empty with `schema` (Arrow, partition
+    columns included) when there is none yet; deletion vectors off (file-list readers
+    cannot express them). A concurrent creator wins: its table is returned."""
+    dl = _deltalake()
+    uri = str(table_uri)
+    if not dl.DeltaTable.is_deltatable(uri):
+        Path(uri).mkdir(parents=True, exist_ok=True)
+        try:
+            dl.DeltaTable.create(uri, schema, mode="error", partition_by=partition_by,
+                                 configuration={"delta.enableDeletionVectors": "false"})
+        except dl.exceptions.DeltaError:
+            if not dl.DeltaTable.is_deltatable(uri):
+                raise
+    table = dl.DeltaTable(uri)
+    have = {f.name for f in table.schema().fields}
+    new = [f for f in dl.Schema.from_arrow(schema).fields if f.name not in have]
+    if new:  # schema evolution: columns a later record revision added; older files read them as null
+        table.alter.add_columns(new)
+        table = dl.DeltaTable(uri)
+    return table
+
+
+def _add_action(root: Path, f: Path, partition: dict):
+    from deltalake.transaction import AddAction  # noqa: PLC0415  (start-up: deltalake)
+
+    st = f.stat()
+    return AddAction(str(f.relative_to(root)), st.st_size, {k: str(v) for k, v in partition.items()},
+                     int(st.st_mtime * 1000), True, file_stats(f))
+
+
+def commit_batch_files(table_uri: str | Path, files: list[tuple[Path, dict]], schema, partition_by: list[str],
+                       app_id: str, version: int, metadata: dict | None = None, retries: int = 5) -> bool:
+    """Commit Parquet files the ingest's tasks wrote into the table's partition folders
+    (`files`: (path, {"date": d, "hour": h})) as batch `version` of `app_id`, in one commit
+    carrying the pair and `metadata` (the batch's counters, commit's custom metadata).
+    Returns False when the table already holds the batch (a replay: nothing committed).
+    The check and the commit are made on one snapshot with no rebase (as append_batch):
+    a concurrent commit fails ours, and the next round sees its transaction."""
+    dl = _deltalake()
+    if version < 0:
+        raise ValueError(f"batch version {version} of {app_id!r}: must be >= 0")
+    root = Path(table_uri)
+    actions = [_add_action(root, Path(f), part) for f, part in files]
+    for attempt in range(retries + 1):
+        table = ensure_table(root, schema, partition_by)
+        last = table.transaction_version(app_id)
+        if last is not None and version <= last:
+            return False
+        try:
+            table.create_write_transaction(
+                actions, mode="append", schema=table.schema(), partition_by=partition_by,
+                commit_properties=dl.CommitProperties(
+                    app_transactions=[dl.Transaction(app_id, version)], max_commit_retries=0,
+                    custom_metadata={k: str(v) for k, v in (metadata or {}).items()} or None))
+            return True
+        except dl.exceptions.CommitFailedError:
+            if attempt == retries:
+                raise
+    return False  # not reached
+
+
 def commit_partition_files(table_uri: str | Path, files: list[Path], partition: dict, schema,
-                           partition_by: list[str], read_version: int) -> None:
+                           partition_by: list[str], read_version: int, folder: Path | None = None) -> None:
     """Commit Parquet files the caller wrote under the table's partition folder as the
     replacement of the partition's files at `read_version` (the version the caller read
     them from): one commit removes those files (still readable by older versions until
@@ -301,7 +363,10 @@ def commit_partition_files(table_uri: str | Path, files: list[Path], partition: 
     from deltalake.transaction import AddAction  # noqa: PLC0415  (start-up: deltalake)
 
     root = Path(table_uri).resolve()
-    part_dir = root.joinpath(*(f"{k}={v}" for k, v in partition.items()))
+    part_dir = Path(folder).resolve() if folder is not None else root.joinpath(
+        *(f"{k}={v}" for k, v in partition.items()))
+    if part_dir.parent != root and not part_dir.is_relative_to(root):
+        raise ValueError(f"{part_dir}: not a folder of the table {root}")
     actions = []
     for f in map(Path, files):
         f = f.resolve()

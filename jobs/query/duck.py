@@ -15,7 +15,7 @@ import threading
 import time
 
 from flowlake.pipelines.duck import sql_list
-from flowlake.pipelines.lake_snapshot import Snapshot
+from flowlake.pipelines.lake_read import LakeReader
 
 from . import index, sql
 from .lake import partitions
@@ -55,14 +55,16 @@ class DuckEngine:
     def __init__(self, cfg, start: dt.datetime | None = None, end: dt.datetime | None = None,
                  threads: int = 0, progress=None, use_index: bool = True):
         self.start, self.end, self.progress = start, end, progress
-        # The window's hours pinned (hard links) until close(): a compaction swap during the
-        # query cannot take the files listed from under DuckDB.
-        self.snapshot = Snapshot(cfg.lake)
+        # The window's hours at one table version (Delta) or pinned by hard links (Parquet)
+        # until close(): a compaction during the query cannot take the files listed from
+        # under DuckDB.
+        self.snapshot = LakeReader(cfg.lake)
         hours = partitions(cfg.lake, start, end)
         lake = cfg.lake
-        root, pinned = self.snapshot.pin(*hours)
+        self.version, pinned = self.snapshot.files("flows", hours)
+        root = self.snapshot.base("flows").parent  # the lake's (or its pinned copy's) root
         self._unpin = (str(root), str(lake))  # errors name the lake's file, not the link
-        # each hour's pinned files, also those in folders below it (one pass over the files:
+        # each hour's files, also those in folders below it (one pass over the files:
         # a path test per hour and file was 30 ms of a day's 0.2 s answer)
         rel = {p: p.relative_to(lake) for p in hours}
         depth = len(next(iter(rel.values())).parts) if rel else 0

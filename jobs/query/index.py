@@ -72,9 +72,9 @@ def build(cfg, now: dt.datetime | None = None, log=None) -> dict:
             parts = partitions(cfg.lake, oldest, now - CLOSE_MARGIN)
         except FileNotFoundError:
             parts = []
-        from flowlake.pipelines.lake_snapshot import Snapshot  # noqa: PLC0415  (start-up: flowlake query's fast path)
+        from flowlake.pipelines.lake_read import LakeReader  # noqa: PLC0415  (start-up: flowlake query's fast path)
 
-        with Snapshot(cfg.lake) as snap:
+        with LakeReader(cfg.lake) as snap:
             _build_parts(cfg, parts, now, snap, keep, out, log)
     if root(cfg).exists():
         for f in root(cfg).rglob("*.duckdb"):
@@ -88,12 +88,13 @@ def _build_parts(cfg, parts, now, snap, keep: set, out: dict, log) -> None:
     """Index the closed hours among `parts` that have no current index (see build)."""
     import duckdb  # noqa: PLC0415  (start-up: duckdb)
 
-    from flowlake.pipelines.duck import parquet_files, sql_list  # noqa: PLC0415  (start-up: flowlake status)
+    from flowlake.pipelines.duck import sql_list  # noqa: PLC0415  (start-up: flowlake status)
+    from flowlake.pipelines.lake_read import lake_files  # noqa: PLC0415  (start-up: flowlake status)
 
     for part in parts:
         if _hour_of(part) + dt.timedelta(hours=1) > now - CLOSE_MARGIN:
             continue  # still open: flows keep arriving
-        files = snap.files(part)  # pinned: a compaction swap while we copy cannot fail the read
+        files = snap.files("flows", [part])[1]  # one version / pinned: a compaction while we copy cannot fail the read
         if not files or compacted(files):
             continue
         target = index_file(cfg, part, files)
@@ -113,7 +114,7 @@ def _build_parts(cfg, parts, now, snap, keep: set, out: dict, log) -> None:
         finally:
             con.close()
         try:
-            current = index_file(cfg, part, parquet_files(part))
+            current = index_file(cfg, part, lake_files(cfg, "flows", [part])[1])
         except OSError:  # a file vanished while listed (swapped just now)
             current = None
         if current != target:  # rewritten while we copied: next run

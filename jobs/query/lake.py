@@ -73,20 +73,26 @@ def partitions(lake: Path, start: dt.datetime | None = None, end: dt.datetime | 
 def read_flows(spark, lake: Path, start: dt.datetime | None = None, end: dt.datetime | None = None,
                snapshot=None):
     """Flows with start <= time_start < end. date/hour filters let Spark skip partitions.
-    With a snapshot (pipelines/lake_snapshot.py) the window's hours are read pinned, so a
-    compaction swap while Spark reads cannot remove the files it listed."""
+    With a reader (`snapshot`: pipelines/lake_read.LakeReader) the window's hours are read at
+    one table version (Delta) or pinned (Parquet), so a compaction while Spark reads cannot
+    remove the files it listed; a Delta table is always read through one."""
     from pyspark.sql import functions as F  # noqa: PLC0415  (start-up: pyspark)
+
+    from flowlake.pipelines.lake_read import LakeReader, is_delta  # noqa: PLC0415  (start-up: flowlake query's fast path)
 
     base = flows_dir(lake)
     paths = [str(base)]
+    own = None
+    if snapshot is None and is_delta(base):
+        snapshot = own = LakeReader(lake)  # files of one version: the folder holds files no version lists
     if snapshot is not None:
-        parts = partitions(lake, start, end)
-        root, files = snapshot.pin(*parts)
-        if files:
-            base = root / base.relative_to(lake)
-            paths = [str(root / p.relative_to(lake)) for p in parts if (root / p.relative_to(lake)).is_dir()]
+        _version, files = snapshot.files("flows", partitions(lake, start, end))
+        if files or own is not None:
+            base, paths = snapshot.base("flows"), files
     from flowlake.schemas import FLOWS_TABLE  # noqa: PLC0415  (start-up: flowlake query's fast path)
 
+    if not paths:  # a table version with no file in the window
+        return spark.createDataFrame([], FLOWS_TABLE.spark_schema())
     df = spark.read.schema(FLOWS_TABLE.spark_schema()).option("basePath", str(base)).parquet(*paths)
     # columns of a later record revision the schema here does not declare yet: NULL, as
     # DuckEngine reads files without them (a filter on them reads 0 or no address)

@@ -120,7 +120,7 @@ def try_server(argv: list[str]) -> None:
 # ---- the server's side ---------------------------------------------------------------
 def _warm() -> None:
     """Import what an answer needs, without starting a thread (the server forks)."""
-    from flowlake.pipelines import lake_snapshot  # noqa: F401
+    from flowlake.pipelines import lake_read, lake_snapshot  # noqa: F401
 
     from . import answer, engines, fast, index, lake, output, parser, spec, sql  # noqa: F401
     from .duck import duckdb_module

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 from flowlake.base import spark as spark_factory
-from flowlake.pipelines.lake_snapshot import Snapshot
+from flowlake.pipelines.lake_read import LakeReader
 
 from . import to_column
 from .lake import read_flows
@@ -22,7 +22,7 @@ class SparkEngine:
         extra = {"spark.ui.showConsoleProgress": "true"} if progress else None
         self.spark = spark_factory.session("flowlake-query", master=master, cfg=cfg, extra=extra)
 
-        self.snapshot = Snapshot(cfg.lake)  # the window's hours pinned until close()
+        self.snapshot = LakeReader(cfg.lake)  # the window's hours at one version / pinned until close()
         self.flows = read_flows(self.spark, cfg.lake, start, end, self.snapshot)
 
     def _where(self, tree):

@@ -31,7 +31,13 @@ def unknown_shares(lake: Path) -> dict:
     hour = _newest_hour(lake)
     if hour is None:
         return {}
-    src = "read_parquet('" + str(hour).replace("'", "''") + "/*.parquet', union_by_name = true, hive_partitioning = false)"
+    from flowlake.pipelines.lake_read import lake_files  # noqa: PLC0415  (start-up: flowlake status)
+
+    files = lake_files(lake, "flows", [hour])[1]  # a Delta table: the hour's files of its current version
+    if not files:
+        return {}
+    src = "read_parquet([" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + \
+        "], union_by_name = true, hive_partitioning = false)"
     con = duckdb.connect(config={"threads": 1})
     try:
         cols = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}

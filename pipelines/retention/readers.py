@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import os
-import time
 from pathlib import Path
 
-from flowlake.pipelines import compact, lake_snapshot
+from flowlake.pipelines import lake_snapshot
 
 from .tiers import Tier, Unit
 
@@ -54,17 +54,37 @@ def grace_s(cfg) -> float:
 
 
 def reader_tiers(cfg, now: float | None = None) -> list[Tier]:
-    """The two tiers with what expires now (nothing is touched)."""
-    now = time.time() if now is None else now
+    """Replaced files of the Delta tables waiting for VACUUM (lake/flows: hours a
+    compaction replaced, days a DELETE removed), and readers' pins; what expires now
+    (nothing is touched). The replaced files go at the compactor's VACUUM after the
+    grace; the disk guard takes them first."""
     lake, grace = Path(cfg.lake), grace_s(cfg)
-    retired = Tier(RETIRED, f"{grace / 60:g} min after the swap",
-                   note="hours swapped out by compaction; the disk guard takes them first")
-    for path, at in compact.retired_folders(lake):
-        u = Unit(RETIRED, path, _day(at), freed_bytes(path))
-        retired.units.append(u)
-        if now - at >= grace:
-            u.why = f"swapped out more than {grace / 60:g} min ago"
-            retired.expire.append(u)
+    replaced = Tier(RETIRED, f"{grace / 60:g} min after a commit replaced them",
+                    note="files compaction and retention replaced; the disk guard takes them first")
+    table = lake / "flows"
+    if (table / "_delta_log").is_dir():
+        from flowlake.base import delta  # noqa: PLC0415  (start-up: deltalake)
+
+        def size(files) -> int:
+            total = 0
+            for f in files:
+                try:
+                    total += os.stat(f if os.path.isabs(f) else table / f).st_size
+                except OSError:
+                    continue
+            return total
+
+        def present(files) -> set:  # the log keeps listing removed files a VACUUM already deleted
+            return {f for f in files if os.path.exists(f if os.path.isabs(f) else table / f)}
+
+        waiting = present(delta.vacuum(table, 0, dry_run=True))
+        past = present(delta.vacuum(table, math.ceil(grace / 3600), dry_run=True))
+        if past:  # replaced longer ago than the grace: the pass vacuums them
+            u = Unit(RETIRED, table, None, size(past), f"replaced more than {math.ceil(grace / 3600)} h ago")
+            replaced.units.append(u)
+            replaced.expire.append(u)
+        if waiting - past:  # still in the grace: the disk guard's first candidates
+            replaced.units.append(Unit(RETIRED, table, None, size(waiting - past)))
     snaps = Tier(SNAPSHOTS, "while the reader runs")
     for path, alive in lake_snapshot.snapshots(lake):
         try:
@@ -76,7 +96,7 @@ def reader_tiers(cfg, now: float | None = None) -> list[Tier]:
         if not alive:
             u.why = "its reader's process has exited"
             snaps.expire.append(u)
-    return [retired, snaps]
+    return [replaced, snaps]
 
 
 def guard_candidates(all_tiers: list[Tier]) -> list[Unit]:
@@ -89,9 +109,6 @@ def guard_candidates(all_tiers: list[Tier]) -> list[Unit]:
 
 
 def removable(units: list[Unit], lake: Path) -> list[Unit]:
-    """The units that may go now: retired folders only once no pin in progress can reach
-    them (they stay for the next pass otherwise)."""
-    if any(u.tier == RETIRED for u in units) and not lake_snapshot.pins_settled(lake, PIN_WAIT_S):
-        log.warning("retention: readers kept pinning for %g s; retired folders stay until the next pass", PIN_WAIT_S)
-        return [u for u in units if u.tier != RETIRED]
+    """The units that may go now (all of them: a Delta table's older versions stay readable
+    until their files are vacuumed, and only the disk guard vacuums at once)."""
     return units

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -41,8 +42,8 @@ class Plan:
 
 
 def guard_candidates(cfg, all_tiers: list[Tier], today: dt.date) -> list[Unit]:
-    """Expendable beyond the keys, in the order they go: hour folders compaction swapped
-    out (lake/.retired, no reader needs them), spool files already in the lake (still in
+    """Expendable beyond the keys, in the order they go: files of lake/flows a commit
+    replaced (compaction, retention) waiting for VACUUM, spool files already in the lake (still in
     their grace), then raw flow days that have rollups, oldest first. Today's flows,
     unshipped files and anything without a second copy never appear here."""
     by = {t.name: t for t in all_tiers}
@@ -68,7 +69,7 @@ def plan(cfg, today: dt.date | None = None, now: float | None = None, ledger: di
             if need <= 0:
                 break
             unit.why = f"disk above {p.usage.high_water_pct:g}% used: " + {
-                "spool": "spool file already in the lake", readers.RETIRED: "swapped out by compaction, no reader needs it",
+                "spool": "spool file already in the lake", readers.RETIRED: "replaced by a commit, waiting for VACUUM",
             }.get(unit.tier, "raw flows of a day kept as rollups")
             by[unit.tier].expire.append(unit)
             p.guard.append(unit)
@@ -92,7 +93,26 @@ def execute(cfg, p: Plan) -> dict:
     lake = Path(cfg.lake)
     tiers.clear_trash(lake)
     gone: dict[str, dict] = {}
-    for unit in readers.removable(p.expire, lake):
+    delta_units = [u for u in p.expire if u.tier in ("flows", readers.RETIRED)
+                   and (lake / "flows" / "_delta_log").is_dir()]
+    if delta_units:  # DELETE of the expired days, then VACUUM (at once when the disk guard chose any)
+        now = any(u in p.guard for u in delta_units)
+        retain = 0 if now else math.ceil(readers.grace_s(cfg) / 3600)
+        from flowlake.pipelines.hour_close import single_runner  # noqa: PLC0415  (start-up: click)
+
+        try:
+            with single_runner(cfg):  # one writer of the table's replaces and deletes: not beside a compaction
+                tiers.remove_table_days([u for u in delta_units if u.tier == "flows"] or
+                                        [Unit("flows", lake / "flows" / "date=none", None, 0)], lake, retain)
+        except Exception as exc:  # noqa: BLE001  (a failed commit must not stop the other tiers)
+            log.error("retention: lake/flows: %s", exc)
+            delta_units = []
+        for unit in delta_units:
+            g = gone.setdefault(unit.tier, {"units": 0, "bytes": 0})
+            g["units"] += 1
+            g["bytes"] += unit.bytes
+            log.info("retention: removed %s %s (%d bytes): %s", unit.tier, unit.path, unit.bytes, unit.why)
+    for unit in readers.removable([u for u in p.expire if u not in delta_units], lake):
         try:
             tiers.remove(unit, lake)
         except OSError as exc:

@@ -65,18 +65,21 @@ def save_state(cfg, state: dict) -> None:
 
 def lake_committed_offsets(cfg) -> dict[int, int] | None:
     """End offsets (per flows.v1 partition) of the newest micro-batch the ingest wrote into
-    the lake: its done-marker exists and Spark's checkpoint holds its offsets (read as the
+    the lake: the flows table's ingest transaction reached it and Spark's checkpoint holds its offsets (read as the
     ingest reads them, pipelines/batch_offsets.py)."""
     from flowlake.pipelines.batch_offsets import CheckpointError, end_offsets  # noqa: PLC0415  (start-up: flowlake status)
 
     topic = cfg.kafka.flows_topic
-    done_dir = cfg.path("state", "ingest", "flows")
     checkpoint = cfg.path("state", "checkpoints", "flows")
-    try:
-        done = sorted((int(p.name.split(".")[0]) for p in done_dir.glob("*.done")), reverse=True)
-    except (OSError, ValueError):
+    table = Path(cfg.lake) / "flows"
+    if not (table / "_delta_log").is_dir():
         return None
-    for batch in done:
+    from flowlake.base import delta  # noqa: PLC0415  (start-up: deltalake)
+
+    last = delta.committed_version(table, "ingest-flows")  # every batch up to it is in the table
+    if last is None:
+        return None
+    for batch in range(last, max(-1, last - 200), -1):
         try:
             ends = end_offsets(checkpoint, batch)
         except CheckpointError:  # not in the checkpoint (yet, or any more): an older batch may be

@@ -75,6 +75,26 @@ def dated_units(tier: str, root: Path) -> list[Unit]:
     return sorted(out, key=lambda u: u.day)
 
 
+def table_units(tier: str, table: Path) -> list[Unit]:
+    """A Delta table's days in its newest version, oldest first: a unit's bytes are its
+    files' (what a DELETE and the VACUUM after it free). A folder that is no Delta table
+    (none written yet) has none."""
+    if not (table / "_delta_log").is_dir():
+        return dated_units(tier, table)
+    from flowlake.base import delta  # noqa: PLC0415  (start-up: deltalake)
+
+    by: dict[str, int] = {}
+    for f in delta.version_files(table)[1]:
+        m = DATE_DIR.match(Path(f).parent.parent.name)
+        if m:
+            try:
+                size = os.stat(f).st_size
+            except OSError:
+                size = 0
+            by[m[1]] = by.get(m[1], 0) + size
+    return [Unit(tier, table / f"date={d}", dt.date.fromisoformat(d), n) for d, n in sorted(by.items())]
+
+
 def nfcapd_day(name: str) -> dt.date | None:
     m = NFCAPD_STAMP.match(name)
     if not m:
@@ -117,7 +137,7 @@ def limit_text(days: int) -> str:
 def lake_tiers(cfg, today: dt.date | None = None) -> list[Tier]:
     """The lake's tiers with what their keys expire today (nothing is touched)."""
     r, lake = cfg.retention, Path(cfg.lake)
-    keyed = [("flows", dated_units("flows", lake / "flows"), int(r.flows_days))]
+    keyed = [("flows", table_units("flows", lake / "flows"), int(r.flows_days))]
     keyed.append(("quarantine", quarantine_units(lake / "quarantine"), int(r.quarantine_days)))
     for res in ROLLUPS:
         keyed.append((f"rollup_{res}", dated_units(f"rollup_{res}", lake / "rollups" / res),
@@ -182,10 +202,35 @@ def remove(unit: Unit, lake: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def remove_table_days(units: list[Unit], lake: Path, retain_hours: int) -> None:
+    """Retention of a Delta table (lake/flows): the units' days deleted in one commit
+    (readers of the older version keep reading it), then VACUUM: files no version younger
+    than `retain_hours` needs go (0: the disk guard, now)."""
+    from flowlake.base import delta  # noqa: PLC0415  (start-up: deltalake)
+
+    by: dict[Path, list[Unit]] = {}
+    for u in units:
+        by.setdefault(u.path.parent, []).append(u)
+    for table, days in by.items():
+        dated = [u for u in days if u.day is not None]
+        if dated:
+            delta.delete_partitions(table, [{"date": u.day.isoformat()} for u in dated])
+        delta.vacuum(table, retain_hours)
+        recent = (dt.datetime.now(dt.UTC) - dt.timedelta(days=2)).date().isoformat()
+        for d in table.glob("date=*"):  # partition folders the VACUUM emptied (not the ingest's current days)
+            if d.name[5:] >= recent:
+                continue
+            for base, _dirs, _files in sorted(os.walk(d), reverse=True):
+                try:
+                    os.rmdir(base)  # only if empty
+                except OSError:
+                    pass
+
+
 def clear_trash(lake: Path) -> None:
     """Folders left in lake/.expired by a run that died mid-delete."""
     shutil.rmtree(lake / ".expired", ignore_errors=True)
 
 
-__all__ = ["Unit", "Tier", "lake_tiers", "rolled_up_days", "remove", "clear_trash", "disk_bytes",
-           "nfcapd_day", "as_date"]
+__all__ = ["Unit", "Tier", "lake_tiers", "table_units", "remove_table_days", "rolled_up_days", "remove",
+           "clear_trash", "disk_bytes", "nfcapd_day", "as_date"]

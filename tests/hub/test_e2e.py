@@ -67,12 +67,20 @@ def nfdump_totals(files: list[Path]) -> dict:
 
 
 def lake(stack, sql: str):
+    """`sql` over the view `flows`: the Delta table lake/flows at its current version (its
+    folders also hold files compaction replaced and uncommitted ones: never glob them)."""
+    from flowlake.base import delta
+
     path = stack["home"] / "lake" / "flows"
-    if not list(path.rglob("*.parquet")):
+    if not (path / "_delta_log").is_dir():
         return None
     con = duckdb.connect()
-    con.execute(f"create view flows as select * from read_parquet('{path}/**/*.parquet', hive_partitioning=true)")
-    return con.execute(sql).fetchall()
+    try:
+        delta.duckdb_load_delta(con)
+        con.execute(f"create view flows as select * from delta_scan('{path}')")
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
 
 
 def lake_totals(stack) -> dict:

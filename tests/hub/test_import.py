@@ -30,6 +30,7 @@ import nfcapd_capture  # noqa: E402
 import pcapgen  # noqa: E402
 from flowlake.base.ports import private_env  # noqa: E402
 from test_e2e import FLOWLAKE, closed_files, nfdump_totals, send_softflowd  # noqa: E402
+from test_e2e import lake as e2e_lake  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 DAYS = [dt.date(2025, 3, 1), dt.date(2025, 3, 2), dt.date(2025, 3, 3)]
@@ -91,10 +92,7 @@ def stack(tmp_path_factory):
 
 
 def lake(stack, sql: str) -> list:
-    path = stack["home"] / "lake" / "flows"
-    con = duckdb.connect()
-    con.execute(f"create view flows as select * from read_parquet('{path}/**/*.parquet', hive_partitioning=true)")
-    return con.execute(sql).fetchall()
+    return e2e_lake(stack, sql) or []  # through the Delta table (test_e2e.lake)
 
 
 def import_state(stack) -> dict:

@@ -49,6 +49,25 @@ def seed(home: Path, rel: str, size: int = 2000) -> Path:
     return path
 
 
+def seed_flows_day(home: Path, date: str, size: int) -> Path:
+    """A day of `size` bytes in the Delta table lake/flows: one incompressible file in its
+    hour folder, committed as a writer of its own does (the disk guard sees the table's files)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from flowlake.base import delta
+    from flowlake.pipelines import flow_ingest
+
+    path = home / "lake" / "flows" / f"date={date}" / "hour=12" / "filler.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = size // 4096
+    pq.write_table(pa.table({"source_file": [os.urandom(2048).hex() for _ in range(rows)]}), path,
+                   compression="none", use_dictionary=False)
+    assert delta.commit_batch_files(home / "lake" / "flows", [(path, {"date": date, "hour": 12})],
+                                    flow_ingest.table_schema(), flow_ingest.PARTITION_BY, f"filler-{date}", 0)
+    return path
+
+
 SEEDED_GONE = [f"lake/rollups/1m/date={day(4)}", f"lake/rollups/5m/date={day(9)}",
                f"lake/quarantine/lake/flows/date={day(6)}"]
 SEEDED_KEPT = [f"lake/rollups/1m/date={day(1)}", f"lake/rollups/5m/date={day(4)}",
@@ -214,15 +233,18 @@ def test_spool_files_go_only_once_their_flows_are_in_the_lake(stack):
 def test_above_high_water_the_oldest_rolled_up_day_goes(stack):
     home = stack["home"]
     for n in (3, 2):  # raw days that have rollups (1m is kept 2 days, so day 3 needs 5m and 1h only)
-        seed(home, f"lake/flows/date={day(n)}/filler.bin", 12 * MIB)
+        seed_flows_day(home, day(n), 12 * MIB)
         for res in ("5m", "1h") + (("1m",) if n <= 2 else ()):
             seed(home, f"lake/rollups/{res}/date={day(n)}/part-0.parquet")
     used, total = smallfs.usage(home)
     smallfs.fill_to(home, home / "ballast", 100 * (0.70 * total + 6 * MIB) / total)
-    wait_until(lambda: not (home / "lake" / "flows" / f"date={day(3)}").exists(), 90,
-               "the disk guard to remove the oldest rolled-up day")
+    wait_until(lambda: not (home / "lake" / "flows" / f"date={day(3)}" / "hour=12" / "filler.parquet").exists(), 90,
+               "the disk guard to remove the oldest rolled-up day (DELETE, then VACUUM at once)")
+    assert lake(stack, f"select count(*) from flows where date = '{day(3)}'") == [(0,)]
     time.sleep(3)
-    assert (home / "lake" / "flows" / f"date={day(2)}").exists(), "more went than the mark needed"
+    assert (home / "lake" / "flows" / f"date={day(2)}" / "hour=12" / "filler.parquet").exists(), \
+        "more went than the mark needed"
+    assert lake(stack, f"select count(*) from flows where date = '{day(2)}'")[0][0] > 0, "more went than needed"
     assert (home / "lake" / "flows" / f"date={day(1)}").exists(), "a day without rollups went"
     assert (home / "lake" / "rollups" / "1h" / f"date={day(3)}").exists()
     assert status(stack)["retention"]["disk"]["level"] == "ok"

@@ -27,7 +27,7 @@ def probe(watched: tuple[str, ...]) -> str:
             "os._exit = loaded\nsys.argv[0] = 'flowlake'\nfrom flowlake.console import run\nrun()")
 
 
-PROBE = probe(("click", "lark", "rich", "pyarrow", "flowlake.schemas", "flowlake.pipelines.compact"))
+PROBE = probe(("click", "lark", "rich", "pyarrow", "flowlake.schemas", "flowlake.pipelines.compact", "deltalake"))
 
 
 def _bench():

@@ -1,13 +1,12 @@
-"""Hour close: compaction of lake/flows hours against the ingest's exactly-once markers,
-and readers (real DuckDB, Spark) counting rows while hours are swapped.
+"""Hour close: compaction of the Delta table lake/flows against the ingest's exactly-once
+transactions, and readers (real DuckDB, Spark) counting rows while hours are replaced.
 
-The lake is written through the ingest's own BatchWriter (staging, rename, done-marker),
-so the markers are the ones a replay would consult."""
+The lake is written as the ingest writes it: files in the hour folders, committed by
+delta.commit_batch_files with the ingest's transaction (APP_ID, batch id), so a replay
+consults the same transactions."""
 from __future__ import annotations
 
 import datetime as dt
-import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -17,8 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from flowlake.pipelines import compact, hour_close
-from flowlake.pipelines.lake_writer import BatchWriter
+from flowlake.base import delta
+from flowlake.pipelines import compact, flow_ingest, hour_close
 
 DAY = "2026-11-20"
 T0 = int(dt.datetime(2026, 11, 20, tzinfo=dt.timezone.utc).timestamp() * 1000)
@@ -60,84 +59,100 @@ def batch_table(batch: int, hours: list[int], rows_per_hour: int, t0: int = T0) 
     })
 
 
-def stage(writer: BatchWriter, batch: int, table: pa.Table, day: str = DAY) -> Path:
-    """What the ingest's Spark write leaves in staging: part files under date=/hour=."""
-    staged = writer.staging(batch)
-    for h in sorted(set(table.column("hour").to_pylist())):
-        part = staged / f"date={day}" / f"hour={h}"
-        part.mkdir(parents=True)
-        rows = table.filter(pa.compute.equal(table.column("hour"), h)).drop_columns(["hour"])
-        pq.write_table(rows, part / "part-00000.zstd.parquet", compression="zstd")
-    return staged
+class Writer:
+    """The ingest's write of lake/flows: each batch's files in its hour folders
+    (b<batch>-part-00000.parquet, microsecond times), then one commit with the transaction."""
+
+    def __init__(self, cfg):
+        self.table_dir = Path(cfg.lake) / "flows"
+
+    def files(self, batch: int, table: pa.Table, day: str = DAY) -> list[Path]:
+        out = []
+        for h in sorted(set(table.column("hour").to_pylist())):
+            part = self.table_dir / f"date={day}" / f"hour={h}"
+            part.mkdir(parents=True, exist_ok=True)
+            rows = table.filter(pa.compute.equal(table.column("hour"), h)).drop_columns(["hour"])
+            out.append(part / f"b{batch:012d}-part-00000.parquet")
+            pq.write_table(rows, out[-1], compression="zstd", coerce_timestamps="us")
+        return out
+
+    def publish(self, batch: int, table: pa.Table, day: str = DAY) -> bool:
+        files = self.files(batch, table, day)
+        return delta.commit_batch_files(self.table_dir, [(f, flow_ingest.partition_of(f)) for f in files],
+                                        flow_ingest.table_schema(), flow_ingest.PARTITION_BY, flow_ingest.APP_ID,
+                                        batch, {"rows": table.num_rows})
+
+    def already_done(self, batch: int) -> bool:
+        last = delta.committed_version(self.table_dir, flow_ingest.APP_ID)
+        return last is not None and batch <= last
 
 
-def writer_for(cfg) -> BatchWriter:
-    from flowlake.pipelines import ingest
-
-    stream = next(s for s in ingest.streams(cfg) if s.table == "flows")
-    return ingest.writer_for(cfg, stream)[0]
+def writer_for(cfg) -> Writer:
+    return Writer(cfg)
 
 
 def lake_rows(cfg) -> list[tuple]:
     import duckdb
 
-    glob = str(cfg.lake / "flows" / "**" / "*.parquet")
-    return duckdb.sql(f"SELECT source_file, file_seq FROM read_parquet('{glob}', hive_partitioning = true)").fetchall()
+    con = duckdb.connect()
+    try:
+        delta.duckdb_load_delta(con)
+        return con.execute(f"SELECT source_file, file_seq FROM delta_scan('{cfg.lake / 'flows'}')").fetchall()
+    finally:
+        con.close()
 
 
 def test_compaction_keeps_exactly_once_with_replays_and_late_batches(home):
     cfg = home
     w = writer_for(cfg)
     expected = 0
-    for b in range(6):  # six finished batches over hours 0-2
+    for b in range(6):  # six committed batches over hours 0-2
         t = batch_table(b, [0, 1, 2], 500)
-        w.publish(b, stage(w, b, t), {"rows": t.num_rows})
+        assert w.publish(b, t)
         expected += t.num_rows
-    # Batch 6 died mid-move: its .pending marker lists the files it had placed, no done-marker.
+    # Batch 6 died before its commit: its file sits in hour 1, no version lists it.
     t6 = batch_table(6, [1], 300)
-    staged = stage(w, 6, t6)
-    src = next(staged.rglob("*.parquet"))
-    rel = Path(f"date={DAY}") / "hour=1" / "b000000000006-00000.zstd.parquet"
-    (w.state_dir / "000000000006.pending").write_text(json.dumps([str(rel)]))
-    os.replace(src, w.table_dir / rel)
-    assert len(lake_rows(cfg)) == expected + 300
+    (dead,) = w.files(6, t6)
+    assert len(lake_rows(cfg)) == expected
 
     results = hour_close.run(cfg, date=DAY, settle=False, rollups=False)
     assert sorted(r["hour"] for r in results) == [0, 1, 2]
     h1 = w.table_dir / f"date={DAY}" / "hour=1"
-    names = sorted(p.name for p in h1.glob("*.parquet"))
-    assert rel.name in names and all(compact.COMPACT_FILE.match(n) for n in names if n != rel.name), names
-    assert {r["hour"]: r["carried"] for r in results} == {0: 0, 1: 1, 2: 0}
-    assert len(lake_rows(cfg)) == expected + 300
+    current = {h.hour: h for h in compact.hours(w.table_dir, DAY)}
+    assert all(compact.COMPACT_FILE.match(p.name) for h in current.values() for p in h.files())
+    assert dead.exists() and dead not in current[1].files()  # never read, never rewritten
+    assert len(lake_rows(cfg)) == expected
 
-    # The ingest restarts: batch 6 is replayed (its undo deletes the carried file), and
-    # batch 3, already done, is recognised by its marker and not written again.
+    # The ingest restarts: batch 6 is replayed (its task rewrites its own file, then the
+    # commit), batch 3, committed, is recognised by its transaction and not written again.
     assert w.already_done(3) and not w.already_done(6)
-    w.publish(6, stage(w, 6, t6), {"rows": t6.num_rows})
+    assert not w.publish(3, batch_table(3, [0, 1, 2], 500))
+    assert w.publish(6, t6)
     expected += t6.num_rows
     rows = lake_rows(cfg)
     assert len(rows) == expected and len(set(rows)) == expected
 
     # A late batch for the compacted hour 2 lands beside its files and reopens it.
     late = batch_table(7, [2], 200)
-    w.publish(7, stage(w, 7, late), {"rows": late.num_rows})
+    assert w.publish(7, late)
     expected += late.num_rows
     hours = {h.hour: h for h in compact.hours(w.table_dir, DAY)}
     assert hours[2].needs_compaction() and not hours[0].needs_compaction()
     again = hour_close.run(cfg, date=DAY, settle=False, rollups=False)
-    assert sorted(r["hour"] for r in again) == [1, 2]  # hour 1 held batch 6's new file
+    assert sorted(r["hour"] for r in again) == [1, 2]  # hour 1 held batch 6's file
     rows = lake_rows(cfg)
     assert len(rows) == expected and len(set(rows)) == expected
-    assert all(compact.COMPACT_FILE.match(p.name) for p in w.table_dir.rglob("*.parquet"))
+    assert all(compact.COMPACT_FILE.match(p.name) for h in compact.hours(w.table_dir) for p in h.files())
+    assert sorted(p.name for p in h1.glob("*.parquet")) != [p.name for p in compact.hours(w.table_dir, DAY)[1].files()]
     state = hour_close.status(cfg)
-    assert state["hours_compacted"] == 3 and state["hours_waiting"] == 0 and state["rows"] == expected
+    assert state["hours_waiting"] == 0
 
 
 def test_closed_hours_wait_to_settle(home):
     cfg = home
     w = writer_for(cfg)
     t = batch_table(0, [5, 6], 100)
-    w.publish(0, stage(w, 0, t), {"rows": t.num_rows})
+    w.publish(0, t)
     end_of_6 = T0 / 1000 + 7 * 3600
     now = time.time()  # files were just written: nothing has settled by file age
     assert hour_close.run(cfg, now=now) == []
@@ -155,23 +170,23 @@ def test_settings_are_checked(home, monkeypatch):
         compact.Settings.from_config(config.get())
 
 
-def _lake_with_hours(cfg) -> tuple[BatchWriter, int, Path]:
-    """8 finished batches over hours 0-3 and one unfinished batch in hour 2; (writer, rows, unfinished file)."""
+def _lake_with_hours(cfg) -> tuple[Writer, int, Path]:
+    """8 committed batches over hours 0-3 and one uncommitted batch file in hour 2 (a batch
+    that died before its commit); (writer, rows, that file)."""
     w = writer_for(cfg)
     expected = 0
     for b in range(8):
         t = batch_table(b, [0, 1, 2, 3], 400)
-        w.publish(b, stage(w, b, t), {"rows": t.num_rows})
+        w.publish(b, t)
         expected += t.num_rows
-    unfinished = w.table_dir / f"date={DAY}" / "hour=2" / "b000000000099-00000.zstd.parquet"
-    pq.write_table(batch_table(99, [2], 150).drop_columns(["hour"]), unfinished)
-    return w, expected + 150, unfinished
+    (unfinished,) = w.files(99, batch_table(99, [2], 150))
+    return w, expected, unfinished
 
 
 def _swap_all(cfg, w) -> int:
     s = compact.Settings.from_config(cfg)
     return sum(1 for h in compact.hours(w.table_dir, DAY)
-               if compact.compact_hour(cfg, w.table_dir, h, w.already_done, s, force=True))
+               if compact.compact_hour(cfg, w.table_dir, h, s, force=True))
 
 
 def _duck_count(cfg, eng=None) -> int:
@@ -210,9 +225,7 @@ def test_reads_planned_before_a_swap_stay_exact(home, spark):
     spark_eng = SparkEngine(cfg)
     duck_files = jobs_duck.flow_files(ctx)
     assert _swap_all(cfg, w) == 4
-    assert len(list((cfg.lake / ".retired" / "flows").iterdir())) == 4  # the old folders, kept aside
-    with pytest.raises(Exception, match="FileNotFound|does not exist"):
-        plain.count()  # what every reader did before: the listed files are gone
+    assert plain.count() > expected  # a plain folder read: the replaced files are still there (VACUUM)
     try:
         assert pinned_spark.count() == expected
         assert _duck_count(cfg, eng) == expected
@@ -224,7 +237,6 @@ def test_reads_planned_before_a_swap_stay_exact(home, spark):
         eng.close()
         spark_eng.close()
         ctx.snapshot.close()
-    assert not any((cfg.lake / ".snapshots").iterdir())  # closed snapshots leave nothing
     assert unfinished.exists()
 
 
@@ -279,32 +291,24 @@ def test_readers_never_see_a_row_twice_or_missing(home, spark):
     assert swaps >= 40 and len(spark_counts) >= 5 and len(counts) >= 20
     wrong = [c for c in counts + spark_counts if c != expected]
     assert not wrong, f"readers saw {sorted(set(wrong))} rows instead of {expected}"
-    assert unfinished.exists()  # carried over under its own name, every time
+    assert unfinished.exists()  # listed by no version: never read, never rewritten
 
 
-def test_retired_folders_and_dead_snapshots_are_bounded(home):
-    """Swapped-out folders go after [compaction] retired_grace_minutes (a compactor pass),
-    snapshots of dead processes at the next pass; status shows what is kept."""
-    import subprocess
-
-    from flowlake.pipelines import lake_snapshot
-
+def test_replaced_and_uncommitted_files_go_after_the_grace(home):
+    """Files a compaction replaced stay for readers of older versions until the compactor's
+    VACUUM past [compaction] retired_grace_minutes (whole hours); an uncommitted batch's
+    file goes then too. Within the grace nothing goes; past it exactly those files."""
     cfg = home
-    w, _, _ = _lake_with_hours(cfg)
+    w, expected, unfinished = _lake_with_hours(cfg)
+    before = set(w.table_dir.rglob("*.parquet"))
+    v0 = delta.version_files(w.table_dir)
     assert _swap_all(cfg, w) == 4
-    retired = cfg.lake / ".retired" / "flows"
-    assert len(list(retired.iterdir())) == 4
-    proc = subprocess.Popen(["true"])  # a pid that has exited
-    proc.wait()
-    orphan = lake_snapshot.root(cfg.lake) / f"{proc.pid}-feedfacecafe" / "g1"
-    orphan.mkdir(parents=True)
-    live = lake_snapshot.Snapshot(cfg.lake)
-    assert live.files(cfg.lake / "flows" / f"date={DAY}")
     hour_close.run(cfg, date=DAY, rollups=False)  # within the grace: kept
-    assert len(list(retired.iterdir())) == 4 and not orphan.exists() and live.path.exists()
-    assert hour_close.status(cfg)["retired"]["folders"] == 4
-    hour_close.run(cfg, date=DAY, rollups=False, now=time.time() + cfg.compaction.retired_grace_minutes * 60 + 1)
-    assert not any(retired.iterdir()) and hour_close.status(cfg)["retired"]["folders"] == 0
-    assert live.path.exists()  # a live reader's snapshot stays, whatever its age
-    live.close()
-    assert not live.path.exists()
+    assert before <= set(w.table_dir.rglob("*.parquet"))
+    old = delta.version_files(w.table_dir, v0[0])[1]  # the older version still reads whole
+    assert sum(pq.ParquetFile(f).metadata.num_rows for f in old) == expected
+    assert delta.vacuum(w.table_dir, 0, dry_run=True, full=True)
+    removed = delta.vacuum(w.table_dir, 0, full=True)
+    left = set(w.table_dir.rglob("*.parquet"))
+    assert not (before & left) and not unfinished.exists() and len(removed) == len(before)
+    assert len(lake_rows(cfg)) == expected

@@ -21,6 +21,8 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 
+from flowlake.base import delta
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
 import mmdb_files  # noqa: E402
 from test_enrich import snmp_exporter, write_snmp  # noqa: E402
@@ -87,9 +89,13 @@ def produce(cfg, source: str, rows: list[dict]) -> None:
 
 
 def lake(cfg, source: str) -> list[dict]:
-    return duckdb.connect().execute(
-        f"select * from read_parquet('{cfg.lake}/flows/**/*.parquet', union_by_name = true, hive_partitioning = true) "
-        "where source_file = ? order by file_seq", [source]).fetch_arrow_table().to_pylist()
+    con = duckdb.connect()
+    try:
+        delta.duckdb_load_delta(con)  # lake/flows is a Delta table: its current version
+        return con.execute(f"select * from delta_scan('{cfg.lake}/flows') where source_file = ? order by file_seq",
+                           [source]).fetch_arrow_table().to_pylist()
+    finally:
+        con.close()
 
 
 def reference(prefixes: dict, addr: str, pick) -> object:
@@ -204,9 +210,12 @@ def test_older_lake_hours_without_the_columns_still_read(ecfg, spark):
              "src_addr": "10.1.1.1", "dst_addr": "10.2.2.2", "src_port": 1, "dst_port": 2, "proto": 17, "tcp_flags": 0,
              "tos": 0, "packets": 1, "bytes": 77, "sampling_rate": 1, "src_as": 0, "dst_as": 0, "source_file": "old",
              "file_seq": 0}]
-    pq.write_table(pa.Table.from_pylist(rows, schema=messages.arrow_schema(FLOW)), old)
-    # its batch is "done" as old ingests left them (compaction rewrites done batches only)
-    (cfg.path("state", "ingest", "flows") / f"{999:012d}.done").write_text("{}")
+    pq.write_table(pa.Table.from_pylist(rows, schema=messages.arrow_schema(FLOW)), old, coerce_timestamps="us")
+    # committed to the table as an older writer did (its own app id: the ingest's batches go on)
+    from flowlake.pipelines import flow_ingest
+
+    assert delta.commit_batch_files(cfg.lake / "flows", [(old, flow_ingest.partition_of(old))],
+                                    flow_ingest.table_schema(), flow_ingest.PARTITION_BY, "older-writer", 0)
     enriched = len(lake(cfg, "one")) + len(lake(cfg, "two")) + len(lake(cfg, "three"))
 
     ctx = JobContext(spark, cfg, HOUR.date())
@@ -217,8 +226,7 @@ def test_older_lake_hours_without_the_columns_still_read(ecfg, spark):
     assert df.count() == enriched + 1 and got["old"] == [None] and sorted(got["one"]) == ["CH", "CH", "DE", "US"]
 
     hour = next(h for h in compact.hours(cfg.lake / "flows") if h.date == "2026-11-20" and h.hour == 10)
-    done = lambda b: (cfg.path("state", "ingest", "flows") / f"{b:012d}.done").exists()  # noqa: E731
-    out = compact.compact_hour(cfg, cfg.lake / "flows", hour, done, compact.Settings.from_config(cfg))
+    out = compact.compact_hour(cfg, cfg.lake / "flows", hour, compact.Settings.from_config(cfg))
     assert out["rows"] == enriched + 1 and out["carried"] == 0
     assert [r["src_country"] for r in lake(cfg, "old")] == [None]
 
@@ -242,7 +250,8 @@ def test_enriched_top_report_equals_duckdb_over_the_lake(ecfg, spark):
     con = duckdb.connect()
     got = con.execute(f"select hour, dimension, side, value, rank, flows, bytes, bytes_share from read_parquet("
                       f"'{cfg.lake}/reports/enriched_top/date=2026-11-20/*.parquet')").fetchall()
-    flows = f"read_parquet('{cfg.lake}/flows/date=2026-11-20/*/*.parquet', union_by_name = true)"
+    delta.duckdb_load_delta(con)  # lake/flows is a Delta table (its folders also hold the replaced files)
+    flows = f"(select * from delta_scan('{cfg.lake}/flows') where date = '2026-11-20')"
     ref = {
         ("country", "in"): "coalesce(src_country, '')", ("country", "out"): "coalesce(dst_country, '')",
         ("as", "in"): "CASE WHEN src_as = 0 THEN '' ELSE CAST(src_as AS VARCHAR) END",

@@ -3,11 +3,13 @@ once in date/hour partitions; garbage and wrong-schema messages are quarantined.
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import duckdb
 import pytest
 from confluent_kafka import Producer
 
+from flowlake.base import delta
 from flowlake.schemas import FLOW, Field, Record, avro
 
 pytestmark = pytest.mark.integration
@@ -60,18 +62,20 @@ def test_ingest_once_lands_rows_and_quarantines_bad(icfg, kafka, spark):
 
     lake = cfg.lake / "flows"
     con = duckdb.connect()
-    rows = con.execute(
-        f"select date, hour, count(*), sum(bytes) from read_parquet('{lake}/**/*.parquet', hive_partitioning=true)"
-        " group by all order by all").fetchall()
+    delta.duckdb_load_delta(con)  # lake/flows is a Delta table: read its current version
+    flows = f"delta_scan('{lake}')"
+    rows = con.execute(f"select date, hour, count(*), sum(bytes) from {flows} group by all order by all").fetchall()
     assert [(str(r[0]), r[1]) for r in rows] == [("2026-11-20", 23), ("2026-11-21", 0)]
     assert sum(r[2] for r in rows) == n
     assert sum(r[3] for r in rows) == sum(100 * (i + 1) for i in range(n))
-    seqs = con.execute(f"select count(distinct file_seq) from read_parquet('{lake}/**/*.parquet')").fetchone()[0]
+    seqs = con.execute(f"select count(distinct file_seq) from {flows}").fetchone()[0]
     assert seqs == n
-    sample = con.execute(
-        f"select src_addr, dst_addr, tcp_flags, time_start from read_parquet('{lake}/**/*.parquet') where file_seq = 3"
-    ).fetchone()
+    sample = con.execute(f"select src_addr, dst_addr, tcp_flags, time_start from {flows} where file_seq = 3").fetchone()
     assert sample[:3] == ("10.0.0.4", "2001:db8::1", 0x1B)
+    # the committed files, as the table lists them, are every file in its folders (no leftovers)
+    committed = {Path(f).resolve() for f in delta.version_files(lake)[1]}
+    assert committed == {p.resolve() for p in lake.rglob("*.parquet")}
+    assert all(p.name.startswith("b") and "-part-" in p.name for p in committed)
 
     q = con.execute(
         f"select reason from read_parquet('{cfg.lake}/quarantine/ingest/flows/*.parquet') order by reason").fetchall()
@@ -84,10 +88,12 @@ def test_ingest_once_lands_rows_and_quarantines_bad(icfg, kafka, spark):
 
     # A second drain finds nothing new: no row is written twice.
     ingest.run(cfg, once=True)
-    total = con.execute(f"select count(*) from read_parquet('{lake}/**/*.parquet')").fetchone()[0]
+    total = con.execute(f"select count(*) from {flows}").fetchone()[0]
     assert total == n
-    # nothing but committed parquet files is visible to readers
-    assert not list(lake.rglob("_*")) and not list(lake.rglob("*.crc"))
+    # nothing but the table's log and committed parquet files in its folder
+    assert [p.name for p in lake.rglob("_*")] == ["_delta_log"] and not list(lake.rglob("*.crc"))
+    assert {Path(f).resolve() for f in delta.version_files(lake)[1]} == {p.resolve() for p in lake.rglob("*.parquet")}
+    con.close()
 
 
 def test_ingest_sees_committed_transactions_once_and_aborted_never(icfg, kafka, spark):
@@ -119,8 +125,10 @@ def test_ingest_sees_committed_transactions_once_and_aborted_never(icfg, kafka, 
 
     ingest.run(cfg, once=True)
     con = duckdb.connect()
+    delta.duckdb_load_delta(con)  # lake/flows is a Delta table: its current version
     got = dict(con.execute(
-        f"select source_file, count(*) from read_parquet('{cfg.lake}/flows/**/*.parquet') "
+        f"select source_file, count(*) from delta_scan('{cfg.lake}/flows') "
         "where source_file like 'tx/%' group by all").fetchall())
+    con.close()
     assert got == {"tx/committed": 200, "tx/committed2": 50}
     assert ingest.counts(cfg)["flows"]["rows"] == before + 250

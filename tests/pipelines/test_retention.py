@@ -191,21 +191,66 @@ def test_disk_guard_frees_the_oldest_expendable_first_on_a_small_filesystem(tmp_
 
 
 def test_spool_reads_the_lake_position_as_the_ingest_reads_its_checkpoint(tmp_path):
-    """The newest batch with a done-marker whose offsets the checkpoint holds: a batch
-    Spark has logged but the ingest not landed does not count, nor one the checkpoint
-    no longer has (or a bad entry); the offsets come from pipelines/batch_offsets.py."""
-    from flowlake.base import config
+    """The newest batch the flows table's ingest transaction reached whose offsets the
+    checkpoint holds: a batch Spark has logged but the ingest not committed does not
+    count, nor one the checkpoint no longer has (or a bad entry); the offsets come from
+    pipelines/batch_offsets.py."""
+    import pyarrow as pa
+
+    from flowlake.base import config, delta
     from flowlake.pipelines.retention.spool import lake_committed_offsets
     from test_batch_offsets import offsets_entry
 
     cfg = config.load(env={**os.environ, "FLOWLAKE_HOME": str(tmp_path)})
     topic = cfg.kafka.flows_topic
     assert lake_committed_offsets(cfg) is None  # no ingest yet
-    cp, done = cfg.path("state", "checkpoints", "flows"), cfg.path("state", "ingest", "flows")
-    done.mkdir(parents=True)
+    cp = cfg.path("state", "checkpoints", "flows")
     for batch, ends in ((3, {"0": 10, "1": 4}), (4, {"0": 12, "1": 9}), (6, {"0": 20, "1": 20})):
         offsets_entry(cp / "offsets" / str(batch), {topic: ends})
     (cp / "offsets" / "5").write_text("v1\n{}\n{not json")
-    for batch in (3, 4, 5, 7):  # 6 is logged, not landed; 7 landed, its entry gone
-        (done / f"{batch:012d}.done").write_text("{}")  # as lake_writer names them
+    table = cfg.lake / "flows"
+    rows = pa.table({"x": [1], "date": ["2026-11-20"], "hour": pa.array([1], pa.int32())})
+    assert lake_committed_offsets(cfg) is None  # no table yet
+    for batch in (3, 4, 5):  # committed with the ingest's transaction; 6 is logged, not committed
+        assert delta.append_batch(table, rows, "ingest-flows", batch, partition_by=["date", "hour"])
     assert lake_committed_offsets(cfg) == {0: 12, 1: 9}
+
+
+def test_flows_tier_of_a_delta_table_is_delete_then_vacuum(tmp_path):
+    """lake/flows as a Delta table: the expired days go in one DELETE commit (the version
+    before it still reads them: its files stay for [compaction] retired_grace_minutes),
+    then VACUUM past the grace removes exactly their files; the dry run lists the same days."""
+    import deltalake
+    import pyarrow as pa
+
+    from flowlake.base import delta
+
+    home = tmp_path / "home"
+    table = home / "lake" / "flows"
+    for i, n in enumerate((1, 3, 4, 9)):
+        rows = pa.table({"bytes": pa.array(range(10 * (i + 1)), pa.int64()), "date": [day(n)] * 10 * (i + 1),
+                         "hour": pa.array([5] * 10 * (i + 1), pa.int32())})
+        assert delta.append_batch(table, rows, "ingest-flows", i, partition_by=["date", "hour"])
+    env = {"FLOWLAKE_RETENTION_FLOWS_DAYS": "3"}
+    dry = json.loads(cli(home, "retention", "--dry-run", "--json", env=env).stdout)
+    flows = sorted(str(Path(u["path"]).relative_to(home)) for u in dry["remove"] if u["tier"] == "flows")
+    assert flows == sorted([f"lake/flows/date={day(4)}", f"lake/flows/date={day(9)}"])
+    assert deltalake.DeltaTable(str(table)).version() == 3  # the dry run committed nothing
+    old_files = {str(p) for p in table.glob(f"date={day(4)}/*/*.parquet")} | {
+        str(p) for p in table.glob(f"date={day(9)}/*/*.parquet")}
+    assert len(old_files) == 2
+
+    cli(home, "retention", "--json", env=env)
+    t = deltalake.DeltaTable(str(table))
+    assert t.version() == 4 and t.transaction_version("ingest-flows") == 3
+    got = t.to_pyarrow_table().group_by("date").aggregate([("bytes", "count")]).to_pylist()
+    assert {r["date"]: r["bytes_count"] for r in got} == {day(1): 10, day(3): 20}
+    assert deltalake.DeltaTable(str(table), version=3).to_pyarrow_table().num_rows == 100  # time travel
+    assert all(Path(f).exists() for f in old_files)  # within the grace: still on disk
+    assert json.loads(cli(home, "retention", "--dry-run", "--json", env=env).stdout)["remove"] == []
+
+    cli(home, "retention", "--json", env={**env, "FLOWLAKE_COMPACTION_RETIRED_GRACE_MINUTES": "0",
+                                          "FLOWLAKE_RETENTION_FLOWS_DAYS": "10"})
+    assert not any(Path(f).exists() for f in old_files)  # past the grace: exactly those files went
+    assert not (table / f"date={day(9)}").exists()
+    assert deltalake.DeltaTable(str(table)).to_pyarrow_table().num_rows == 30

@@ -10,11 +10,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from flowlake.base import delta
 from flowlake.collectors.traffic import lake_rows, model
 from flowlake.pipelines import hour_close, rollups
 from flowlake.schemas.rollups import P95_RANK
 
-from test_compaction import stage, writer_for  # the ingest's own BatchWriter path
+from test_compaction import writer_for  # the ingest's own write: files + a commit with its transaction
 
 # A year of modelled flows built once for the module: 12-40 s on 2 cores (idle to loaded).
 pytestmark = pytest.mark.slow
@@ -85,16 +86,16 @@ def test_rollups_equal_the_raw_flows_for_the_days_both_hold(year):
     cfg, days = year["cfg"], year["days"]
     w = writer_for(cfg)
     raw = days[-RAW_DAYS:]
-    for i, t in enumerate(raw):  # into the lake the ingest's way: a batch per day, done-markers
+    for i, t in enumerate(raw):  # into the lake the ingest's way: a batch per day, committed with its transaction
         day = t["date"][0].as_py()
-        staged = stage_day(w, 1000 + i, t, day)
-        w.publish(1000 + i, staged, {"rows": t.num_rows})
+        assert w.publish(1000 + i, t.drop_columns(["date"]), day=day)
     results = []
     for t in raw:
         results += hour_close.run(cfg, date=t["date"][0].as_py(), settle=False)
     assert len(results) == 24 * RAW_DAYS and all(r["rollup_rows"]["1h"] for r in results)
     con = rollups.connect()
-    lake = f"read_parquet('{cfg.lake}/flows/**/*.parquet', hive_partitioning = true)"
+    delta.duckdb_load_delta(con)
+    lake = f"delta_scan('{cfg.lake}/flows')"  # a Delta table: its folder also holds the replaced files
     for t in raw:
         day = t["date"][0].as_py()
         truth = (t.num_rows, pa.compute.sum(t["bytes"]).as_py(), pa.compute.sum(t["packets"]).as_py())
@@ -115,10 +116,6 @@ def test_rollups_equal_the_raw_flows_for_the_days_both_hold(year):
         for k in after:
             assert after[k][0] == before[k][0]
             assert after[k][1:] == pytest.approx(before[k][1:], rel=1e-9)
-
-
-def stage_day(w, batch: int, table: pa.Table, day: str):
-    return stage(w, batch, table.drop_columns(["date"]), day=day)
 
 
 def test_daily_p95_matches_an_independent_computation(year):
