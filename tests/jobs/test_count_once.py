@@ -14,7 +14,8 @@ import pytest
 from test_jobs import private_cfg
 
 from flowlake.collectors.traffic import border, lake_rows, model
-from flowlake.jobs import count_once, runner
+from flowlake.jobs import count_once, runner, status
+from flowlake.jobs.observation_points import observation_points
 from flowlake.pipelines.enrich.apply import lake_schema
 from flowlake.schemas import FLOWS_TABLE
 
@@ -165,3 +166,52 @@ def test_a_modelled_day_s_traffic_totals_count_each_flow_once(spark, day, tmp_pa
         (day_all,) = [r for r in rows if r["hour"] is None and r["direction"] == "all" and r["exporter"] == "all"]
         want = border.observed_totals(obs) if rule == "all" else border.truth_totals(truth)
         assert {k: day_all[k] for k in ("flows", "packets", "bytes")} == want, rule
+
+
+@pytest.mark.integration
+def test_observation_points_describe_the_modelled_border(spark, day, tmp_path):
+    truth, obs = day
+    rows = {r["exporter"]: r for r in observation_points(frame(spark, obs, tmp_path), "auto", 60).collect()}
+    a, b, c, core = (rows[r.address] for r in border.ROUTERS)
+    assert (a["exports"], a["classified"], a["count_at"], a["external_ifs"]) == ("both", True, "boundary", "1 if1")
+    assert (b["exports"], b["classified"], b["count_at"], b["external_ifs"]) == ("ingress", False, "key", "")
+    assert (c["exports"], c["count_at"]) == ("ingress", "boundary")
+    assert (core["exports"], core["counted"], core["external_ifs"]) == ("both", 0, "")
+    site = rows["all"]
+    assert (site["count_at"], site["observations"], site["counted"]) == ("auto", obs.num_rows, truth.num_rows)
+    assert site["bytes_counted"] == border.truth_totals(truth)["bytes"]
+    points = {}
+    for t, e, d in zip(obs.column("truth_row").to_pylist(), obs.column("exporter").to_pylist(),
+                       obs.column("flow_direction").to_pylist(), strict=True):
+        points.setdefault(t, set()).add((e, d))
+    want = sum(len(p) > 1 for p in points.values()) / truth.num_rows
+    # records of one long flow (cut by the active timeout) are one flow to the rule: a record
+    # whose sibling crossed a second router counts as seen at several points
+    assert site["multi_point_share"] == pytest.approx(want, abs=0.02)
+    assert 0.5 < want < 0.95
+    assert sum(r["counted"] for k, r in rows.items() if k != "all") == truth.num_rows
+
+
+def test_status_shows_the_border_from_the_last_report(tmp_path):
+    from rich.console import Console  # noqa: PLC0415  (only here)
+
+    cfg = private_cfg(tmp_path, FLOWLAKE_SITE_COUNT_AT="boundary")
+    assert status.border_status(cfg)["date"] is None
+    part = cfg.lake / "reports" / "observation_points" / "date=2026-04-07"
+    part.mkdir(parents=True)
+    base = {"external_ifs": "", "classified": True, "count_at": "boundary", "bytes_observed": 10, "bytes_counted": 5}
+    rows = [{**base, "exporter": "127.0.0.2", "exporter_name": "border-a", "external_ifs": "1 if1", "exports": "both",
+             "observations": 20, "counted": 10, "multi_point_share": 0.5},
+            {**base, "exporter": "127.0.0.3", "exporter_name": "", "exports": "ingress", "classified": False,
+             "count_at": "key", "observations": 7, "counted": 3, "multi_point_share": 0.25},
+            {**base, "exporter": "all", "exporter_name": "all", "exports": "both", "count_at": "boundary",
+             "observations": 27, "counted": 13, "multi_point_share": 0.4}]
+    pq.write_table(pa.Table.from_pylist(rows), part / "part-0.parquet")
+    st = status.border_status(cfg)
+    assert (st["date"], st["unclassified"], st["site"]["counted"]) == ("2026-04-07", ["127.0.0.3"], 13)
+    console = Console(record=True, width=300)
+    status._print_border(console, st)
+    text = console.export_text()
+    assert "count_at = boundary" in text and "40.0% of flows seen at more than one point" in text
+    assert "127.0.0.2 (border-a): exports both, external interfaces 1 if1, counted by boundary" in text
+    assert "counted by key: 127.0.0.3" in text
