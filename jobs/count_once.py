@@ -174,3 +174,80 @@ def site_flows(flows: DataFrame, cfg, override: str | None = None) -> DataFrame:
     """The config's rule (or `override`) applied: what every report of site traffic reads."""
     rule, window = settings(cfg, override)
     return count_once(flows, rule, window)
+
+
+# ---- the DuckDB twin (the local report engines: top_talkers_local, flow_size_dist_duckdb) ----
+_SQL_HELPERS = ("_co_ib", "_co_ob", "_co_ing", "_co_s", "_co_e", "_co_d", "_co_rate", "_co_ing_exp", "_co_cls",
+                "_co_kb", "_co_pe", "_co_cl", "_co_pr", "_co_pp", "_co_pb", "_co_cand", "_co_unc", "_co_bx",
+                "_co_bd", "_co_counted")
+
+
+def duckdb_sql(relation: str, rule: str, window_seconds: float = DEFAULT_WINDOW_SECONDS) -> str:
+    """The rows of `relation` (a DuckDB table expression with the lake's flow columns) that
+    `rule` counts, as a query with the relation's own columns: count_once() in SQL, held
+    equal to it row for row by tests/jobs/test_count_once.py."""
+    rule = check_rule(rule)
+    if rule == "all":
+        return f"SELECT * FROM {relation}"
+    w = int(round(window_seconds * 1000))
+    key = ", ".join(KEY)
+    by_key = f"PARTITION BY {key} ORDER BY _co_s, _co_e, exporter"
+    point = f"PARTITION BY {key}, _co_cl, exporter, _co_d"
+    cand = "TRUE" if rule == "key" else "_co_cand"
+    first = f"(NOT {cand}), " + ("" if rule == "key" else "(NOT _co_cls), ")
+    best = (f"PARTITION BY {key}, _co_cl ORDER BY {first}_co_pr, -_co_pp, -_co_pb, exporter, _co_d "
+            "ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING")
+    is_best = "(exporter = _co_bx AND _co_d = _co_bd)"
+    counted = is_best if rule == "key" else f"(_co_cand AND (NOT _co_unc OR {is_best}))"
+    return f"""
+    WITH co_f AS (SELECT *, coalesce(in_if_boundary, '') AS _co_ib, coalesce(out_if_boundary, '') AS _co_ob,
+                         (flow_direction IS NULL OR flow_direction = 0) AS _co_ing,
+                         epoch_ms(time_start) AS _co_s, epoch_ms(time_end) AS _co_e,
+                         coalesce(flow_direction, 0) AS _co_d,
+                         CASE WHEN sampling_rate IS NULL OR sampling_rate <= 0 THEN 2147483647
+                              ELSE sampling_rate END AS _co_rate
+                  FROM {relation}),
+    co_x AS (SELECT exporter, max(_co_ing::INTEGER) AS _co_ing_exp FROM co_f GROUP BY exporter),
+    co_g AS (SELECT co_f.*, co_x._co_ing_exp, (_co_ib <> '' OR _co_ob <> '') AS _co_cls,
+                    ((_co_ib = 'external' OR _co_ob = 'external')
+                     AND (_co_ing OR coalesce(co_x._co_ing_exp, 0) = 0)) AS _co_kb
+             FROM co_f LEFT JOIN co_x USING (exporter)),
+    co_p AS (SELECT *, max(_co_e) OVER ({by_key} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS _co_pe
+             FROM co_g),
+    co_c AS (SELECT *, sum(CASE WHEN _co_pe IS NULL OR _co_s > _co_pe + {w} THEN 1 ELSE 0 END)
+                       OVER ({by_key} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _co_cl
+             FROM co_p),
+    co_r AS (SELECT *, max(_co_rate) OVER ({point}) AS _co_pr, sum(packets) OVER ({point}) AS _co_pp,
+                    sum(bytes) OVER ({point}) AS _co_pb, (NOT _co_cls OR _co_kb) AS _co_cand
+             FROM co_c),
+    co_u AS (SELECT *, max((_co_cand AND NOT _co_cls)::INTEGER) OVER (PARTITION BY {key}, _co_cl) = 1 AS _co_unc,
+                    first_value(exporter) OVER ({best}) AS _co_bx, first_value(_co_d) OVER ({best}) AS _co_bd
+             FROM co_r)
+    SELECT * EXCLUDE ({", ".join(h for h in _SQL_HELPERS if h != "_co_counted")})
+    FROM co_u WHERE {counted}"""
+
+
+def duckdb_relation(con, relation: str) -> str:
+    """`relation` with the columns the rule reads that its files lack (lake days from before
+    enrichment or revision 3) as NULL, as Spark's reader gives them."""
+    have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()}
+    missing = [f"CAST(NULL AS {t}) AS {c}" for c, t in (("in_if_boundary", "VARCHAR"), ("out_if_boundary", "VARCHAR"),
+                                                        ("flow_direction", "INTEGER")) if c not in have]
+    return f"(SELECT *, {', '.join(missing)} FROM {relation})" if missing else relation
+
+
+def counted_parquet(con, files: list[str], cfg, out_dir) -> list[str]:
+    """The day's flow files `files` (hive paths hour=NN) as the config's rule counts them:
+    `files` unchanged for `all`, else Parquet files of the counted rows under `out_dir`, in
+    hive paths hour=N as the local engines read them (the Go top-talkers kernel, DuckDB)."""
+    from pathlib import Path  # noqa: PLC0415  (only for the local engines)
+
+    rule, window = settings(cfg)
+    if rule == "all" or not files:
+        return list(files)
+    listed = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
+    rel = duckdb_relation(con, f"read_parquet([{listed}], hive_partitioning = true, union_by_name = true)")
+    target = str(out_dir).replace("'", "''")
+    con.execute(f"COPY (SELECT * EXCLUDE (date) FROM ({duckdb_sql(rel, rule, window)})) TO '{target}' "
+                "(FORMAT parquet, COMPRESSION zstd, PARTITION_BY (hour))")
+    return sorted(str(p) for p in Path(out_dir).glob("hour=*/*.parquet"))

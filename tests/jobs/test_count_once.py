@@ -215,3 +215,51 @@ def test_status_shows_the_border_from_the_last_report(tmp_path):
     assert "count_at = boundary" in text and "40.0% of flows seen at more than one point" in text
     assert "127.0.0.2 (border-a): exports both, external interfaces 1 if1, counted by boundary" in text
     assert "counted by key: 127.0.0.3" in text
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("rule", ["auto", "key", "all"])
+def test_the_duckdb_twin_counts_the_same_rows_as_spark(spark, day, tmp_path, rule):
+    """count_once.duckdb_sql (the local report engines) keeps exactly the rows count_once keeps."""
+    import duckdb  # noqa: PLC0415  (only here)
+
+    truth, obs = day
+    df = frame(spark, obs, tmp_path)
+    want = sorted(r["file_seq"] for r in count_once.count_once(df, rule, 60).select("file_seq").collect())
+    con = duckdb.connect()
+    rel = count_once.duckdb_relation(con, f"read_parquet('{tmp_path / 'obs.parquet'}')")
+    got = sorted(r[0] for r in con.execute(f"SELECT file_seq FROM ({count_once.duckdb_sql(rel, rule, 60)})").fetchall())
+    assert got == want
+    tot = con.execute(f"SELECT count(*), sum(bytes) FROM ({count_once.duckdb_sql(rel, rule, 60)})").fetchone()
+    expect = border.observed_totals(obs) if rule == "all" else border.truth_totals(truth)
+    assert (tot[0], tot[1]) == (expect["flows"], expect["bytes"])
+
+
+@pytest.mark.integration
+def test_local_report_engines_apply_the_rule_as_spark_does(spark, day, tmp_path_factory):
+    """top_talkers (Go kernel) and flow_size_dist (DuckDB) on this machine read the rows the
+    rule counts: the same tables as the Spark engine under `auto`, and other tables under `all`."""
+    truth, obs = day
+    home = tmp_path_factory.mktemp("count-once-local")
+    hours = obs.column("hour").to_numpy()
+    for h in np.unique(hours):
+        part = home / "lake" / "flows" / f"date={DAY}" / f"hour={h:02d}"
+        part.mkdir(parents=True)
+        pq.write_table(obs.filter(pa.array(hours == h)).drop_columns(["date", "hour", "truth_row"]),
+                       part / "part-0.parquet")
+    got = {}
+    for rule, engine in (("auto", "local"), ("auto", "spark"), ("all", "local")):
+        cfg = private_cfg(home, FLOWLAKE_SITE_COUNT_AT=rule, FLOWLAKE_REPORTS_ENGINE=engine)
+        out = runner.run_jobs(spark, cfg, DAY, runner.order(runner.discover(), ["top_talkers", "flow_size_dist"]))
+        assert [(o.status, o.error) for o in out] == [("ok", "")] * 2, (rule, engine)
+        tables = {t: pq.read_table(cfg.lake / "reports" / t / f"date={DAY}").to_pylist()
+                  for t in ("top_talkers", "flow_size_dist")}
+        got[rule, engine] = {"top_talkers": sorted(map(str, tables["top_talkers"])),
+                             "size_all": [r for r in tables["flow_size_dist"] if r.get("hour") is None
+                                          and r["direction"] == "all" and r["flow_class"] == "all"]}
+    assert got["auto", "local"]["top_talkers"] == got["auto", "spark"]["top_talkers"]
+    assert got["auto", "local"]["top_talkers"] != got["all", "local"]["top_talkers"]
+    for key, want in ((("auto", "local"), border.truth_totals(truth)), (("auto", "spark"), border.truth_totals(truth)),
+                      (("all", "local"), border.observed_totals(obs))):
+        (row,) = got[key]["size_all"]
+        assert (row["flows"], row["bytes"]) == (want["flows"], want["bytes"]), key
