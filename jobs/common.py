@@ -167,7 +167,7 @@ def hour_to_null(df: DataFrame) -> DataFrame:
 def site_flows(ctx, date=None) -> DataFrame:
     """The day's flows as reports of site traffic count them: `[site] count_at` applied
     (jobs/count_once.py, each flow once). Views of devices read ctx.flows() instead."""
-    return count_once.site_flows(ctx.flows(date), ctx.cfg)
+    return count_once.site_flows(ctx.flows() if date is None else ctx.flows(date), ctx.cfg)
 
 
 def shared_flows(ctx) -> DataFrame:
