@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from flowlake.schemas.pinger import BEHAVIOUR_CLASSES
 
+from . import common
+
 NAME = "behaviour_classes"
 TABLES = (BEHAVIOUR_CLASSES,)
 CLASSES = ("avatar", "audio", "video", "realtime_state", "state_update", "small_bulk", "large_bulk",
@@ -81,6 +83,6 @@ def per_class(classified):
 
 
 def run(ctx) -> None:
-    classified = classify(ctx.flows(), ctx.cfg.behaviour).cache()
+    classified = classify(common.site_flows(ctx), ctx.cfg.behaviour).cache()
     ctx.shared["behaviour_flows"] = classified  # behaviour_needs reads the classes (unpersisted by the runner)
     ctx.write(per_class(classified), NAME)

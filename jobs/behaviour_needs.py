@@ -35,6 +35,7 @@ import logging
 
 from flowlake.schemas.pinger import BEHAVIOUR_NEEDS
 
+from . import common
 from .active_summary import rtt_tests
 from .behaviour_classes import CLASSES, classify
 
@@ -168,7 +169,7 @@ def run(ctx) -> None:
     v4, v6 = int(b.needs_prefix_v4), int(b.needs_prefix_v6)
     classified = ctx.shared.get("behaviour_flows")
     if classified is None:  # run alone: classify again
-        classified = classify(ctx.flows(), b)
+        classified = classify(common.site_flows(ctx), b)
     measured = paths(ctx.active()).cache()
     try:
         nets, names = target_networks([r.target for r in measured.select("target").collect()], v4, v6)

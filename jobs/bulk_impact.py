@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from flowlake.schemas.active_reports import BULK_IMPACT, BULK_IMPACT_THROUGHPUT
 
+from . import common
 from .active_summary import rtt_tests
 
 NAME = "bulk_impact"
@@ -151,4 +152,4 @@ def run(ctx) -> None:
     ctx.results[NAME] = ctx.write(impact(active, bulk, float(a.bulk_impact_alpha), float(a.bulk_impact_min_rtt_ms)),
                                   NAME)
     ctx.results["bulk_impact_throughput"] = ctx.write(
-        throughput_vs_cross(active, ctx.flows(), bulk), "bulk_impact_throughput")
+        throughput_vs_cross(active, common.site_flows(ctx), bulk), "bulk_impact_throughput")

@@ -11,6 +11,8 @@ from __future__ import annotations
 from flowlake.pipelines.interface_speeds import parse_speeds  # noqa: F401  (shared with the stream's volume detector)
 from flowlake.schemas.active_reports import BULK_TRANSFERS
 
+from . import common
+
 NAME = "bulk_transfers"
 TABLES = (BULK_TRANSFERS,)
 
@@ -48,6 +50,7 @@ def classify(flows, min_bytes: int, min_duration_s: float, min_rate_bps: float, 
 
 def run(ctx) -> None:
     a = ctx.cfg.active
-    df = classify(ctx.flows(), int(a.bulk_min_bytes), float(a.bulk_min_duration_s), float(a.bulk_min_rate_bps),
-                  a.bulk_ports, int(a.bulk_port_min_bytes), a.interface_speeds, float(a.default_interface_speed_bps))
+    df = classify(common.site_flows(ctx), int(a.bulk_min_bytes), float(a.bulk_min_duration_s),
+                  float(a.bulk_min_rate_bps), a.bulk_ports, int(a.bulk_port_min_bytes), a.interface_speeds,
+                  float(a.default_interface_speed_bps))
     ctx.results[NAME] = ctx.write(df, NAME)

@@ -12,6 +12,8 @@ from pyspark.sql import functions as F
 from flowlake.pipelines.locality import parse_prefixes  # noqa: F401  (the one definition; re-exported)
 from flowlake.schemas.protocols import PROTO_NAMES  # noqa: F401  (re-exported for the jobs)
 
+from . import count_once
+
 DIRECTIONS = ("inbound", "outbound", "internal", "transit")
 DAY_HOUR = -1  # stands for "whole day" inside the jobs (joins/partitions on null are awkward)
 
@@ -162,8 +164,15 @@ def hour_to_null(df: DataFrame) -> DataFrame:
     return df.withColumn("hour", F.when(F.col("hour") == DAY_HOUR, F.lit(None)).otherwise(F.col("hour")).cast("int"))
 
 
+def site_flows(ctx, date=None) -> DataFrame:
+    """The day's flows as reports of site traffic count them: `[site] count_at` applied
+    (jobs/count_once.py, each flow once). Views of devices read ctx.flows() instead."""
+    return count_once.site_flows(ctx.flows() if date is None else ctx.flows(date), ctx.cfg)
+
+
 def shared_flows(ctx) -> DataFrame:
-    """The day's flows with `direction` (all columns; Spark prunes per job).
+    """The day's flows with `direction` (all columns; Spark prunes per job), counted once
+    by `[site] count_at` (site_flows).
 
     Deliberately not cached: building Spark's in-memory copy of 10M flows cost ~120 CPU
     seconds (string columns, spills at a 2 GB heap), while re-reading the Parquet and
@@ -175,7 +184,7 @@ def shared_flows(ctx) -> DataFrame:
         return cache[key]
     # every column: not cached, so Spark reads only those each job's plan uses (a fixed
     # list here once left out output_if and broke largest_flows)
-    df = with_direction(ctx.flows(), ctx.cfg.site.local_prefixes)
+    df = with_direction(site_flows(ctx), ctx.cfg.site.local_prefixes)
     if cache is not None:
         cache[key] = df
     return df

@@ -12,8 +12,10 @@ rank (numpy's inverted_cdf) and selects rather than sorts:
 from __future__ import annotations
 
 import itertools
+import tempfile
+from pathlib import Path
 
-from flowlake.jobs import common
+from flowlake.jobs import common, count_once
 from flowlake.pipelines import duck
 
 GROUP = ("hour", "direction", "flow_class")
@@ -88,10 +90,25 @@ def run(ctx) -> bool:
     """Write the flow_size_dist table with DuckDB; False when there are no flow files."""
     con = duck.connect(ctx.cfg)
     try:
-        flows = duck.flows_view(con, ctx)
-        if flows is None:
+        if count_once.settings(ctx.cfg)[0] == "all":
+            flows = duck.flows_view(con, ctx)
+            if flows is None:
+                return False
+            ctx.write_duckdb(con, flow_size_dist_sql(con, flows, ctx.cfg.site.local_prefixes), "flow_size_dist")
+            return True
+        files = duck.flow_files(ctx)
+        if not files:
             return False
-        ctx.write_duckdb(con, flow_size_dist_sql(con, flows, ctx.cfg.site.local_prefixes), "flow_size_dist")
+        # each flow once, by [site] count_at (jobs/count_once.py): the view over the counted rows
+        with tempfile.TemporaryDirectory(dir=ctx.cfg.path("tmp")) as tmp:
+            counted = count_once.counted_parquet(con, files, ctx.cfg, Path(tmp) / "counted")
+            if not counted:
+                return False
+            con.execute(f"""CREATE OR REPLACE TEMP VIEW day_flows AS
+                SELECT CAST(hour AS INTEGER) AS hour, src_addr, dst_addr, CAST(proto AS INTEGER) AS proto,
+                       CAST(bytes AS BIGINT) AS bytes, CAST(packets AS BIGINT) AS packets
+                FROM read_parquet({duck.sql_list(counted)}, hive_partitioning = true, union_by_name = true)""")
+            ctx.write_duckdb(con, flow_size_dist_sql(con, "day_flows", ctx.cfg.site.local_prefixes), "flow_size_dist")
     finally:
         con.close()
     return True

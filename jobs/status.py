@@ -3,18 +3,65 @@ the PingER regions, reverse DNS. `sections()` feeds `status --json` and `/metric
 `render()` prints."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from . import engines, pinger_regions, rdns
 from .query.status import status as query_status
 
 
 def sections(cfg) -> dict:
     out = {"pinger": pinger_regions.status(cfg)}
-    for key, fn in (("query", query_status), ("rdns", rdns.status)):
+    for key, fn in (("query", query_status), ("rdns", rdns.status), ("border", border_status)):
         try:
             out[key] = fn(cfg)
         except (OSError, ValueError) as exc:  # status must never crash on a bad config, cache or lake
             out[key] = {"error": str(exc)}
     return out
+
+
+def border_status(cfg) -> dict:
+    """The border as flowlake understands it: the configured counting rule and the last
+    observation_points report (jobs/observation_points.py), read with pyarrow (no Spark)."""
+    site = getattr(cfg, "site", None)
+    out = {"count_at": str(getattr(site, "count_at", "auto")),
+           "dedup_window_seconds": float(getattr(site, "dedup_window_seconds", 60)), "date": None, "exporters": []}
+    base = Path(cfg.lake) / "reports" / "observation_points"
+    days = sorted(p for p in base.glob("date=*") if p.is_dir() and any(p.glob("*.parquet")))
+    if not days:
+        return out
+    import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: status reads one small file only when it exists)
+
+    rows = pq.read_table(str(days[-1])).to_pylist()
+    out["date"] = days[-1].name.removeprefix("date=")
+    out["exporters"] = [r for r in rows if r["exporter"] != "all"]
+    out["site"] = next((r for r in rows if r["exporter"] == "all"), None)
+    out["unclassified"] = sorted(r["exporter"] for r in out["exporters"] if not r["classified"])
+    return out
+
+
+def _print_border(console, b: dict) -> None:
+    if "error" in b:
+        console.print(f"[red]border: {b['error']}[/]")
+        return
+    head = f"border: counting rule [site] count_at = {b['count_at']} (window {b['dedup_window_seconds']:g} s)"
+    if not b["date"]:
+        console.print(head + "; no observation_points report yet (`flowlake jobs run observation_points`)",
+                      markup=False)
+        return
+    site = b.get("site") or {}
+    console.print(head + f"; observation points on {b['date']}: {site.get('multi_point_share', 0.0):.1%} of flows "
+                  f"seen at more than one point, {site.get('counted', 0):,} of {site.get('observations', 0):,} "
+                  "records counted", markup=False)
+    for r in sorted(b["exporters"], key=lambda r: r["exporter"]):
+        name = f" ({r['exporter_name']})" if r["exporter_name"] else ""
+        console.print(f"  {r['exporter']}{name}: exports {r['exports']}, external interfaces "
+                      f"{r['external_ifs'] or '(none)'}, counted by {r['count_at']}"
+                      f"{'' if r['classified'] else ' (interfaces unclassified)'}, {r['counted']:,} of "
+                      f"{r['observations']:,} records counted, {r['multi_point_share']:.0%} seen elsewhere too",
+                      markup=False)
+    if b["unclassified"] and b["count_at"] == "boundary":
+        console.print("  count_at = boundary, but these exporters have no classified interfaces and are counted "
+                      f"by key: {', '.join(b['unclassified'])} (add [[enrich.interface_rules]])", markup=False)
 
 
 def _print_rdns(console, r: dict) -> None:
@@ -50,3 +97,5 @@ def render(console, st: dict) -> None:
                                    else "off ([query] server = false)")))
     console.print(pinger_regions.status_line(st["pinger"]))
     _print_rdns(console, st["rdns"])
+    if "border" in st:
+        _print_border(console, st["border"])

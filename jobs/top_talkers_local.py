@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from flowlake.base.gobuild import TOPTALKERS
-from flowlake.jobs import common
+from flowlake.jobs import common, count_once
 from flowlake.pipelines import duck
 
 
@@ -82,6 +82,10 @@ def run(ctx) -> bool:
             previous = "tt_previous"
         with tempfile.TemporaryDirectory(dir=ctx.cfg.path("tmp")) as tmp:
             out = Path(tmp) / "lists.parquet"
+            # each flow once, by [site] count_at (jobs/count_once.py; `all` reads the lake as it is)
+            files = count_once.counted_parquet(con, files, ctx.cfg, Path(tmp) / "counted")
+            if not files:
+                return False
             lists(files, ctx.cfg.site.local_prefixes, int(ctx.cfg.reports.top_n), out)
             ctx.write_duckdb(con, top_talkers_sql(out, previous), "top_talkers")
     finally:

@@ -1,0 +1,265 @@
+"""One flow, counted once (issue 34): the counting rules of jobs/count_once.py on hand-made
+observations and on the traffic model's multi-router border (collectors/traffic/border.py),
+whose truth records each flow once: `boundary`, `key` and `auto` count each flow once (totals
+equal the truth exactly), `all` counts every observation."""
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from test_jobs import private_cfg
+
+from flowlake.collectors.traffic import border, lake_rows, model
+from flowlake.jobs import count_once, runner, status
+from flowlake.jobs.observation_points import observation_points
+from flowlake.pipelines.enrich.apply import lake_schema
+from flowlake.schemas import FLOWS_TABLE
+
+DAY = dt.date(2026, 4, 7)
+START = int(dt.datetime.combine(DAY, dt.time(), dt.UTC).timestamp() * 1000)
+
+
+def modelled(n: int = 3000, seed: int = 34):
+    p = border.params()
+    f, _ = model.generate(p, START, 86_400_000, n, seed=seed)
+    truth = lake_rows.lake_table(f, p, source_file="model")
+    return truth, border.observations(truth)
+
+
+@pytest.fixture(scope="module")
+def day():
+    return modelled()
+
+
+# ---- without Spark ------------------------------------------------------------------------
+def test_rule_names_are_checked():
+    assert count_once.check_rule(" Key ") == "key"
+    with pytest.raises(count_once.CountRuleError, match=r"\[site\] count_at = 'once': expected one of auto"):
+        count_once.check_rule("once")
+
+    class Site:
+        count_at = "auto"
+        dedup_window_seconds = -1
+
+    class Cfg:
+        site = Site()
+
+    with pytest.raises(count_once.CountRuleError, match="dedup_window_seconds = -1"):
+        count_once.settings(Cfg())
+    Site.dedup_window_seconds = 30
+    assert count_once.settings(Cfg(), "all") == ("all", 30.0)
+    with pytest.raises(count_once.CountRuleError, match="--count-at = 'twice'"):
+        count_once.settings(Cfg(), "twice")
+
+
+def test_the_border_model_sees_flows_at_several_points(day):
+    truth, obs = day
+    seen = Counter(obs.column("truth_row").to_pylist())
+    assert set(seen) == set(range(truth.num_rows)), "every truth flow is observed at least once"
+    points = Counter(seen.values())
+    assert points[1] > 0 and max(points) >= 4, points  # ingress-only entries once; crossings up to 5
+    rates = set(obs.column("sampling_rate").to_pylist())
+    assert rates == {1, 5, 10}
+    assert set(obs.column("flow_direction").to_pylist()) == {0, 1}
+    # sampled observations are multiples of their rate, as the lake's corrected counts are
+    r = obs.column("sampling_rate").to_numpy()
+    assert (obs.column("bytes").to_numpy() % r == 0).all()
+    assert border.observed_totals(obs)["bytes"] > 1.5 * border.truth_totals(truth)["bytes"]
+
+
+# ---- Spark: the rules ----------------------------------------------------------------------
+def frame(spark, table: pa.Table, tmp_path, name="obs"):
+    """A Spark frame of the lake's flows schema from an Arrow table (missing columns null)."""
+
+
+    path = tmp_path / f"{name}.parquet"
+    table = table.drop_columns([c for c in ("date", "hour", "truth_row") if c in table.column_names])
+    types = {f.name: f.type for f in lake_schema()}
+    table = pa.table({c: table.column(c).cast(pa.string() if pa.types.is_dictionary(types[c]) else types[c])
+                      for c in table.column_names})
+    pq.write_table(table, path)
+    return spark.read.schema(FLOWS_TABLE.spark_schema()).parquet(str(path))
+
+
+def totals(df) -> dict:
+    from pyspark.sql import functions as F  # noqa: PLC0415  (pyspark only for the integration tests)
+
+    row = df.agg(F.count(F.lit(1)).alias("flows"), F.sum("packets").alias("packets"),
+                 F.sum("bytes").alias("bytes")).first()
+    return {"flows": row["flows"], "packets": row["packets"] or 0, "bytes": row["bytes"] or 0}
+
+
+def _obs(**kw) -> dict:
+    row = {"time_start": dt.datetime(2026, 4, 7, 10, 0, tzinfo=dt.UTC),
+           "time_end": dt.datetime(2026, 4, 7, 10, 0, 30, tzinfo=dt.UTC),
+           "exporter": "10.9.0.1", "input_if": 1, "output_if": 10, "src_addr": "203.0.113.5",
+           "dst_addr": "10.1.1.1", "src_port": 443, "dst_port": 50000, "proto": 6, "packets": 100,
+           "bytes": 100_000, "sampling_rate": 1, "flow_direction": 0, "in_if_boundary": "external",
+           "out_if_boundary": "internal"}
+    row.update(kw)
+    return row
+
+
+@pytest.mark.integration
+def test_rules_on_hand_made_observations(spark, tmp_path):
+    """One flow seen four times (ingress + egress at R1, ingress at an unclassified R2,
+    sampled 1:10 at R3 with a coarser estimate), and a second flow seen once."""
+    rows = [_obs(),                                                     # R1 ingress, entering: counts
+            _obs(flow_direction=1),                                     # R1 egress of the same packets
+            _obs(exporter="10.9.0.2", input_if=5, output_if=6, in_if_boundary="", out_if_boundary="",
+                 time_start=dt.datetime(2026, 4, 7, 10, 0, 1, tzinfo=dt.UTC)),
+            _obs(exporter="10.9.0.3", input_if=7, output_if=8, sampling_rate=10, packets=90, bytes=99_990,
+                 in_if_boundary="internal", out_if_boundary="internal"),
+            _obs(src_port=444, packets=7, bytes=7000)]                  # another flow (another port)
+    df = frame(spark, pa.Table.from_pylist(rows), tmp_path)
+    want_once = {"flows": 2, "packets": 107, "bytes": 107_000}
+    for rule in ("auto", "boundary", "key"):
+        got = count_once.count_once(df, rule, 60)
+        assert totals(got) == want_once, rule
+        kept = {(r["exporter"], r["flow_direction"]) for r in got.collect()}
+        assert kept == {("10.9.0.1", 0)}, (rule, kept)  # the unsampled ingress record, both flows
+    assert totals(count_once.count_once(df, "all")) == {"flows": 5, "packets": 397, "bytes": 406_990}
+    # outside the window: the same key an hour later is another flow
+    later = _obs(time_start=dt.datetime(2026, 4, 7, 11, 0, tzinfo=dt.UTC),
+                 time_end=dt.datetime(2026, 4, 7, 11, 0, 5, tzinfo=dt.UTC), exporter="10.9.0.2",
+                 in_if_boundary="", out_if_boundary="")
+    df2 = frame(spark, pa.Table.from_pylist(rows + [later]), tmp_path, "later")
+    assert totals(count_once.count_once(df2, "key", 60))["flows"] == 3
+    # a long flow cut by the active timeout at one point stays whole (all its records count)
+    cut = [_obs(time_start=dt.datetime(2026, 4, 7, 10, m, tzinfo=dt.UTC),
+                time_end=dt.datetime(2026, 4, 7, 10, m, 59, tzinfo=dt.UTC), input_if=1 + m % 2)
+           for m in range(3)]
+    df3 = frame(spark, pa.Table.from_pylist(cut + [_obs(exporter="10.9.0.2", flow_direction=1)]), tmp_path, "cut")
+    assert totals(count_once.count_once(df3, "key", 60))["flows"] == 3
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("rule", ["auto", "boundary", "key", "all"])
+def test_rules_equal_the_truth_on_the_modelled_border(spark, day, tmp_path, rule):
+    truth, obs = day
+    got = totals(count_once.count_once(frame(spark, obs, tmp_path), rule, 60))
+    want = border.observed_totals(obs) if rule == "all" else border.truth_totals(truth)
+    assert got == want
+
+
+@pytest.mark.integration
+def test_a_modelled_day_s_traffic_totals_count_each_flow_once(spark, day, tmp_path_factory):
+    """traffic_totals and top_talkers through the runner over a lake of the border's
+    observations: each rule's whole-day totals equal the truth (all: the observations)."""
+    truth, obs = day
+    home = tmp_path_factory.mktemp("count-once-home")
+    hours = obs.column("hour").to_numpy()
+    for h in np.unique(hours):
+        part = home / "lake" / "flows" / f"date={DAY}" / f"hour={h:02d}"
+        part.mkdir(parents=True)
+        pq.write_table(obs.filter(pa.array(hours == h)).drop_columns(["date", "hour", "truth_row"]),
+                       part / "part-0.parquet")
+    for rule in ("auto", "key", "all"):
+        cfg = private_cfg(home, FLOWLAKE_SITE_COUNT_AT=rule)
+        out = runner.run_jobs(spark, cfg, DAY, runner.order(runner.discover(), ["traffic_totals"]))
+        assert [(o.status, o.error) for o in out] == [("ok", "")], rule
+        rows = pq.read_table(cfg.lake / "reports" / "traffic_totals" / f"date={DAY}").to_pylist()
+        (day_all,) = [r for r in rows if r["hour"] is None and r["direction"] == "all" and r["exporter"] == "all"]
+        want = border.observed_totals(obs) if rule == "all" else border.truth_totals(truth)
+        assert {k: day_all[k] for k in ("flows", "packets", "bytes")} == want, rule
+
+
+@pytest.mark.integration
+def test_observation_points_describe_the_modelled_border(spark, day, tmp_path):
+    truth, obs = day
+    rows = {r["exporter"]: r for r in observation_points(frame(spark, obs, tmp_path), "auto", 60).collect()}
+    a, b, c, core = (rows[r.address] for r in border.ROUTERS)
+    assert (a["exports"], a["classified"], a["count_at"], a["external_ifs"]) == ("both", True, "boundary", "1 if1")
+    assert (b["exports"], b["classified"], b["count_at"], b["external_ifs"]) == ("ingress", False, "key", "")
+    assert (c["exports"], c["count_at"]) == ("ingress", "boundary")
+    assert (core["exports"], core["counted"], core["external_ifs"]) == ("both", 0, "")
+    site = rows["all"]
+    assert (site["count_at"], site["observations"], site["counted"]) == ("auto", obs.num_rows, truth.num_rows)
+    assert site["bytes_counted"] == border.truth_totals(truth)["bytes"]
+    points = {}
+    for t, e, d in zip(obs.column("truth_row").to_pylist(), obs.column("exporter").to_pylist(),
+                       obs.column("flow_direction").to_pylist(), strict=True):
+        points.setdefault(t, set()).add((e, d))
+    want = sum(len(p) > 1 for p in points.values()) / truth.num_rows
+    # records of one long flow (cut by the active timeout) are one flow to the rule: a record
+    # whose sibling crossed a second router counts as seen at several points
+    assert site["multi_point_share"] == pytest.approx(want, abs=0.02)
+    assert 0.5 < want < 0.95
+    assert sum(r["counted"] for k, r in rows.items() if k != "all") == truth.num_rows
+
+
+def test_status_shows_the_border_from_the_last_report(tmp_path):
+    from rich.console import Console  # noqa: PLC0415  (only here)
+
+    cfg = private_cfg(tmp_path, FLOWLAKE_SITE_COUNT_AT="boundary")
+    assert status.border_status(cfg)["date"] is None
+    part = cfg.lake / "reports" / "observation_points" / "date=2026-04-07"
+    part.mkdir(parents=True)
+    base = {"external_ifs": "", "classified": True, "count_at": "boundary", "bytes_observed": 10, "bytes_counted": 5}
+    rows = [{**base, "exporter": "127.0.0.2", "exporter_name": "border-a", "external_ifs": "1 if1", "exports": "both",
+             "observations": 20, "counted": 10, "multi_point_share": 0.5},
+            {**base, "exporter": "127.0.0.3", "exporter_name": "", "exports": "ingress", "classified": False,
+             "count_at": "key", "observations": 7, "counted": 3, "multi_point_share": 0.25},
+            {**base, "exporter": "all", "exporter_name": "all", "exports": "both", "count_at": "boundary",
+             "observations": 27, "counted": 13, "multi_point_share": 0.4}]
+    pq.write_table(pa.Table.from_pylist(rows), part / "part-0.parquet")
+    st = status.border_status(cfg)
+    assert (st["date"], st["unclassified"], st["site"]["counted"]) == ("2026-04-07", ["127.0.0.3"], 13)
+    console = Console(record=True, width=300)
+    status._print_border(console, st)
+    text = console.export_text()
+    assert "count_at = boundary" in text and "40.0% of flows seen at more than one point" in text
+    assert "127.0.0.2 (border-a): exports both, external interfaces 1 if1, counted by boundary" in text
+    assert "counted by key: 127.0.0.3" in text
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("rule", ["auto", "key", "all"])
+def test_the_duckdb_twin_counts_the_same_rows_as_spark(spark, day, tmp_path, rule):
+    """count_once.duckdb_sql (the local report engines) keeps exactly the rows count_once keeps."""
+    import duckdb  # noqa: PLC0415  (only here)
+
+    truth, obs = day
+    df = frame(spark, obs, tmp_path)
+    want = sorted(r["file_seq"] for r in count_once.count_once(df, rule, 60).select("file_seq").collect())
+    con = duckdb.connect()
+    rel = count_once.duckdb_relation(con, f"read_parquet('{tmp_path / 'obs.parquet'}')")
+    got = sorted(r[0] for r in con.execute(f"SELECT file_seq FROM ({count_once.duckdb_sql(rel, rule, 60)})").fetchall())
+    assert got == want
+    tot = con.execute(f"SELECT count(*), sum(bytes) FROM ({count_once.duckdb_sql(rel, rule, 60)})").fetchone()
+    expect = border.observed_totals(obs) if rule == "all" else border.truth_totals(truth)
+    assert (tot[0], tot[1]) == (expect["flows"], expect["bytes"])
+
+
+@pytest.mark.integration
+def test_local_report_engines_apply_the_rule_as_spark_does(spark, day, tmp_path_factory):
+    """top_talkers (Go kernel) and flow_size_dist (DuckDB) on this machine read the rows the
+    rule counts: the same tables as the Spark engine under `auto`, and other tables under `all`."""
+    truth, obs = day
+    home = tmp_path_factory.mktemp("count-once-local")
+    hours = obs.column("hour").to_numpy()
+    for h in np.unique(hours):
+        part = home / "lake" / "flows" / f"date={DAY}" / f"hour={h:02d}"
+        part.mkdir(parents=True)
+        pq.write_table(obs.filter(pa.array(hours == h)).drop_columns(["date", "hour", "truth_row"]),
+                       part / "part-0.parquet")
+    got = {}
+    for rule, engine in (("auto", "local"), ("auto", "spark"), ("all", "local")):
+        cfg = private_cfg(home, FLOWLAKE_SITE_COUNT_AT=rule, FLOWLAKE_REPORTS_ENGINE=engine)
+        out = runner.run_jobs(spark, cfg, DAY, runner.order(runner.discover(), ["top_talkers", "flow_size_dist"]))
+        assert [(o.status, o.error) for o in out] == [("ok", "")] * 2, (rule, engine)
+        tables = {t: pq.read_table(cfg.lake / "reports" / t / f"date={DAY}").to_pylist()
+                  for t in ("top_talkers", "flow_size_dist")}
+        got[rule, engine] = {"top_talkers": sorted(map(str, tables["top_talkers"])),
+                             "size_all": [r for r in tables["flow_size_dist"] if r.get("hour") is None
+                                          and r["direction"] == "all" and r["flow_class"] == "all"]}
+    assert got["auto", "local"]["top_talkers"] == got["auto", "spark"]["top_talkers"]
+    assert got["auto", "local"]["top_talkers"] != got["all", "local"]["top_talkers"]
+    for key, want in ((("auto", "local"), border.truth_totals(truth)), (("auto", "spark"), border.truth_totals(truth)),
+                      (("all", "local"), border.observed_totals(obs))):
+        (row,) = got[key]["size_all"]
+        assert (row["flows"], row["bytes"]) == (want["flows"], want["bytes"]), key
