@@ -12,6 +12,10 @@ consistent state of the table holds.
 - Otherwise (today's Parquet layout) the folders are pinned by hard links
   (`lake_snapshot.Snapshot.pin`), each call anew, as before; the version is None.
 
+`LakeReader(lake, as_of=...)` reads every Delta table as of a version (int) or a time (the
+newest version committed at or before it): `flowlake query --as-of`. A Parquet table then
+raises delta.AsOfError (it has no versions).
+
 A reader that reads several times keeps a `LakeReader` and closes it when its reads are
 done (the pins' links go); `lake_files(..., reader=None)` is for one-off reads that take
 no pins (Delta tables only need none; a Parquet table is then listed, not pinned).
@@ -49,8 +53,11 @@ class LakeReader:
     version, Parquet folders pinned. Close it (or use it as a context manager) when the
     reads are done."""
 
-    def __init__(self, lake: Path | str):
+    def __init__(self, lake: Path | str, as_of=None):
         self.lake = Path(lake)
+        # `flowlake query --as-of`: a version (int) or a time (aware datetime) every Delta
+        # table is read as of; a Parquet table then cannot be read (it has no versions)
+        self.as_of = as_of
         self.versions: dict[str, int] = {}  # table -> the version read (Delta tables)
         self._delta: dict[str, tuple[int, list[str]]] = {}  # table -> (version, files below the table)
         self._snapshot = None
@@ -78,6 +85,11 @@ class LakeReader:
             prefixes = tuple(str(table_dir) + "/" + _under(p, table_dir) for p in parts)
             self.roots[table] = table_dir
             return version, sorted(f for f in files if f.startswith(prefixes))
+        if self.as_of is not None:
+            from flowlake.base import delta  # noqa: PLC0415  (only for the error)
+
+            raise delta.AsOfError(f"lake/{table} is a Parquet lake, not a Delta table: it has no version to read "
+                                  f"as of {_as_of_text(self.as_of)}: run `flowlake lake migrate`")
         if self._snapshot is None:
             from .lake_snapshot import Snapshot  # noqa: PLC0415  (Parquet tables only)
 
@@ -95,13 +107,18 @@ class LakeReader:
         if table not in self._delta:
             from flowlake.base import delta  # noqa: PLC0415  (start-up: deltalake, for Delta tables only)
 
-            version, files = delta.version_files(table_dir)
+            wanted = None if self.as_of is None else delta.resolve_as_of(table_dir, self.as_of)
+            version, files = delta.version_files(table_dir, wanted)
             root = str(table_dir.resolve())
             # the log's paths are the resolved table folder's; readers name the lake's own path
             files = [str(table_dir) + f[len(root):] if f.startswith(root + "/") else f for f in files]
             self._delta[table] = (version, files)
             self.versions[table] = version
         return self._delta[table]
+
+
+def _as_of_text(as_of) -> str:
+    return as_of.isoformat() if hasattr(as_of, "isoformat") else str(as_of)
 
 
 def lake_files(cfg, table: str, partitions=None, reader: LakeReader | None = None) -> tuple[int | None, list[str]]:

@@ -404,6 +404,64 @@ def vacuum(table_uri: str | Path, retain_hours: int, dry_run: bool = False, full
                                                 enforce_retention_duration=False, full=full)
 
 
+class AsOfError(ValueError):
+    """A version or time to read a table as of that the table cannot answer (the message
+    names the table, the input and what it can read instead)."""
+
+
+def _commit_times(table) -> list[tuple[int, dt.datetime]]:
+    """(version, commit time) of every version the table's log still holds, oldest first."""
+    out = []
+    for h in table.history():
+        ts = h.get("timestamp")
+        if ts is not None and h.get("version") is not None:
+            out.append((int(h["version"]), dt.datetime.fromtimestamp(int(ts) / 1000, dt.UTC)))
+    return sorted(out)
+
+
+def _readable(table_uri: str, version: int) -> bool:
+    """Whether every data file of `version` is still on disk (VACUUM removes those of older
+    versions once no newer version lists them)."""
+    dl = _deltalake()
+    try:
+        table = dl.DeltaTable(table_uri, version=version)
+    except Exception:  # noqa: BLE001 - the log no longer reaches it: not readable
+        return False
+    return all(Path(u.removeprefix("file://")).exists() for u in table.file_uris())
+
+
+def resolve_as_of(table_uri: str | Path, as_of: int | dt.datetime) -> int:
+    """The version of the table to read for `as_of`: an int is a version (it must exist
+    and its files must not have been vacuumed), a datetime the newest version committed at
+    or before it. AsOfError names the table and the input and says what can be read."""
+    dl = _deltalake()
+    uri = str(table_uri)
+    table = dl.DeltaTable(uri)
+    newest = table.version()
+    times = _commit_times(table)
+    oldest = times[0][0] if times else 0
+    if isinstance(as_of, dt.datetime):
+        when = as_of if as_of.tzinfo else as_of.replace(tzinfo=dt.UTC)
+        earlier = [v for v, t in times if t <= when]
+        if not earlier:
+            since = (f"its oldest version {oldest} was committed {times[0][1]:%Y-%m-%dT%H:%M:%S%z}" if times
+                     else "its log holds no commit times")
+            raise AsOfError(f"{uri} has no version at or before {when:%Y-%m-%dT%H:%M:%S%z}: {since}")
+        version = earlier[-1]
+    else:
+        version = int(as_of)
+        if version < 0 or version > newest:
+            raise AsOfError(f"{uri} has no version {version}: its versions are {oldest} to {newest}")
+    if not _readable(uri, version):
+        lo, hi = version + 1, newest  # the oldest readable version: binary search above this one
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if _readable(uri, mid) else (mid + 1, hi)
+        raise AsOfError(f"{uri} version {version} is no longer readable (its log entry or data files were "
+                        f"removed by VACUUM/log cleanup): the oldest version available is {lo}")
+    return version
+
+
 def version_files(table_uri: str | Path, version: int | None = None,
                   partition_filters: list[tuple] | None = None) -> tuple[int, list[str]]:
     """(version, its data files' paths) of the table at `version` (default the newest),

@@ -24,25 +24,46 @@ def _time(ctx, param, value):
         raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
 
 
-def _open(start, end, engine, master, progress):
-    from flowlake.base import config
+def _as_of(ctx, param, value):
+    if value is None:
+        return None
+    from .lake import TimeError, parse_as_of
 
-    from .engines import open_engine, show_progress
+    try:
+        return parse_as_of(value)
+    except TimeError as exc:
+        raise click.BadParameter(str(exc), ctx=ctx, param=param) from None
+
+
+AS_OF_HELP = ("Read lake/flows as it was: a table VERSION (integer), or a TIME (UTC, or ISO 8601 with Z/offset): "
+              "the newest version committed at or before it. lake/flows must be a Delta table.")
+
+
+def _open(start, end, engine, master, progress, as_of=None):
+    from flowlake.base import config
+    from flowlake.base.delta import AsOfError
+
+    from .engines import open_engine, say_version, show_progress
 
     if start and end and end <= start:
         raise click.BadParameter(f"--to {end:%Y-%m-%dT%H:%M:%S} is not after --from {start:%Y-%m-%dT%H:%M:%S}")
     cfg = config.get()
     try:
-        return open_engine(cfg, start, end, engine, master, show_progress(cfg, progress))
+        eng = open_engine(cfg, start, end, engine, master, show_progress(cfg, progress), as_of=as_of)
+    except AsOfError as exc:
+        raise click.BadParameter(str(exc), param_hint="--as-of") from None
     except FileNotFoundError as exc:
         raise click.ClickException(str(exc)) from None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--engine/--progress") from None
+    say_version(eng, as_of)
+    return eng
 
 
 def _engine_options(f):
     f = click.option("--progress/--no-progress", default=None, help=PROGRESS_HELP)(f)
     f = click.option("--master", default=None, help="Spark master (implies the Spark engine; default: config [spark] master).")(f)
+    f = click.option("--as-of", "as_of", metavar="VERSION|TIME", callback=_as_of, help=AS_OF_HELP)(f)
     return click.option("--engine", type=click.Choice(["auto", "local", "spark"]), default=None, help=ENGINE_HELP)(f)
 
 
@@ -63,7 +84,8 @@ def _engine_options(f):
               help="Most records to print (0: no limit). Default 20 for table, none for csv/json.")
 @_engine_options
 @anonymise.query_options
-def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, engine, master, progress, anon):
+def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, engine, master, progress, as_of,
+          anon):
     """Search the flow lake with nfdump's filter syntax.
 
     DuckDB answers inside the command (a day of flows in well under a second); Spark
@@ -88,6 +110,7 @@ def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, eng
       flowlake query 'src vlan 210 and proto tcp' -s dstip/bytes
       flowlake query any -s dstport/bytes -s srcip/packets -n 20
       flowlake query 'proto tcp and dst port 443' -s srcip/bytes --engine spark
+      flowlake query 'dst port 22' -s srcip/flows --as-of 2026-11-27T14:00   # the lake as it was then
     """
     from .answer import answer, prepare
     from .parser import FilterError
@@ -102,7 +125,7 @@ def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, eng
 
     if limit is None:
         limit = 20 if fmt == "table" else 0
-    eng = _open(start, end, engine, master, progress)
+    eng = _open(start, end, engine, master, progress, as_of)
     try:
         answer(eng, tree, stat_specs, top_n, agg, fmt, limit, anon)
     except RuntimeError as exc:  # duck.LakeReadError: a file unreadable or replaced while read
@@ -122,7 +145,7 @@ def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, eng
               help="NAT translations to list, earliest first (0: count them only).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @_engine_options
-def host(address, start, end, top_n, nat_rows, fmt, engine, master, progress):
+def host(address, start, end, top_n, nat_rows, fmt, engine, master, progress, as_of):
     """Profile one host: peers, ports, volume by hour, first and last seen, NAT translations.
 
     NAT translations (flows exported by a NAT device, NSEL/NEL or IPFIX postNAT elements):
@@ -144,7 +167,7 @@ def host(address, start, end, top_n, nat_rows, fmt, engine, master, progress):
         raise click.BadParameter(f"'{address}' is not an IPv4 or IPv6 address", param_hint="ADDRESS") from None
     from . import output
 
-    eng = _open(start, end, engine, master, progress)
+    eng = _open(start, end, engine, master, progress, as_of)
     try:
         prof = eng.host(address, top_n, nat_rows)
     except RuntimeError as exc:  # duck.LakeReadError

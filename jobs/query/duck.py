@@ -53,12 +53,12 @@ class DuckEngine:
     name = "local"
 
     def __init__(self, cfg, start: dt.datetime | None = None, end: dt.datetime | None = None,
-                 threads: int = 0, progress=None, use_index: bool = True):
+                 threads: int = 0, progress=None, use_index: bool = True, as_of=None):
         self.start, self.end, self.progress = start, end, progress
         # The window's hours at one table version (Delta) or pinned by hard links (Parquet)
         # until close(): a compaction during the query cannot take the files listed from
         # under DuckDB.
-        self.snapshot = LakeReader(cfg.lake)
+        self.snapshot = LakeReader(cfg.lake, as_of=as_of)  # as_of: --as-of's version or time
         hours = partitions(cfg.lake, start, end)
         lake = cfg.lake
         self.version, pinned = self.snapshot.files("flows", hours)

@@ -41,17 +41,28 @@ def show_progress(cfg, flag: bool | None, stream=None) -> bool:
 
 
 def open_engine(cfg, start=None, end=None, engine: str | None = None, master: str | None = None,
-                progress: bool = False):
-    """The chosen engine over the flows of [start, end)."""
+                progress: bool = False, as_of=None):
+    """The chosen engine over the flows of [start, end), read as of `as_of` (--as-of: a
+    table version, or a time: the newest version committed at or before it; lake/flows
+    must be a Delta table) or, by default, the newest version."""
     name = choose(cfg, engine, master)
     if name == "spark":
         from .spark_engine import SparkEngine
 
-        return SparkEngine(cfg, start, end, master=master, progress=progress)
+        return SparkEngine(cfg, start, end, master=master, progress=progress, as_of=as_of)
     from .duck import DuckEngine, Progress
 
     return DuckEngine(cfg, start, end, threads=duck_threads(int(cfg.query.threads)),
-                      progress=Progress(sys.stderr) if progress else None)
+                      progress=Progress(sys.stderr) if progress else None, as_of=as_of)
+
+
+def say_version(eng, as_of, stream=None) -> None:
+    """With --as-of: one line on stderr naming the version of lake/flows read (stdout stays
+    nfdump-like)."""
+    if as_of is None:
+        return
+    text = as_of.isoformat() if hasattr(as_of, "isoformat") else str(as_of)
+    (stream or sys.stderr).write(f"lake/flows read at version {eng.version} (--as-of {text})\n")
 
 
 def duck_threads(configured: int, cores: int | None = None, load: float | None = None) -> int:

@@ -127,8 +127,8 @@ def answer_argv(argv: list[str]) -> int | None:
     from flowlake.base import config
 
     from .answer import answer, prepare
-    from .engines import choose, open_engine, show_progress
-    from .lake import parse_time
+    from .engines import choose, open_engine, say_version, show_progress
+    from .lake import parse_as_of, parse_time
 
     try:
         cfg = config.get()
@@ -138,9 +138,11 @@ def answer_argv(argv: list[str]) -> int | None:
         start, end = (parse_time(opts[k]) if opts[k] is not None else None for k in ("start", "end"))
         if (start and end and end <= start) or choose(cfg, opts["engine"]) != "local":
             return None
-        eng = open_engine(cfg, start, end, opts["engine"], None, show_progress(cfg, opts["progress"]))
-    except (ValueError, OSError, config.ConfigError):  # FilterError, StatError, TimeError, no lake: click's words
+        as_of = parse_as_of(opts["as_of"]) if opts.get("as_of") is not None else None
+        eng = open_engine(cfg, start, end, opts["engine"], None, show_progress(cfg, opts["progress"]), as_of=as_of)
+    except (ValueError, OSError, config.ConfigError):  # FilterError, StatError, TimeError, AsOfError, no lake: click's
         return None
+    say_version(eng, as_of)
     fmt, limit = opts["fmt"], opts["limit"]
     if limit is None:
         limit = 20 if fmt == "table" else 0

@@ -35,6 +35,25 @@ def parse_time(text: str) -> dt.datetime:
     raise TimeError(f"'{text}' is not a time (use 2026-11-25, 2026-11-25T10:00:00 or 2026/11/25.10:00:00, UTC)")
 
 
+def parse_as_of(text: str) -> int | dt.datetime:
+    """--as-of: an integer is a table version; anything else a time as --from/--to read
+    it (UTC), or ISO 8601 with a zone (2026-11-27T14:00Z, 2026-11-27T15:00+01:00),
+    returned as an aware UTC datetime."""
+    t = text.strip()
+    if re.fullmatch(r"[0-9]+", t):
+        return int(t)
+    if re.search(r"[+-]\d{2}:?\d{2}$", t):  # an offset: parse_time knows UTC only
+        try:
+            return dt.datetime.fromisoformat(t).astimezone(dt.UTC)
+        except ValueError:
+            pass
+    try:
+        return parse_time(t)
+    except TimeError:
+        raise TimeError(f"'{text}' is neither a table version (an integer) nor a time (2026-11-27T14:00, "
+                        "2026-11-27T14:00Z, 2026-11-27T15:00+01:00 or 2026/11/27.14:00:00)") from None
+
+
 def flows_dir(lake: Path) -> Path:
     """lake/flows, or FileNotFoundError saying what to check."""
     base = Path(lake) / "flows"
@@ -87,7 +106,7 @@ def read_flows(spark, lake: Path, start: dt.datetime | None = None, end: dt.date
         snapshot = own = LakeReader(lake)  # files of one version: the folder holds files no version lists
     if snapshot is not None:
         _version, files = snapshot.files("flows", partitions(lake, start, end))
-        if files or own is not None:
+        if files or own is not None or is_delta(base):  # a version with no file in the window: no rows
             base, paths = snapshot.base("flows"), files
     from flowlake.schemas import FLOWS_TABLE  # noqa: PLC0415  (start-up: flowlake query's fast path)
 

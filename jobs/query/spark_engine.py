@@ -17,13 +17,19 @@ class SparkEngine:
     name = "spark"
 
     def __init__(self, cfg, start: dt.datetime | None = None, end: dt.datetime | None = None,
-                 master: str | None = None, progress=None):
+                 master: str | None = None, progress=None, as_of=None):
         # Spark draws its own stage progress bar on stderr
         extra = {"spark.ui.showConsoleProgress": "true"} if progress else None
         self.spark = spark_factory.session("flowlake-query", master=master, cfg=cfg, extra=extra)
 
-        self.snapshot = LakeReader(cfg.lake)  # the window's hours at one version / pinned until close()
-        self.flows = read_flows(self.spark, cfg.lake, start, end, self.snapshot)
+        # the window's hours at one version (--as-of's, else the newest) / pinned until close()
+        self.snapshot = LakeReader(cfg.lake, as_of=as_of)
+        try:
+            self.flows = read_flows(self.spark, cfg.lake, start, end, self.snapshot)
+        except ValueError:  # --as-of the table cannot answer
+            self.snapshot.close()
+            raise
+        self.version = self.snapshot.versions.get("flows")
 
     def _where(self, tree):
         return self.flows.where(to_column(tree))

@@ -114,7 +114,8 @@ def test_fast_path_reads_options_as_click_does():
                       "--limit=0", "--format", "csv", "-A", "srcip"])
     assert got == {"filter_text": "proto tcp", "start": None, "end": None, "stats": ["dstip/bytes", "srcip"],
                    "top_n": 7, "aggregate_keys": "srcip", "fmt": "csv", "limit": 0, "engine": None,
-                   "progress": True}
+                   "progress": True, "as_of": None}
+    assert parse_args(["--as-of", "3", "any"])["as_of"] == "3"
     assert parse_args(["--", "-x"])["filter_text"] == "-x"
     for declined in (["--engine", "spark"], ["--master", "local[1]"], ["--anonymise"], ["--key-file", "k"],
                      ["-h"], ["-n", "3x"], ["-n"], ["a", "b"], ["--limit", "-1"], ["-v"]):
@@ -129,7 +130,7 @@ def test_fast_path_options_derived_from_click(monkeypatch):
 
     from flowlake.jobs.query import fast, fast_options
     from flowlake.jobs.query.cli import query
-    from flowlake.jobs.query.lake import parse_time
+    from flowlake.jobs.query.lake import parse_as_of, parse_time
 
     derived = fast_options.derive()
     assert fast.VALUE_OPTIONS == derived["value_options"] and fast.DEFAULTS == derived["defaults"]
@@ -141,7 +142,8 @@ def test_fast_path_options_derived_from_click(monkeypatch):
     for argv in (["-sdstip/bytes", "--stats", "srcip", "-n", "3", "-n7", "proto tcp", "--progress", "--limit=0",
                   "--format", "csv", "-A", "srcip"], [], ["--no-progress", "--engine", "local", "any"],
                  ["--from", "2026-11-25T10:00", "--to=2026-11-25T11:00", "-n0", "--format=json", "--limit", "5"],
-                 ["--engine=auto", "--aggregate", "srcip,dstport", "--", "-x"]):
+                 ["--engine=auto", "--aggregate", "srcip,dstport", "--", "-x"], ["--as-of", "4", "any"],
+                 ["--as-of=2026-11-27T15:00+01:00", "-n", "2"]):
         got = fast.parse_args(argv)
         assert got is not None, argv
         ctx = query.make_context("query", list(argv))
@@ -149,6 +151,7 @@ def test_fast_path_options_derived_from_click(monkeypatch):
         want["stats"] = list(want["stats"])
         for k in ("start", "end"):
             got[k] = parse_time(got[k]) if got[k] is not None else None
+        got["as_of"] = parse_as_of(got["as_of"]) if got["as_of"] is not None else None
         assert got == want, argv
     # an option the fast path neither answers nor leaves to click: the derivation refuses it
     extra = click.Command("query", params=list(query.params) + [click.Option(["--sample"], default=None)])
