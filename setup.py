@@ -4,7 +4,9 @@ from setuptools import find_packages, setup
 
 MAPPED = {"schemas": "schemas", "collectors": "collectors", "pipelines": "pipelines", "jobs": "jobs"}
 
-packages = ["flowlake"] + [f"flowlake.{p}" for p in find_packages("flowlake")]
+# flowlake/<stage> are symlinks to the stage folders (so tools that walk one folder per
+# package, e.g. import-linter's `lint-imports`, see the whole package): not packages twice
+packages = ["flowlake"] + [f"flowlake.{p}" for p in find_packages("flowlake", exclude=[f"{m}*" for m in MAPPED])]
 package_dir = {"flowlake": "flowlake"}
 for name, folder in MAPPED.items():
     packages.append(f"flowlake.{name}")

@@ -24,7 +24,7 @@ def symlink_tree(root: Path, dest: Path) -> Path:
     pkg = dest / "flowlake"
     pkg.mkdir(parents=True)
     for entry in (root / "flowlake").iterdir():
-        if entry.name != "__pycache__":
+        if entry.name != "__pycache__" and entry.name not in STAGES:
             (pkg / entry.name).symlink_to(entry)
     for stage in STAGES:
         (pkg / stage).symlink_to(root / stage)
