@@ -19,7 +19,7 @@ from flowlake.jobs.powerlaw.cli import powerlaw as powerlaw_cmd
 from flowlake.jobs.powerlaw.compare import compare_all
 from flowlake.jobs.powerlaw.fit import _Scan
 
-powerlaw_pkg = pytest.importorskip("powerlaw")
+import powerlaw as powerlaw_pkg  # noqa: E402  (requirements.txt pins it: an import error fails, never skips)
 REF = os.path.join(os.path.dirname(powerlaw_pkg.__file__), "reference_data")
 ALTS = ("lognormal", "exponential", "stretched_exponential", "truncated_power_law")
 
