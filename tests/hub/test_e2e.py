@@ -19,6 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
 import pcapgen  # noqa: E402
+import sflow_agent  # noqa: E402
 from flowlake.base.ports import free_port, private_env  # noqa: E402
 
 pytestmark = [pytest.mark.integration, pytest.mark.e2e]
@@ -387,10 +388,7 @@ def test_sflow_agent_lands_with_its_address_layer3_bytes_and_rate(stack, tmp_pat
     pcap = tmp_path / "sflow.pcap"
     wrpcap(str(pcap), packets)
     port = int(stack["env"]["FLOWLAKE_COLLECTOR_SFLOW_PORT"])
-    conf = tmp_path / "pmacctd.conf"
-    conf.write_text(f"daemonize: false\npcap_savefile: {pcap}\nplugins: sfprobe\nsfprobe_receiver: 127.0.0.1:{port}\n"
-                    "sfprobe_agentip: 192.0.2.77\nsfprobe_agentsubid: 2\npmacctd_ext_sampling_rate: 5\n")
-    subprocess.run(["pmacctd", "-f", str(conf)], check=True, capture_output=True, timeout=120)
+    sflow_agent.replay(tmp_path / "pmacctd.conf", pcap, port, "192.0.2.77", 2, ext_rate=5)
     want = sorted((p[IP].src if IP in p else p[IPv6].src, 5, 5, 5 * len(p[IP] if IP in p else p[IPv6]),
                    42 if Dot1Q in p else 0) for p in packets)
     got = []
