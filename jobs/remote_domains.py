@@ -19,14 +19,20 @@ log = logging.getLogger(__name__)
 
 def per_remote(flows: DataFrame) -> DataFrame:
     """flows (with `direction`) -> (direction, remote_addr, flows, packets, bytes), with
-    direction 'all' rows too; only inbound (remote = source) and outbound (remote = destination)."""
+    direction 'all' rows too; only inbound (remote = source) and outbound (remote = destination).
+
+    One aggregation with two grouping sets, not a union of two: the union put the day's
+    direction plan (the locality parse) into the job twice and took 5x as long (8,000
+    flows: 57-72 s against 11-18 s on 2 cores)."""
     sided = (flows.where(F.col("direction").isin("inbound", "outbound"))
              .withColumn("remote_addr", F.when(F.col("direction") == "inbound", F.col("src_addr"))
                          .otherwise(F.col("dst_addr")))
              .select("direction", "remote_addr", "packets", "bytes"))
-    both = sided.unionByName(sided.withColumn("direction", F.lit("all")))
-    return both.groupBy("direction", "remote_addr").agg(
+    sets = [[F.col("direction"), F.col("remote_addr")], [F.col("remote_addr")]]
+    out = sided.groupingSets(sets, "direction", "remote_addr").agg(
         F.count(F.lit(1)).alias("flows"), F.sum("packets").alias("packets"), F.sum("bytes").alias("bytes"))
+    # direction is never null in `sided`: null is the rolled-up set, both directions
+    return out.withColumn("direction", F.coalesce(F.col("direction"), F.lit("all")))
 
 
 def names_frame(spark, names: dict[str, str | None]) -> DataFrame:

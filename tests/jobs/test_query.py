@@ -914,7 +914,7 @@ def test_security_jobs_run_on_the_lake(lake, cfg):
     """The runner runs the three jobs over the nfcapd-derived lake; the planted scan and fan-in show up."""
     import pyarrow.parquet as pq
 
-    res = _cli("jobs", "run", "--date", DAY.isoformat(), "--job", "scanners", "--job", "fan_in",
+    res = _cli("jobs", "run", "--no-warm", "--date", DAY.isoformat(), "--job", "scanners", "--job", "fan_in",
                "--job", "new_talkers")
     assert res.exit_code == 0, res.output
     rep = Path(cfg.lake) / "reports"
