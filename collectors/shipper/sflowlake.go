@@ -57,6 +57,19 @@ type sflowIfPrev struct {
 	Seq      uint32    `json:"seq"`
 	TimeMs   int64     `json:"time_ms"`
 	Raw      [8]uint64 `json:"raw"`
+	// the agent restarted its datagram numbering since: its counters started again
+	// (a new process may send the same sample sequence number and uptime as the old one)
+	Restarted bool `json:"restarted,omitempty"`
+}
+
+// agentRestarted marks the agent's interfaces: their next sample starts a new series.
+func (st *SFlowTapState) agentRestarted(a *SFlowAgent) {
+	prefix := fmt.Sprintf("%s/%d/", a.Agent, a.SubAgent)
+	for k, p := range st.CounterState {
+		if strings.HasPrefix(k, prefix) {
+			p.Restarted = true
+		}
+	}
 }
 
 // sflowCounterRow is one row of interface_counters (kept in sflow.json until written).
@@ -158,7 +171,7 @@ func (st *SFlowTapState) counterRow(a *SFlowAgent, seq, uptime uint32, rec []byt
 		wrappedUptime := uptime < prev.UptimeMs && prev.UptimeMs > math.MaxUint32/10*9 &&
 			math.Abs(float64(uptime+(math.MaxUint32-prev.UptimeMs)+1)/1000-elapsed) < math.Max(60, elapsed/2)
 		switch {
-		case (uptime < prev.UptimeMs && !wrappedUptime) || (seq < prev.Seq && prev.Seq-seq < 1<<31):
+		case prev.Restarted || (uptime < prev.UptimeMs && !wrappedUptime) || (seq < prev.Seq && prev.Seq-seq < 1<<31):
 			row.Reset = true
 		case seq == prev.Seq && uptime == prev.UptimeMs: // the same sample again (a duplicated datagram)
 			return

@@ -96,8 +96,16 @@ func TestSFlowCounterDeltas(t *testing.T) {
 	if r := st.Pending[2]; !r.Reset || r.HasDelta[0] || r.HasInterval {
 		t.Errorf("after a restart: %+v, want reset and null deltas", r)
 	}
+	// a new agent process: datagram numbering restarts, its first counter sample has the
+	// same sequence number and uptime as the old process's last one: a new series, not a duplicate
+	// (the old process's datagram 100 repeats its last counter sample: a duplicate, dropped)
+	st.sflowDatagram(sender, datagram(0, 100, 2_000, ifCounters(1, 4, 10, 10, 1, 1, 0)), t0.Add(50*time.Second))
+	st.sflowDatagram(sender, datagram(0, 1, 2_000, ifCounters(1, 4, 10, 10, 1, 1, 0)), t0.Add(60*time.Second))
+	if len(st.Pending) != 4 || !st.Pending[3].Reset {
+		t.Errorf("rows %d; a restarted agent's first sample: %+v", len(st.Pending), st.Pending[len(st.Pending)-1])
+	}
 	a := st.Agents["192.0.2.5/0"]
-	if a.IfCounters != 3 || a.CountSamples != 3 || a.Restarts != 1 || a.Bad[sflowRestart] != 1 {
+	if a.IfCounters != 5 || a.CountSamples != 5 || a.Restarts != 2 || a.Bad[sflowRestart] != 2 {
 		t.Errorf("agent counts: records %d samples %d restarts %d bad %v", a.IfCounters, a.CountSamples, a.Restarts, a.Bad)
 	}
 }

@@ -151,6 +151,7 @@ func (st *SFlowTapState) sflowDatagram(sender netip.Addr, p []byte, now time.Tim
 		case d > 1<<31:
 			a.Restarts++
 			agentBad(sflowRestart) // not malformed: counted per agent only
+			st.agentRestarted(a)
 		case d > 1:
 			a.Lost += uint64(d - 1)
 		}
