@@ -490,7 +490,7 @@ def test_open_vswitch_live_agent(sflow, tmp_path):
     def vsctl(*args):
         return sh("ovs-vsctl", f"--db={db}", *args)
 
-    daemons = []
+    daemons, server = [], None
     try:
         sh("ovsdb-tool", "create", run / "conf.db", "/usr/share/openvswitch/vswitch.ovsschema")
         sh("ovsdb-server", run / "conf.db", f"--remote=p{db}", f"--pidfile={run}/ovsdb.pid", "--detach",
@@ -529,6 +529,9 @@ def test_open_vswitch_live_agent(sflow, tmp_path):
         rx_packets = int(Path(f"/sys/class/net/{ports[0]}/statistics/rx_packets").read_text())
         time.sleep(3)
     finally:
+        if server and server.poll() is None:  # iperf3 failed or timed out: its server is still waiting
+            server.kill()
+            server.wait()
         for pid in reversed(daemons):
             if pid.exists():
                 subprocess.run(["kill", pid.read_text().strip()], capture_output=True)
