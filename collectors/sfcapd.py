@@ -159,17 +159,26 @@ def tap_managed(cfg) -> Managed:
 def tap_argv(cfg) -> list[str]:
     c = cfg.collector
     return [str(SHIPPER.binary), "sflow-tap", "--bind", c.bind, "--port", str(c.sflow_port),
-            "--dir", str(tap_state_file(cfg).parent)]
+            "--dir", str(tap_state_file(cfg).parent), "--lake", str(cfg.lake),
+            "--snmp-interfaces", str(cfg.path("state", "snmp", "interfaces.json")),
+            "--flush", f"{int(c.sflow_flush_seconds)}s"]
 
 
 def tap_status(cfg) -> dict:
     """sflow.json: per agent address and sub-agent, the UDP senders, datagrams, datagrams
-    lost (sequence gaps), restarts, samples by kind, sampling rates, the agent's own drops;
-    malformed datagrams by reason. {} before the tap first ran."""
+    lost (sequence gaps), restarts, samples by kind, sampling rates, the agent's own drops,
+    discards by forwarding_status, interface counter records, bad input by reason;
+    malformed datagrams by reason. {} before the tap first ran. The tap's own bookkeeping
+    (the counters' last raw values, rows not yet written, the open interval) is left out."""
     try:
-        return json.loads(tap_state_file(cfg).read_text())
+        doc = json.loads(tap_state_file(cfg).read_text())
     except (OSError, ValueError):
         return {}
+    doc.pop("counter_state", None)
+    doc["pending_counter_rows"] = len(doc.get("pending_counter_rows") or [])
+    for a in (doc.get("agents") or {}).values():
+        a.pop("interval", None)
+    return doc
 
 
 def spool_usage(cfg=None) -> dict:

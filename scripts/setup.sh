@@ -8,7 +8,7 @@ say() { printf '\033[1;34m==> %s\033[0m\n' "$*"; }
 SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
 
 # --- Debian packages ---------------------------------------------------------------
-APT_PACKAGES="nfdump softflowd iperf3 fping iputils-ping chromium chromium-driver kcat iproute2 tcpdump maven openjdk-17-jdk-headless python3-venv docker-compose openssl snmpd snmp dnsmasq-base gobgpd pmacct nfdump-sflow"
+APT_PACKAGES="nfdump softflowd iperf3 fping iputils-ping chromium chromium-driver kcat iproute2 tcpdump maven openjdk-17-jdk-headless python3-venv docker-compose openssl snmpd snmp dnsmasq-base gobgpd pmacct nfdump-sflow openvswitch-switch ethtool"
 missing=""
 for p in $APT_PACKAGES; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

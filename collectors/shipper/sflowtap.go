@@ -35,9 +35,16 @@ type SFlowAgent struct {
 	Reordered    uint64            `json:"reordered"` // a number at most 64 behind the last one (late) or equal (duplicate)
 	FlowSamples  uint64            `json:"flow_samples"`
 	CountSamples uint64            `json:"counter_samples"`
-	OtherSamples uint64            `json:"other_samples"` // formats sfcapd skips (enterprise or unknown)
-	AgentDrops   uint64            `json:"agent_drops"`   // samples the agent itself dropped (flow samples' drops field, summed)
-	Rates        map[string]uint64 `json:"rates"`         // sampling rate -> flow samples
+	OtherSamples uint64            `json:"other_samples"`      // formats sfcapd skips (enterprise or unknown)
+	AgentDrops   uint64            `json:"agent_drops"`        // samples the agent itself dropped (flow samples' drops field, summed)
+	Rates        map[string]uint64 `json:"rates"`              // sampling rate -> flow samples
+	IfCounters   uint64            `json:"if_counter_records"` // generic interface counters records read (sflowlake.go)
+	DiscardSamp  uint64            `json:"discard_samples"`    // discarded packet samples (0:5) and flow samples whose output is a discard
+	Discards     map[string]uint64 `json:"discards,omitempty"` // forwarding_status (IE 89, 128-191 dropped) -> discard samples
+	Internal     uint64            `json:"internal_input"`     // flow samples whose input is "internal" (0x3FFFFFFF: the agent's own packets)
+	Multiple     uint64            `json:"multiple_output"`    // flow samples sent to several interfaces (output format 2)
+	Bad          map[string]uint64 `json:"bad"`                // reason -> samples or datagrams of this agent that could not be read
+	Interval     *sflowInterval    `json:"interval"`           // since the last health row
 	LastSeq      uint32            `json:"last_sequence"`
 	LastUptime   uint32            `json:"last_uptime_ms"`
 	LastSeen     string            `json:"last_seen"`
@@ -51,12 +58,17 @@ type SFlowTapState struct {
 	Malformed map[string]uint64      `json:"malformed"` // reason -> datagrams
 	Agents    map[string]*SFlowAgent `json:"agents"`    // "agent/sub-agent"
 	UpdatedAt string                 `json:"updated_at"`
+	// interface counters (sflowlake.go): the last raw values per "agent/sub-agent/ifIndex"
+	CounterState map[string]*sflowIfPrev `json:"counter_state"`
+	SkippedSNMP  uint64                  `json:"counter_rows_skipped_snmp"` // rows not written: SNMP polls that agent
+	Pending      []sflowCounterRow       `json:"pending_counter_rows"`      // read, not yet in the lake
 }
 
 // sflowReorderWindow: a sequence number at most this far behind the last one, from an
 // agent whose uptime did not go back by sflowRebootMs or more, is a late datagram; anything
 // else behind is the agent restarting its numbering.
 const (
+	sflowRestart       = "sequence restart (the agent restarted its datagram numbering)"
 	sflowReorderWindow = 64
 	sflowRebootMs      = 1000
 )
@@ -64,7 +76,17 @@ const (
 // sflowDatagram counts one datagram (p: the UDP payload) from sender.
 func (st *SFlowTapState) sflowDatagram(sender netip.Addr, p []byte, now time.Time) {
 	st.Datagrams++
-	bad := func(reason string) { st.Malformed[reason]++ }
+	var a *SFlowAgent
+	agentBad := func(reason string) {
+		if a != nil {
+			a.Bad[reason]++
+			a.Interval.Bad[reason]++
+		}
+	}
+	bad := func(reason string) {
+		st.Malformed[reason]++
+		agentBad(reason)
+	}
 	if len(p) < 8 {
 		bad("truncated header")
 		return
@@ -104,11 +126,20 @@ func (st *SFlowTapState) sflowDatagram(sender netip.Addr, p []byte, now time.Tim
 	n := binary.BigEndian.Uint32(p[off+12:])
 	off += 16
 	key := fmt.Sprintf("%s/%d", agent, sub)
-	a := st.Agents[key]
+	a = st.Agents[key]
 	if a == nil {
 		a = &SFlowAgent{Agent: agent.String(), SubAgent: sub, Senders: map[string]uint64{}, Rates: map[string]uint64{}}
 		st.Agents[key] = a
-	} else {
+	}
+	if a.Bad == nil {
+		a.Bad = map[string]uint64{}
+	}
+	if a.Interval == nil {
+		a.Interval = newInterval(now.UnixMilli())
+	}
+	iv := a.Interval
+	lost, restarts, reordered := a.Lost, a.Restarts, a.Reordered
+	if a.Datagrams > 0 {
 		switch d := seq - a.LastSeq; {
 		case d == 0: // a duplicate
 			a.Reordered++
@@ -119,6 +150,8 @@ func (st *SFlowTapState) sflowDatagram(sender netip.Addr, p []byte, now time.Tim
 			}
 		case d > 1<<31:
 			a.Restarts++
+			agentBad(sflowRestart) // not malformed: counted per agent only
+			st.agentRestarted(a)
 		case d > 1:
 			a.Lost += uint64(d - 1)
 		}
@@ -127,7 +160,12 @@ func (st *SFlowTapState) sflowDatagram(sender netip.Addr, p []byte, now time.Tim
 		a.LastSeq, a.LastUptime = seq, uptime
 	}
 	a.Datagrams++
+	iv.Datagrams++
+	iv.Lost += a.Lost - lost // a late datagram takes back one lost in this interval or an earlier one
+	iv.Restarts += a.Restarts - restarts
+	iv.Reordered += a.Reordered - reordered
 	a.Senders[sender.String()]++
+	iv.Senders[sender.String()]++
 	a.LastSeen = now.UTC().Format(time.RFC3339Nano)
 	for i := uint32(0); i < n; i++ {
 		if len(p) < off+8 {
@@ -143,9 +181,11 @@ func (st *SFlowTapState) sflowDatagram(sender netip.Addr, p []byte, now time.Tim
 		}
 		body := p[off : off+length]
 		off += length
+		iv.Samples++
 		switch format {
 		case 1, 3: // flow sample, expanded flow sample
 			a.FlowSamples++
+			iv.FlowSamples++
 			rateAt, dropsAt := 8, 16
 			if format == 3 {
 				rateAt, dropsAt = 12, 20
@@ -154,12 +194,29 @@ func (st *SFlowTapState) sflowDatagram(sender netip.Addr, p []byte, now time.Tim
 				bad("flow sample too short")
 				continue
 			}
-			a.Rates[strconv.FormatUint(uint64(binary.BigEndian.Uint32(body[rateAt:])), 10)]++
-			a.AgentDrops += uint64(binary.BigEndian.Uint32(body[dropsAt:]))
+			rate := strconv.FormatUint(uint64(binary.BigEndian.Uint32(body[rateAt:])), 10)
+			a.Rates[rate]++
+			iv.Rates[rate]++
+			drops := uint64(binary.BigEndian.Uint32(body[dropsAt:]))
+			a.AgentDrops += drops
+			iv.AgentDrops += drops
+			a.sflowPorts(iv, format, body)
 		case 2, 4:
 			a.CountSamples++
+			iv.CountSamples++
+			if reason := st.sflowCounterSample(a, format, body, uptime, now); reason != "" {
+				bad(reason)
+			}
+		case 5: // discarded packet sample (sFlow drop notifications): sfcapd 1.7.1 skips it
+			if len(body) < 28 {
+				bad("discarded packet sample too short")
+				continue
+			}
+			a.discard(iv, binary.BigEndian.Uint32(body[24:]))
 		default:
 			a.OtherSamples++
+			iv.OtherSamples++
+			agentBad(fmt.Sprintf("unknown sample format %d:%d", format>>12, format&0xfff)) // skipped, the datagram is fine
 		}
 	}
 }
@@ -170,6 +227,9 @@ func cmdSFlowTap(args []string) error {
 	bind := fs.String("bind", "127.0.0.1", "sfcapd's listen address (sfcapd -b)")
 	port := fs.Int("port", 6343, "sfcapd's UDP port (sfcapd -p)")
 	dir := fs.String("dir", "", "where sflow.json goes")
+	lake := fs.String("lake", "", "the lake: interface counters and agent health are written there (empty: not written)")
+	snmpFile := fs.String("snmp-interfaces", "", "the SNMP poller's interfaces.json: its exporters' counters come from SNMP, not here")
+	flush := fs.Duration("flush", time.Minute, "how often counter rows and health rows are written to the lake")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -206,6 +266,9 @@ func cmdSFlowTap(args []string) error {
 	if st.Agents == nil {
 		st.Agents = map[string]*SFlowAgent{}
 	}
+	if st.CounterState == nil {
+		st.CounterState = map[string]*sflowIfPrev{}
+	}
 	save := func() {
 		st.UpdatedAt = time.Now().UTC().Format(time.RFC3339Nano)
 		data, _ := json.MarshalIndent(st, "", "  ")
@@ -218,9 +281,20 @@ func cmdSFlowTap(args []string) error {
 	go func() { <-sig; conn.Close() }()
 	log.Printf("INFO sflow tap on %s port %d -> %s", network, *port, path)
 	save()
-	last := time.Now()
+	last, flushed := time.Now(), time.Now()
+	toLake := func() {
+		if err := st.flushLake(*lake, *snmpFile, time.Now()); err != nil {
+			log.Printf("ERROR %v (kept in memory, written at the next flush)", err)
+			return
+		}
+		save() // the raw values the written deltas came from, right after the files
+		last, flushed = time.Now(), time.Now()
+	}
 	buf := make([]byte, 1<<16)
 	for {
+		if time.Since(flushed) >= *flush {
+			toLake()
+		}
 		_ = conn.SetReadDeadline(time.Now().Add(time.Second))
 		n, src, err := conn.ReadFromIP(buf)
 		if err != nil {
@@ -246,6 +320,7 @@ func cmdSFlowTap(args []string) error {
 			last = time.Now()
 		}
 	}
+	toLake()
 	save()
 	log.Printf("INFO sflow tap stopped")
 	return nil

@@ -197,8 +197,11 @@ def test_bad_datagrams_counted_nothing_else_lost(sflow, tmp_path):
         hdr(4, 1) + struct.pack("!II", 1, 40) + struct.pack("!8I", 1, 1, 1, 1, 0, 0, 0, 1)
         + struct.pack("!II", 77, 0),                                               # flow sample, unknown record only
     ]
+    # another agent restarts its sequence numbers (100, 101, then 1: more than the reordering window back)
+    restart = [struct.pack("!II4sIIII", 5, 1, socket.inet_aton("192.0.2.98"), 0, seq, 1000, 0)
+               for seq in (100, 101, 1, 2)]
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    for d in bad:
+    for d in bad + restart:
         s.sendto(d, ("127.0.0.1", port))
     time.sleep(0.5)
     packets = _packets()
@@ -214,6 +217,13 @@ def test_bad_datagrams_counted_nothing_else_lost(sflow, tmp_path):
                                 "sample longer than the datagram": 1}, tap["malformed"]
     bad_agent = tap["agents"]["192.0.2.99/7"]
     assert (bad_agent["other_samples"], bad_agent["flow_samples"]) == (1, 1), bad_agent
+    # per agent, with the reason (the unknown format is skipped, not malformed: the datagram is fine)
+    assert bad_agent["bad"] == {"sample longer than the datagram": 1, "unknown sample format 0:99": 1}, bad_agent
+    restarted = tap["agents"]["192.0.2.98/0"]
+    assert (restarted["datagrams"], restarted["restarts"], restarted["lost"]) == (4, 1, 0), restarted
+    assert restarted["bad"] == {"sequence restart (the agent restarted its datagram numbering)": 1}, restarted
+    good = tap["agents"][f"{AGENT}/{SUB_AGENT}"]
+    assert good["bad"] == {} and good["lost"] == 0 and good["flow_samples"] == len(packets), good
     comp.stop()
     files = _closed(cfg)
     out = subprocess.run([str(SHIPPER.build()), "dump", "--check-times", *map(str, files)],
@@ -342,3 +352,205 @@ def test_shipper_ships_sfcapd_files_once_beside_nfcapd_names(kafka, cfg, tmp_pat
     assert again.returncode == 0, again.stdout + again.stderr
     assert {k: ledger[k] for k in keys} == {k: v for k, v in ship.read_ledger(cfg).items() if k in keys}
     assert re.search(r"(?<!\d)0 files shipped", again.stdout), again.stdout
+
+
+def test_counter_samples_land_as_interface_counters(sflow, tmp_path):
+    """A live sFlow agent with counter samples: pmacctd + sfprobe capturing one end of a
+    veth pair (the other end in a network namespace; only one UDP port, 1:10 sampling)
+    while this test sends same-size packets across it for 50 s. sfprobe sends a generic
+    interface counters record every 20 s (its fixed interval); sfcapd drops them, the sFlow
+    tap lands them in lake/interface_counters with the SNMP poller's schema and the agent
+    address as exporter: deltas that are exactly the raw counters' differences, intervals
+    from the agent's uptime; the interface_capacity job reads them (utilisation bytes =
+    the deltas); lake/sflow_agent_health has the agent's rows. (Loopback will not do:
+    sfprobe strips its all-zero Ethernet header and then counts every packet as multicast,
+    and sends counter records only for interfaces with unicast frames.)"""
+    import datetime as dt  # noqa: PLC0415  (only this test)
+    import os  # noqa: PLC0415  (only this test)
+
+    import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: pyarrow)
+
+    from flowlake.base.ports import free_port  # noqa: PLC0415  (only this test)
+    from flowlake.collectors.snmp import store  # noqa: PLC0415  (only this test)
+    from flowlake.jobs.context import JobContext  # noqa: PLC0415  (only this test)
+    from flowlake.jobs.interface_capacity import run  # noqa: PLC0415  (only this test)
+    from flowlake.schemas.messages import arrow_schema  # noqa: PLC0415  (only this test)
+    from flowlake.schemas.sflow import SFLOW_AGENT_HEALTH  # noqa: PLC0415  (only this test)
+
+    cfg, comp = sflow
+    tag = os.getpid() % 100_000
+    ns, near, far = f"flsf-{tag}", f"sfa{tag}", f"sfb{tag}"
+    net = f"10.251.{tag % 250}"
+
+    def ip(*args):
+        subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+    target = free_port(socket.SOCK_DGRAM)
+    conf = tmp_path / "pmacctd-live.conf"
+    conf.write_text("\n".join([
+        "daemonize: false", f"pcap_interface: {near}", f"pcap_filter: udp and dst port {target}", "plugins: sfprobe",
+        f"sfprobe_receiver: 127.0.0.1:{comp.port()}", f"sfprobe_agentip: {AGENT}", f"sfprobe_agentsubid: {SUB_AGENT}",
+        "sampling_rate: 10"]) + "\n")
+    ip("netns", "add", ns)
+    agent = None
+    try:
+        ip("link", "add", near, "type", "veth", "peer", "name", far)
+        ip("link", "set", far, "netns", ns)
+        ip("addr", "add", f"{net}.1/30", "dev", near)
+        ip("link", "set", near, "up")
+        ip("-n", ns, "addr", "add", f"{net}.2/30", "dev", far)
+        ip("-n", ns, "link", "set", far, "up")
+        agent = subprocess.Popen(["pmacctd", "-f", str(conf)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True)
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        time.sleep(2)  # pmacctd opens its capture
+        sent, t0 = 0, time.monotonic()
+        while time.monotonic() - t0 < 50:
+            tx.sendto(b"x" * 100, (f"{net}.2", target))
+            sent += 1
+            time.sleep(0.01)
+        time.sleep(1)
+    finally:
+        log = ""
+        if agent:
+            agent.terminate()
+            log = agent.communicate(timeout=20)[0]
+        subprocess.run(["ip", "link", "del", near], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    tap = _tap(cfg)  # stopping the tap flushes its rows to the lake
+    a = tap["agents"][f"{AGENT}/{SUB_AGENT}"]
+    assert a["if_counter_records"] >= 2, (a, log)
+
+    files = sorted((cfg.lake / "interface_counters").glob("date=*/sflow_*.parquet"))
+    assert files and all(pq.read_schema(f).remove_metadata() == store.file_schema() for f in files), files
+    rows = sorted((r for f in files for r in pq.read_table(f).to_pylist()), key=lambda r: r["sys_uptime_cs"])
+    assert len(rows) == a["if_counter_records"], rows
+    # sfprobe 1.7.7 reports its capture interface's counters as ifIndex 0x3FFFFFFF and 100 Mbit/s
+    assert {(r["exporter"], r["if_index"], r["speed_mbps"], r["oper_status"]) for r in rows} == {
+        (AGENT, 0x3FFFFFFF, 100, 1)}
+    # every packet crossed the veth as one 142-byte frame (14 + 20 + 8 + 100, no FCS in a capture)
+    assert all(r["in_octets_counter"] == 142 * r["in_ucast_pkts_counter"] for r in rows), rows
+    assert 0 < rows[-1]["in_ucast_pkts_counter"] <= sent
+    assert rows[0]["interval_s"] is None and rows[0]["in_octets"] is None and not rows[0]["reset"]
+    for prev, r in zip(rows, rows[1:], strict=False):
+        assert r["in_octets"] == r["in_octets_counter"] - prev["in_octets_counter"], (prev, r)
+        assert r["interval_s"] == pytest.approx((r["sys_uptime_cs"] - prev["sys_uptime_cs"]) / 100)
+        assert r["interval_s"] == pytest.approx(20, abs=1.5), r  # sfprobe's counter interval
+        assert r["in_octets"] > 0 and r["in_octets"] == 142 * r["in_ucast_pkts"] and not r["reset"]
+    deltas = sum(r["in_octets"] for r in rows[1:])
+
+    day = rows[-1]["time"].date()
+    run(JobContext(spark=None, cfg=cfg, date=day))
+    util = pq.read_table(cfg.lake / "reports" / "interface_utilisation" / f"date={day}").to_pylist()
+    (whole,) = [r for r in util if r["period"] == "1d" and r["side"] == "in" and r["exporter"] == AGENT]
+    midnight = dt.datetime.combine(day, dt.time(), rows[1]["time"].tzinfo)
+    if rows[1]["time"] - dt.timedelta(seconds=rows[1]["interval_s"]) >= midnight:  # a run across midnight splits it
+        assert whole["bytes"] == pytest.approx(deltas)
+    assert whole["speed_bps"] == 100e6 and whole["bps"] > 0
+
+    health = sorted((cfg.lake / "sflow_agent_health").glob("date=*/*.parquet"))
+    want = arrow_schema(SFLOW_AGENT_HEALTH)
+    want = want.remove(want.get_field_index("date"))
+    assert health and all(pq.read_schema(f).remove_metadata() == want for f in health)
+    mine = [r for f in health for r in pq.read_table(f).to_pylist() if r["agent"] == AGENT]
+    assert sum(r["datagrams"] for r in mine) == a["datagrams"] and sum(r["lost"] for r in mine) == 0
+    assert sum(r["counter_samples"] for r in mine) == a["counter_samples"] >= 2
+    assert {r["sampling_rates"] for r in mine if r["flow_samples"]} == {"10"}
+    assert all(r["sub_agent"] == SUB_AGENT for r in mine)
+
+
+def test_open_vswitch_live_agent(sflow, tmp_path):
+    """Open vSwitch as the sFlow agent on live traffic (Debian openvswitch-switch 3.1, the
+    userspace datapath: this kernel has no openvswitch module): a private ovsdb-server and
+    ovs-vswitchd, a netdev bridge with two namespaces on veth ports, sFlow 1:N with
+    counters polled every 2 s, iperf3 sending fixed-size UDP datagrams across. The lake's
+    scaled packets and layer-3 bytes of that stream agree with iperf3's count within the
+    5-sigma binomial bound from N and the packet count; the exporter is OVS's agent
+    address; the last counter sample of the sending port equals the kernel's own counters
+    of that port once the traffic stopped."""
+    import json as _json  # noqa: PLC0415  (only this test)
+    import os  # noqa: PLC0415  (only this test)
+
+    import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: pyarrow)
+
+    cfg, comp = sflow
+    tag = os.getpid() % 100_000
+    run = tmp_path / "ovs"
+    run.mkdir()
+    env = {**os.environ, "OVS_RUNDIR": str(run), "OVS_DBDIR": str(run), "OVS_LOGDIR": str(run)}
+    db = f"unix:{run}/db.sock"
+    bridge, net = f"ovb{tag}", f"10.253.{tag % 250}"
+    ns = [f"flov-{tag}-{i}" for i in (1, 2)]
+    ports = [f"ovp{tag}{i}" for i in (1, 2)]
+    rate, size, count = 10, 1000, 20_000  # 1:10; 1000-byte UDP payloads: 1028 bytes at layer 3
+
+    def sh(*cmd, **kw):
+        return subprocess.run([str(c) for c in cmd], check=True, capture_output=True, text=True, env=env, **kw)
+
+    def vsctl(*args):
+        return sh("ovs-vsctl", f"--db={db}", *args)
+
+    daemons, server = [], None
+    try:
+        sh("ovsdb-tool", "create", run / "conf.db", "/usr/share/openvswitch/vswitch.ovsschema")
+        sh("ovsdb-server", run / "conf.db", f"--remote=p{db}", f"--pidfile={run}/ovsdb.pid", "--detach",
+           f"--log-file={run}/ovsdb.log")
+        daemons.append(run / "ovsdb.pid")
+        vsctl("--no-wait", "init")
+        sh("ovs-vswitchd", db, f"--pidfile={run}/vswitchd.pid", "--detach", f"--log-file={run}/vswitchd.log")
+        daemons.append(run / "vswitchd.pid")
+        vsctl("add-br", bridge, "--", "set", "bridge", bridge, "datapath_type=netdev")
+        for i, (n, port) in enumerate(zip(ns, ports, strict=True), start=1):
+            peer = f"ovq{tag}{i}"
+            sh("ip", "netns", "add", n)
+            sh("ip", "link", "add", port, "type", "veth", "peer", "name", peer)
+            sh("ip", "link", "set", peer, "netns", n)
+            sh("ip", "netns", "exec", n, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1")
+            sh("ip", "-n", n, "addr", "add", f"{net}.{i}/24", "dev", peer)
+            sh("ip", "-n", n, "link", "set", peer, "up")
+            # the userspace datapath forwards the kernel's partial checksums as they are: TCP
+            # (iperf3's control connection) would be dropped as corrupt without this
+            sh("ip", "netns", "exec", n, "ethtool", "-K", peer, "tx", "off")
+            sh("sysctl", "-qw", f"net.ipv6.conf.{port}.disable_ipv6=1")
+            sh("ip", "link", "set", port, "up")
+            vsctl("add-port", bridge, port)
+        vsctl("--", "--id=@s", "create", "sflow", "agent=lo", f'target="127.0.0.1:{comp.port()}"', "header=128",
+              f"sampling={rate}", "polling=2", "--", "set", "bridge", bridge, "sflow=@s")
+        server = subprocess.Popen(["ip", "netns", "exec", ns[1], "iperf3", "-s", "-1", "-B", f"{net}.2"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1)
+        res = sh("ip", "netns", "exec", ns[0], "iperf3", "-c", f"{net}.2", "-u", "-l", str(size), "-b", "10M",
+                 "-n", str(count * size), "-J", timeout=120)
+        server.wait(timeout=30)
+        sent = _json.loads(res.stdout)["end"]["sum"]["packets"]
+        time.sleep(5)  # two more counter polls, with the port quiet
+        ifindex = int(Path(f"/sys/class/net/{ports[0]}/ifindex").read_text())
+        rx_bytes = int(Path(f"/sys/class/net/{ports[0]}/statistics/rx_bytes").read_text())
+        rx_packets = int(Path(f"/sys/class/net/{ports[0]}/statistics/rx_packets").read_text())
+        time.sleep(3)
+    finally:
+        if server and server.poll() is None:  # iperf3 failed or timed out: its server is still waiting
+            server.kill()
+            server.wait()
+        for pid in reversed(daemons):
+            if pid.exists():
+                subprocess.run(["kill", pid.read_text().strip()], capture_output=True)
+        for n, port in zip(ns, ports, strict=True):
+            subprocess.run(["ip", "link", "del", port], capture_output=True)
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+    flows = _flows(cfg, comp)
+    tap = _tap(cfg)
+    stream = [f for f in flows if f["proto"] == 17 and f["dst_addr"] == f"{net}.2" and f["dst_port"] == 5201]
+    assert stream and all(f["sampling_rate"] == rate and f["exporter"] == "127.0.0.1" for f in stream), stream[:3]
+    samples, p = len(stream), 1 / rate
+    bound = 5 * math.sqrt(sent * p * (1 - p))
+    assert abs(samples - sent * p) <= bound, (samples, sent * p, bound, tap["agents"], len(flows))
+    assert sum(f["packets"] for f in stream) == samples * rate
+    assert sum(f["bytes"] for f in stream) == samples * rate * (size + 28)  # layer 3, each sample scaled once
+
+    files = sorted((cfg.lake / "interface_counters").glob("date=*/sflow_*.parquet"))
+    rows = [r for f in files for r in pq.read_table(f).to_pylist() if r["if_index"] == ifindex]
+    assert rows and {r["exporter"] for r in rows} == {"127.0.0.1"}, (tap["agents"], files)
+    last = max(rows, key=lambda r: r["sys_uptime_cs"])
+    # OVS's counters of a port are the kernel's (rx on the veth = in to the bridge); every packet unicast
+    assert (last["in_octets_counter"], last["in_ucast_pkts_counter"]) == (rx_bytes, rx_packets), (last, rx_bytes)

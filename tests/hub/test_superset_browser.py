@@ -235,6 +235,33 @@ def test_collection_shows_every_exporter_and_flags_the_silent(page, superset, cf
 
 @pytest.mark.integration
 @pytest.mark.browser
+def test_collection_shows_sflow_agents_drops_per_agent(page, superset, cfg):
+    """The Collection dashboard's "sFlow agents" (lake/sflow_agent_health, issue 35): one row
+    per agent and sub-agent, its datagrams lost, restarts and bad input summed over the lake's
+    rows exactly (the shown rows: the table keeps the 200 with the most datagrams)."""
+    import pyarrow.dataset as pads
+
+    rows = pads.dataset(str(cfg.lake / "sflow_agent_health"), format="parquet",
+                        partitioning="hive").to_table().to_pylist()
+    sums: dict = {}
+    for r in rows:
+        s = sums.setdefault((r["agent"], str(r["sub_agent"])), {"lost": 0, "restarts": 0, "bad": 0})
+        for k in s:
+            s[k] += r[k]
+    page.goto(f"{superset['creds']['url']}/superset/dashboard/collection/")
+    page.wait_for_function(ALL_CHARTS_SETTLED, timeout=180_000, polling=100)
+    holder = {h.evaluate(INSPECT)["title"]: h for h in page.locator('[data-test="dashboard-component-chart-holder"]').all()}
+    head, shown = holder["sFlow agents"].evaluate(TABLE_TEXT)
+    shown = [dict(zip(head, r)) for r in shown]
+    assert shown and len(shown) == min(200, len(sums)), (len(shown), len(sums))
+    for r in shown:
+        want = sums[(r["agent"], r["sub_agent"])]
+        assert (int(r["lost"]), int(r["restarts"]), int(r["bad input"])) == (
+            want["lost"], want["restarts"], want["bad"]), (r, want)
+
+
+@pytest.mark.integration
+@pytest.mark.browser
 def test_pinger_regions_show_the_newest_month(page, superset, cfg):
     """The PingER dashboard opens on the newest month of the lake's matrices (the month
     picker's first value): the table lists exactly that month's cells as of its newest
