@@ -101,6 +101,8 @@ func cmdDump(args []string) error {
 	fs := flag.NewFlagSet("dump", flag.ContinueOnError)
 	settings := fs.String("sampling-settings", "", "resolve sampling with these settings (JSON)")
 	tapDir := fs.String("tap-dir", "", "resolve sampling with the tap's records in this directory")
+	decodeCounts := fs.String("decode-counts", "", "with --tap-dir: write the records completed from the tap's own decode per exporter (JSON) here")
+	decoded := map[string]*ExporterDecodeCounts{}
 	checkTimes := fs.Bool("check-times", false, "check times against arrival as shipping does: corrected and quarantined flows say why")
 	var rules TimeRules
 	fs.DurationVar(&rules.MaxFuture, "max-future", time.Hour, "with --check-times: a flow ending this long after it arrived is quarantined")
@@ -126,7 +128,11 @@ func cmdDump(args []string) error {
 		if res != nil {
 			res.reset()
 		}
-		_, err := ReadFile(file, func(f *Flow) error {
+		var pre func(*Flow)
+		if res != nil {
+			pre = res.Complete
+		}
+		_, err := ReadFileWith(file, pre, func(f *Flow) error {
 			if res != nil {
 				res.Resolve(f)
 			}
@@ -148,6 +154,13 @@ func cmdDump(args []string) error {
 		if err != nil {
 			return err
 		}
+		if res != nil {
+			MergeDecodeCounts(decoded, res.fix.Counts)
+		}
+	}
+	if *decodeCounts != "" {
+		data, _ := json.Marshal(decoded)
+		return os.WriteFile(*decodeCounts, data, 0o644)
 	}
 	return nil
 }

@@ -237,6 +237,12 @@ var compressionNames = map[uint8]string{compNone: "none", compLZO: "lzo", compBZ
 // *CorruptError naming the file, the problem and the byte offset. Callers that must
 // not act on part of a bad file (the shipper) undo what fn did when an error comes back.
 func ReadFile(path string, fn func(*Flow) error) (*Stats, error) {
+	return ReadFileWith(path, nil, fn)
+}
+
+// ReadFileWith is ReadFile with pre called on every record as read, before its biflow
+// halves are made and fn sees them (Resolver.Complete: what nfcapd lost, gaps.go).
+func ReadFileWith(path string, pre func(*Flow), fn func(*Flow) error) (*Stats, error) {
 	fh, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -246,7 +252,7 @@ func ReadFile(path string, fn func(*Flow) error) (*Stats, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &reader{path: path, size: st.Size(), exporters: map[uint16]*Exporter{}, samplers: map[uint16][]sampler{}}
+	r := &reader{path: path, size: st.Size(), exporters: map[uint16]*Exporter{}, samplers: map[uint16][]sampler{}, pre: pre}
 	r.stats.ModTime = st.ModTime().UnixMilli()
 	return r.read(fh, fn)
 }
@@ -267,6 +273,7 @@ type reader struct {
 	zstdDec   *zstd.Decoder
 	lastSys   uint16    // exporterFor's last answer
 	lastExp   *Exporter // (nil when an exporter record changed the map)
+	pre       func(*Flow)
 }
 
 func (r *reader) corrupt(off int64, format string, args ...any) error {
@@ -489,6 +496,9 @@ func (r *reader) records(data []byte, numRecords uint32, blockOff int64, blockNo
 			}
 			f.Seq = r.seq
 			r.seq++
+			if r.pre != nil {
+				r.pre(&f)
+			}
 			r.stats.add(&f)
 			biflow := f.Biflow()
 			if biflow { // two one-way rows: the initiator as recorded, then the reverse half
