@@ -43,7 +43,9 @@ const (
 	fixObsTime                    // from 323
 	fixICMP
 	fixAddr
-	fixReverse
+	fixReverse // reverse counters (nfcapd lost them)
+	fixForward // the forward tcp flags and times, which nfcapd overwrites with reverse elements
+	fixRevFlags
 )
 
 // Names of what was completed (status) and of the reasons a record was not.
@@ -94,6 +96,11 @@ type gapvals struct {
 	frame                   []byte // points into the datagram: used before the next read
 	revPackets, revBytes    uint64
 	revSeen, revTruncated   bool
+	// forward values nfcapd 1.7.1 overwrites with a reverse element of the same id
+	// (it ignores the enterprise number of reverseTcpControlBits, reverseFlowStart..., measured)
+	startMs, endMs    uint64
+	flags, revFlags   uint8
+	hasFlags, hasRevF bool
 }
 
 func beUint(b []byte) uint64 {
@@ -120,12 +127,24 @@ func (g *gapvals) element(id uint16, val []byte) {
 		}
 	case ieDataLinkFrame:
 		g.frame = val
+	case 152:
+		g.startMs = beUint(val)
+	case 153:
+		g.endMs = beUint(val)
+	case 6:
+		if len(val) >= 1 {
+			g.flags, g.hasFlags = val[len(val)-1], true
+		}
 	}
 }
 
 // reverse reads reverseOctetDeltaCount (1) and reversePacketDeltaCount (2) and their
 // total-count forms (85, 86); l is the element's length on the wire (0: truncated).
 func (g *gapvals) reverse(id uint16, val []byte, l int) {
+	if id == 6 && l >= 1 && l <= 2 { // reverseTcpControlBits
+		g.revFlags, g.hasRevF = val[l-1], true
+		return
+	}
 	if id != ieBytes && id != iePackets && id != ieBytesTotal && id != iePktsTotal {
 		return
 	}
@@ -211,8 +230,8 @@ func parseFrame(b []byte) (parsedFrame, bool) {
 //
 //	0 what u16 · 2 sport u16 · 4 dport u16 · 6 proto u8 · 7 v6 u8 · 8 fingerprint u64 ·
 //	16 start ms i64 · 24 end ms i64 · 32 src [16] · 48 dst [16] · 64 reverse packets u64 ·
-//	72 reverse bytes u64
-const fixRecLen = 80
+//	72 reverse bytes u64 · 80 tcp flags u8 · 81 reverse tcp flags u8 · 82 pad [6]
+const fixRecLen = 88
 
 type fixRec struct {
 	what         uint16
@@ -222,6 +241,7 @@ type fixRec struct {
 	start, end   int64
 	src, dst     [16]byte
 	revP, revB   uint64
+	flags, revF  uint8
 }
 
 func (c *fixRec) marshal(fp uint64, b *[fixRecLen]byte) {
@@ -241,12 +261,14 @@ func (c *fixRec) marshal(fp uint64, b *[fixRecLen]byte) {
 	copy(b[48:], c.dst[:])
 	le.PutUint64(b[64:], c.revP)
 	le.PutUint64(b[72:], c.revB)
+	b[80], b[81] = c.flags, c.revF
 }
 
 func unmarshalFix(b []byte) (uint64, fixRec) {
 	le := binary.LittleEndian
 	c := fixRec{what: le.Uint16(b[0:]), sport: le.Uint16(b[2:]), dport: le.Uint16(b[4:]), proto: b[6], v6: b[7] == 1,
-		start: int64(le.Uint64(b[16:])), end: int64(le.Uint64(b[24:])), revP: le.Uint64(b[64:]), revB: le.Uint64(b[72:])}
+		start: int64(le.Uint64(b[16:])), end: int64(le.Uint64(b[24:])), revP: le.Uint64(b[64:]), revB: le.Uint64(b[72:]),
+		flags: b[80], revF: b[81]}
 	copy(c.src[:], b[32:48])
 	copy(c.dst[:], b[48:64])
 	return le.Uint64(b[8:]), c
@@ -342,14 +364,22 @@ func (t *tap) gapRecord(e *texporter, tm *ttemplate, v *recvals, now time.Time) 
 			count(&e.Undecodable, whyFrame)
 		}
 	}
-	if tm.gap&gapReverse != 0 && g.revSeen {
-		switch {
-		case g.revTruncated:
-			count(&e.Undecodable, whyReverse)
-		case g.revPackets > 0 || g.revBytes > 0:
+	if tm.gap&gapReverse != 0 {
+		if g.revSeen && g.revTruncated {
+			count(&e.Undecodable, whyReverse) // the forward values and the other reverse elements still count
+		} else if g.revPackets > 0 || g.revBytes > 0 {
 			c.what, c.revP, c.revB = c.what|fixReverse, g.revPackets, g.revBytes
-			count(&e.Decoded, doneReverse)
 		}
+		if g.startMs != 0 || g.endMs != 0 || g.hasFlags {
+			c.what, c.flags = c.what|fixForward, g.flags
+			if c.what&(fixTimes|fixObsTime) == 0 {
+				c.start, c.end = int64(g.startMs), int64(g.endMs)
+			}
+		}
+		if g.hasRevF {
+			c.what, c.revF = c.what|fixRevFlags, g.revFlags
+		}
+		count(&e.Decoded, doneReverse)
 	}
 	if c.what == 0 {
 		return
@@ -501,8 +531,8 @@ func (r *Resolver) Complete(f *Flow) {
 	if g&gapFrame != 0 && f.SrcAddr == [16]byte{} && f.DstAddr == [16]byte{} {
 		symptom = append(symptom, "addresses 0")
 	}
-	if g&gapReverse != 0 && !f.Biflow() {
-		symptom = append(symptom, "")
+	if g&gapReverse != 0 { // nfcapd's record looks whole: every record is looked up
+		symptom = append(symptom, "reverse elements")
 	}
 	if len(symptom) == 0 {
 		return
@@ -522,9 +552,7 @@ func (r *Resolver) Complete(f *Flow) {
 	counts := c.counts(f.Exporter.Addr)
 	if !ok {
 		for _, s := range symptom {
-			if s != "" { // a one-way record of a biflow exporter is no symptom by itself
-				counts.NotCompleted[whyNoFix+" ("+s+")"]++
-			}
+			counts.NotCompleted[whyNoFix+" ("+s+")"]++
 		}
 		return
 	}
@@ -551,8 +579,19 @@ func (r *Resolver) Complete(f *Flow) {
 		f.DstPort = fix.dport
 		counts.Completed[doneICMP]++
 	}
-	if fix.what&fixReverse != 0 {
+	if fix.what&fixReverse != 0 && !f.Biflow() {
 		f.OutPackets, f.OutBytes = fix.revP*applied, fix.revB*applied // as nfcapd scales its own out counters
+	}
+	if fix.what&fixForward != 0 {
+		f.TCPFlags = fix.flags
+		if fix.start != 0 || fix.end != 0 {
+			f.TimeStart, f.TimeEnd = fix.start, fix.end
+		}
+	}
+	if fix.what&fixRevFlags != 0 {
+		f.RevTCPFlags, f.HasRevTCPFlags = fix.revF, true
+	}
+	if g&gapReverse != 0 {
 		counts.Completed[doneReverse]++
 	}
 }

@@ -129,6 +129,8 @@ type Flow struct {
 	SrcPortNAT, DstPortNAT    uint16
 	NATEvent                  uint8
 	OutPackets, OutBytes      uint64 // EXcntFlow: the reverse direction of a biflow (as nfcapd applied sampling)
+	RevTCPFlags               uint8  // reverseTcpControlBits from flowlake's own decode (gaps.go)
+	HasRevTCPFlags            bool   // RevTCPFlags is set: the reverse half takes it
 	BiflowHalf                uint8  // 0 one-way, 1 a biflow's initiator half, 2 its reverse half (reverse())
 	Received                  int64  // ms since epoch: when nfcapd received the datagram
 	NfcapdSetting             bool   // SamplingRate came from nfcapd's -s, not from the router
@@ -909,6 +911,9 @@ func (f *Flow) reverse(rev *Flow) {
 	rev.SrcVlan, rev.DstVlan = f.DstVlan, f.SrcVlan
 	rev.Packets, rev.Bytes = f.OutPackets, f.OutBytes
 	rev.OutPackets, rev.OutBytes = 0, 0
+	if f.HasRevTCPFlags {
+		rev.TCPFlags = f.RevTCPFlags
+	}
 	rev.BiflowHalf = 2
 	rev.Seq = -(f.Seq + 1)
 }

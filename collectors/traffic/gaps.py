@@ -15,11 +15,13 @@ forms apart. The flows are the traffic model's (model.generate); only their expo
             optional 802.1Q, IPv4/IPv6, TCP/UDP/ICMP headers): nfcapd stores 0.0.0.0
             and ports 0. `bad` adds frames that do not parse (reason "packet section is
             not a parseable frame"; they land as nfcapd stores them).
-- "reverse": IPFIX biflows with RFC 5103 reverse elements (enterprise 29305:
-            reverseOctetDeltaCount 1, reversePacketDeltaCount 2): nfcapd drops them, the
-            lake gets the reverse half as a second row. `bad` adds records whose reverse
-            element is truncated (variable length 0: reason "truncated reverse
-            element"; they land one way).
+- "reverse": IPFIX biflows with RFC 5103 reverse elements (enterprise 29305: octets 1,
+            packets 2, tcpControlBits 6, flowStart/EndMilliseconds 152/153). nfcapd
+            keeps the reverse counters but stores the reverse flags and times as the
+            forward ones (it ignores their enterprise number); the lake gets the forward
+            values back and the reverse flags on the reverse half. `bad` adds records
+            whose reverseOctetDeltaCount is truncated (variable length 0: reason
+            "truncated reverse element"; their reverse half lands with bytes 0).
 
 `build()` returns the datagrams per exporter and the rows the lake must hold.
 """
@@ -246,30 +248,39 @@ def _frame(f, ex: Export, bad: bool) -> None:
 
 
 def _reverse(f, ex: Export, bad: bool, rng) -> None:
+    """RFC 5103 biflows: forward elements, then reverse ones (enterprise 29305) with the
+    same ids: octets 1, packets 2, tcpControlBits 6, flowStart/EndMilliseconds 152/153.
+    nfcapd 1.7.1 keeps the reverse counters but ignores the enterprise number of the other
+    reverse elements: the forward record gets the reverse flags and times (measured)."""
     f = f[~f["ipv6"]]
     common = [(1, 8), (2, 8), (152, 8), (153, 8), (8, 4), (12, 4), (10, 4), (14, 4), (7, 2), (11, 2), (4, 1), (6, 1)]
-    tmpl = _template(256, common + [(1, 8, PEN_REVERSE), (2, 8, PEN_REVERSE)]) + \
-        _template(258, common + [(1, 0xFFFF, PEN_REVERSE), (2, 8, PEN_REVERSE)])
+    rest = [(2, 8, PEN_REVERSE), (6, 1, PEN_REVERSE), (152, 8, PEN_REVERSE), (153, 8, PEN_REVERSE)]
+    tmpl = _template(256, common + [(1, 8, PEN_REVERSE)] + rest) + \
+        _template(258, common + [(1, 0xFFFF, PEN_REVERSE)] + rest)
     recs = []
     for i, fl in enumerate(f):
         broken = bad and i % 40 == 13
         bi = i % 3 != 0
         rp = int(rng.integers(1, 50)) if bi else 0
         rb = rp * int(rng.integers(40, 1500)) if bi else 0
+        rflags = int(rng.choice([0x12, 0x14, 0x18, 0x11])) if bi else 0
+        rstart, rend = (int(fl["t_start"]) + 1, int(fl["t_end"])) if bi else (0, 0)
         r = struct.pack(">QQQQIIIIHHBB", int(fl["bytes"]), int(fl["packets"]), int(fl["t_start"]), int(fl["t_end"]),
                         int(fl["src4"]), int(fl["dst4"]), int(fl["in_if"]), int(fl["out_if"]), int(fl["src_port"]),
                         int(fl["dst_port"]), int(fl["proto"]), int(fl["tcp_flags"]))
-        row = base_row(ex.exporter, fl)
+        tail = struct.pack(">QBQQ", rp, rflags, rstart, rend)
+        row = dict(base_row(ex.exporter, fl), tcp_flags=int(fl["tcp_flags"]))
         if broken:  # reverse bytes cut to nothing: the reverse packets still land (bytes 0)
-            recs.append((258, int(fl["t_end"]), r + b"\0" + struct.pack(">Q", rp)))
+            recs.append((258, int(fl["t_end"]), r + b"\0" + tail))
             ex.undecodable["truncated reverse element"] = ex.undecodable.get("truncated reverse element", 0) + 1
             rb = 0
         else:
-            recs.append((256, int(fl["t_end"]), r + struct.pack(">QQ", rb, rp)))
+            recs.append((256, int(fl["t_end"]), r + struct.pack(">Q", rb) + tail))
+        ex.completed["reverse elements (RFC 5103)"] = ex.completed.get("reverse elements (RFC 5103)", 0) + 1
         if not bi:
             ex.rows.append(row)
             continue
-        rev = dict(row, biflow_half=2, packets=rp, bytes=rb)
+        rev = dict(row, biflow_half=2, packets=rp, bytes=rb, tcp_flags=rflags)
         for a, b in (("src_addr", "dst_addr"), ("src_port", "dst_port"), ("input_if", "output_if")):
             rev[a], rev[b] = row[b], row[a]
         icmp = row["proto"] in (1, 58)

@@ -26,11 +26,12 @@ NAT = ("src_addr_nat", "dst_addr_nat", "src_port_nat", "dst_port_nat", "nat_even
 MAIN = {"micro": "times from flowStart/EndMicroseconds 154/155",
         "nat": "time from observationTimeMilliseconds 323",
         "icmp": "ICMP type/code from the destination port",
-        "frame": "addresses from packet section 315"}
+        "frame": "addresses from packet section 315", "reverse": "reverse elements (RFC 5103)"}
 
 
-def key(r: dict, nat: bool) -> tuple:
-    return tuple(r.get(k) for k in (*KEYS, *(NAT if nat else ())))
+def key(r: dict, form: str) -> tuple:
+    extra = NAT if form == "nat" else ("tcp_flags",) if form == "reverse" else ()
+    return tuple(r.get(k) for k in (*KEYS, *extra))
 
 
 def dump(path, tap_dir=None, counts=None) -> list[dict]:
@@ -69,8 +70,7 @@ def test_the_lake_holds_the_routers_values_row_for_row(capture):
     for r in rows:
         by.setdefault(r["exporter"], []).append(r)
     for form, ex in exports.items():
-        got, want = Counter(key(r, form == "nat") for r in by[ex.exporter]), Counter(
-            key(r, form == "nat") for r in ex.rows)
+        got, want = Counter(key(r, form) for r in by[ex.exporter]), Counter(key(r, form) for r in ex.rows)
         missing, extra = want - got, got - want
         assert not missing and not extra, (form, list(missing)[:2], list(extra)[:2])
     # exactly-once keys: one row per (file, file_seq), a reverse half keyed -(its record's + 1)
@@ -92,6 +92,11 @@ def test_nfcapd_alone_loses_what_the_tap_completes(capture):
     assert icmp and all(r["dst_port"] == 0 for r in icmp)
     frame = by[exports["frame"].exporter]
     assert all(r["src_addr"] == r["dst_addr"] == "0.0.0.0" and r["src_port"] == 0 for r in frame)
+    # RFC 5103: the reverse flags and times overwrite the forward ones in nfcapd's record
+    rev = exports["reverse"]
+    truth = Counter(key(r, "reverse") for r in rev.rows if r["biflow_half"] == 1)
+    alone = Counter(key(r, "reverse") for r in by[rev.exporter] if r["biflow_half"] == 1)
+    assert sum((truth - alone).values()) > len(truth) // 2
 
 
 @pytest.mark.integration
@@ -131,3 +136,39 @@ def test_frames_carry_the_flow():
         assert fr[off - 2:off] == (b"\x86\xdd" if fl["ipv6"] else b"\x08\x00")
         assert len(fr) > off + (40 if fl["ipv6"] else 20)
     assert np.any(f["ipv6"])
+
+
+def test_status_counts_own_decode_per_exporter(tmp_path):
+    """`flowlake status`: the shipper's completed / not completed counts and the tap's
+    undecodable reasons, per exporter, in the sampling status and its printed table."""
+    import io  # noqa: PLC0415  (only this test)
+
+    from rich.console import Console  # noqa: PLC0415  (only this test)
+
+    from flowlake.base import config  # noqa: PLC0415  (only this test)
+    from flowlake.collectors import sampling  # noqa: PLC0415  (only this test)
+
+    cfg = config.load(env={"FLOWLAKE_HOME": str(tmp_path)})
+    state = cfg.path("state", "shipper.json")
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text(json.dumps({"own_decode": {"127.0.0.84": {
+        "completed": {"addresses from packet section 315": 193},
+        "not_completed": {"no record of it from the tap (addresses 0)": 7}}}}))
+    tap = sampling.tap_dir(cfg)
+    tap.mkdir(parents=True)
+    (tap / "tap.json").write_text(json.dumps({"exporters": {
+        "127.0.0.84/4": {"address": "127.0.0.84", "domain": 4, "samplers": {}, "forms": {},
+                         "undecodable": {"packet section is not a parseable frame": 7}},
+        "127.0.0.85/5": {"address": "127.0.0.85", "domain": 5, "samplers": {}, "forms": {},
+                         "undecodable": {"truncated reverse element": 3}}}}))
+    st = sampling.status(cfg)
+    own = st["own_decode"]
+    assert own["127.0.0.84"]["completed"] == {"addresses from packet section 315": 193}
+    assert own["127.0.0.84"]["undecodable"] == {"packet section is not a parseable frame": 7}
+    assert own["127.0.0.85"] == {"completed": {}, "not_completed": {},
+                                 "undecodable": {"truncated reverse element": 3}}
+    out = io.StringIO()
+    sampling.print_status(Console(file=out, width=250), st)
+    text = out.getvalue()
+    assert "records nfcapd could not decode" in text and "truncated reverse element" in text
+    assert "193" in text and "packet section is not a parseable frame" in text
