@@ -24,6 +24,7 @@ const (
 	ieStartMicro, ieEndMicro = 154, 155 // flowStart/EndMicroseconds (dateTimeMicroseconds, NTP 32.32)
 	ieObsTimeMs              = 323      // observationTimeMilliseconds
 	ieDataLinkFrame          = 315      // dataLinkFrameSection
+	iePhysIn, iePhysOut      = 252, 253 // ingress/egressPhysicalInterface
 	penReverse               = 29305    // RFC 5103 reverse information elements
 	ntpEpochOffset           = 2208988800
 )
@@ -35,6 +36,7 @@ const (
 	gapICMP                       // ICMP type*256+code in L4_DST_PORT (no 32/139)
 	gapFrame                      // addresses only in a packet section 315
 	gapReverse                    // RFC 5103 reverse elements
+	gapPhysIf                     // interfaces only as ingress/egressPhysicalInterface 252/253
 )
 
 // what a correction carries
@@ -46,6 +48,7 @@ const (
 	fixReverse // reverse counters (nfcapd lost them)
 	fixForward // the forward tcp flags and times, which nfcapd overwrites with reverse elements
 	fixRevFlags
+	fixIf // input/output interface from 252/253
 )
 
 // Names of what was completed (status) and of the reasons a record was not.
@@ -55,6 +58,7 @@ const (
 	doneICMP    = "ICMP type/code from the destination port"
 	doneFrame   = "addresses from packet section 315"
 	doneReverse = "reverse elements (RFC 5103)"
+	donePhysIf  = "interfaces from physical interfaces 252/253"
 	whyFrame    = "packet section is not a parseable frame"
 	whyReverse  = "truncated reverse element"
 	whyNATAddr  = "NAT event without addresses"
@@ -84,6 +88,9 @@ func gapsOf(tm *ttemplate) uint16 {
 	if has[ieDstPort] && has[ieProto] && !has[32] && !has[139] {
 		g |= gapICMP
 	}
+	if (has[iePhysIn] || has[iePhysOut]) && !has[ieInIf] && !has[ieOutIf] {
+		g |= gapPhysIf
+	}
 	if has[ieDataLinkFrame] && !has[ieSrcV4] && !has[ieDstV4] && !has[ieSrcV6] && !has[ieDstV6] {
 		g |= gapFrame
 	}
@@ -101,6 +108,7 @@ type gapvals struct {
 	startMs, endMs    uint64
 	flags, revFlags   uint8
 	hasFlags, hasRevF bool
+	physIn, physOut   uint32
 }
 
 func beUint(b []byte) uint64 {
@@ -127,6 +135,10 @@ func (g *gapvals) element(id uint16, val []byte) {
 		}
 	case ieDataLinkFrame:
 		g.frame = val
+	case iePhysIn:
+		g.physIn = uint32(beUint(val))
+	case iePhysOut:
+		g.physOut = uint32(beUint(val))
 	case 152:
 		g.startMs = beUint(val)
 	case 153:
@@ -230,8 +242,9 @@ func parseFrame(b []byte) (parsedFrame, bool) {
 //
 //	0 what u16 · 2 sport u16 · 4 dport u16 · 6 proto u8 · 7 v6 u8 · 8 fingerprint u64 ·
 //	16 start ms i64 · 24 end ms i64 · 32 src [16] · 48 dst [16] · 64 reverse packets u64 ·
-//	72 reverse bytes u64 · 80 tcp flags u8 · 81 reverse tcp flags u8 · 82 pad [6]
-const fixRecLen = 88
+//	72 reverse bytes u64 · 80 tcp flags u8 · 81 reverse tcp flags u8 · 82 pad [6] ·
+//	88 input interface u32 · 92 output interface u32
+const fixRecLen = 96
 
 type fixRec struct {
 	what         uint16
@@ -242,6 +255,7 @@ type fixRec struct {
 	src, dst     [16]byte
 	revP, revB   uint64
 	flags, revF  uint8
+	inIf, outIf  uint32
 }
 
 func (c *fixRec) marshal(fp uint64, b *[fixRecLen]byte) {
@@ -262,13 +276,15 @@ func (c *fixRec) marshal(fp uint64, b *[fixRecLen]byte) {
 	le.PutUint64(b[64:], c.revP)
 	le.PutUint64(b[72:], c.revB)
 	b[80], b[81] = c.flags, c.revF
+	le.PutUint32(b[88:], c.inIf)
+	le.PutUint32(b[92:], c.outIf)
 }
 
 func unmarshalFix(b []byte) (uint64, fixRec) {
 	le := binary.LittleEndian
 	c := fixRec{what: le.Uint16(b[0:]), sport: le.Uint16(b[2:]), dport: le.Uint16(b[4:]), proto: b[6], v6: b[7] == 1,
 		start: int64(le.Uint64(b[16:])), end: int64(le.Uint64(b[24:])), revP: le.Uint64(b[64:]), revB: le.Uint64(b[72:]),
-		flags: b[80], revF: b[81]}
+		flags: b[80], revF: b[81], inIf: le.Uint32(b[88:]), outIf: le.Uint32(b[92:])}
 	copy(c.src[:], b[32:48])
 	copy(c.dst[:], b[48:64])
 	return le.Uint64(b[8:]), c
@@ -354,6 +370,10 @@ func (t *tap) gapRecord(e *texporter, tm *ttemplate, v *recvals, now time.Time) 
 	if tm.gap&gapICMP != 0 && (proto == 1 || proto == 58) {
 		c.what, c.dport = c.what|fixICMP, uint16(n[sDstPort])
 		count(&e.Decoded, doneICMP)
+	}
+	if tm.gap&gapPhysIf != 0 && (g.physIn != 0 || g.physOut != 0) {
+		c.what, c.inIf, c.outIf = c.what|fixIf, g.physIn, g.physOut
+		count(&e.Decoded, donePhysIf)
 	}
 	if tm.gap&gapFrame != 0 {
 		if p, ok := parseFrame(g.frame); ok {
@@ -454,6 +474,8 @@ func (c *completer) reset(dir string) {
 				g |= gapFrame
 			case doneReverse:
 				g |= gapReverse
+			case donePhysIf:
+				g |= gapPhysIf
 			}
 		}
 		if e.Undecodable[whyFrame] > 0 {
@@ -531,6 +553,9 @@ func (r *Resolver) Complete(f *Flow) {
 	if g&gapFrame != 0 && f.SrcAddr == [16]byte{} && f.DstAddr == [16]byte{} {
 		symptom = append(symptom, "addresses 0")
 	}
+	if g&gapPhysIf != 0 && f.InputIf == 0 && f.OutputIf == 0 {
+		symptom = append(symptom, "interfaces 0")
+	}
 	if g&gapReverse != 0 { // nfcapd's record looks whole: every record is looked up
 		symptom = append(symptom, "reverse elements")
 	}
@@ -574,6 +599,10 @@ func (r *Resolver) Complete(f *Flow) {
 			copy(f.DstAddr[:4], fix.dst[12:])
 		}
 		counts.Completed[doneFrame]++
+	}
+	if fix.what&fixIf != 0 {
+		f.InputIf, f.OutputIf = fix.inIf, fix.outIf
+		counts.Completed[donePhysIf]++
 	}
 	if fix.what&fixICMP != 0 {
 		f.DstPort = fix.dport

@@ -25,6 +25,8 @@ func TestGapsOfTemplates(t *testing.T) {
 		{"cisco ICMP", tm(1, 2, 21, 22, 8, 12, 7, 11, 4), gapICMP},
 		{"frame only", tm(1, 2, 152, 153, 10, 14, 315), gapFrame},
 		{"frame beside addresses", tm(1, 2, 152, 153, 8, 12, 315), 0},
+		{"physical interfaces", tm(1, 2, 152, 153, 8, 12, 252, 253, 7, 11, 4, 32), gapPhysIf},
+		{"physical beside logical", tm(1, 2, 152, 153, 8, 12, 10, 14, 252, 253, 4, 32), 0},
 	}
 	for _, c := range cases {
 		if got := gapsOf(c.tm); got != c.want {
@@ -86,7 +88,7 @@ func TestParseFrame(t *testing.T) {
 
 func TestFixRecordRoundTrip(t *testing.T) {
 	c := fixRec{what: fixTimes | fixAddr | fixReverse, sport: 1, dport: 2, proto: 6, v6: true, start: 10, end: 20,
-		revP: 3, revB: 400}
+		revP: 3, revB: 400, flags: 0x12, revF: 0x18, inIf: 7, outIf: 1 << 30}
 	c.src[0], c.dst[15] = 0x20, 9
 	var b [fixRecLen]byte
 	c.marshal(0xDEADBEEF, &b)

@@ -561,7 +561,7 @@ func decodeRecord(tm *ttemplate, b []byte, v *recvals) (int, bool) {
 			continue
 		}
 		switch f.id {
-		case ieStartMicro, ieEndMicro, ieObsTimeMs, ieDataLinkFrame, 152, 153, 6:
+		case ieStartMicro, ieEndMicro, ieObsTimeMs, ieDataLinkFrame, iePhysIn, iePhysOut, 152, 153, 6:
 			v.g.element(f.id, val)
 		case ieSrcV4:
 			if l == 4 {

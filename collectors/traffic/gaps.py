@@ -22,6 +22,9 @@ forms apart. The flows are the traffic model's (model.generate); only their expo
             values back and the reverse flags on the reverse half. `bad` adds records
             whose reverseOctetDeltaCount is truncated (variable length 0: reason
             "truncated reverse element"; their reverse half lands with bytes 0).
+- "physif": IPFIX with interfaces only as ingress/egressPhysicalInterface 252/253 (a
+            Cisco layout): nfcapd stores input and output interface 0 (measured; the
+            addresses it keeps in this layout).
 
 `build()` returns the datagrams per exporter and the rows the lake must hold.
 """
@@ -35,9 +38,9 @@ import numpy as np
 
 from . import api, model
 
-FORMS = ("micro", "nat", "icmp", "frame", "reverse")
+FORMS = ("micro", "nat", "icmp", "frame", "reverse", "physif")
 EXPORTERS = {"micro": "127.0.0.81", "nat": "127.0.0.82", "icmp": "127.0.0.83", "frame": "127.0.0.84",
-             "reverse": "127.0.0.85"}
+             "reverse": "127.0.0.85", "physif": "127.0.0.86"}
 NTP_EPOCH = 2208988800  # seconds from 1900-01-01 to 1970-01-01
 PEN_REVERSE = 29305
 NAT_POOL = int(ipaddress.IPv4Address("198.18.0.0"))
@@ -290,6 +293,24 @@ def _reverse(f, ex: Export, bad: bool, rng) -> None:
     ex.datagrams = _ipfix_export("reverse", tmpl, recs, 10)
 
 
+def _physif(f, ex: Export) -> None:
+    head = [(1, 8), (2, 8), (152, 8), (153, 8)]
+    tail = [(252, 4), (253, 4), (7, 2), (11, 2), (4, 1), (6, 1)]
+    tmpl = _template(256, head + [(8, 4), (12, 4)] + tail + [(32, 2)]) + \
+        _template(257, head + [(27, 16), (28, 16)] + tail + [(139, 2)])
+    recs = []
+    for fl in f:
+        icmp = int(fl["dst_port"]) if int(fl["proto"]) in (1, 58) else 0
+        r = struct.pack(">QQQQ", int(fl["bytes"]), int(fl["packets"]), int(fl["t_start"]), int(fl["t_end"]))
+        r += _addr_bytes(fl, "src") + _addr_bytes(fl, "dst")
+        r += struct.pack(">IIHHBBH", int(fl["in_if"]), int(fl["out_if"]), int(fl["src_port"]), int(fl["dst_port"]),
+                         int(fl["proto"]), int(fl["tcp_flags"]), icmp)
+        recs.append((257 if fl["ipv6"] else 256, int(fl["t_end"]), r))
+        ex.rows.append(base_row(ex.exporter, fl))
+    ex.completed["interfaces from physical interfaces 252/253"] = len(f)
+    ex.datagrams = _ipfix_export("physif", tmpl, recs, 12)
+
+
 def build(start_ms: int, duration_ms: int, n: int, seed: int = 32, bad: bool = True,
           forms: tuple[str, ...] = FORMS) -> dict[str, Export]:
     """n model flows per form, exported in that form; bad adds the malformed records."""
@@ -313,5 +334,7 @@ def build(start_ms: int, duration_ms: int, n: int, seed: int = 32, bad: bool = T
             _frame(f, ex, bad)
         elif form == "reverse":
             _reverse(f, ex, bad, rng)
+        elif form == "physif":
+            _physif(f, ex)
         out[form] = ex
     return out

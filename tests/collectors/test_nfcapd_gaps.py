@@ -26,7 +26,8 @@ NAT = ("src_addr_nat", "dst_addr_nat", "src_port_nat", "dst_port_nat", "nat_even
 MAIN = {"micro": "times from flowStart/EndMicroseconds 154/155",
         "nat": "time from observationTimeMilliseconds 323",
         "icmp": "ICMP type/code from the destination port",
-        "frame": "addresses from packet section 315", "reverse": "reverse elements (RFC 5103)"}
+        "frame": "addresses from packet section 315", "reverse": "reverse elements (RFC 5103)",
+        "physif": "interfaces from physical interfaces 252/253"}
 
 
 def key(r: dict, form: str) -> tuple:
@@ -92,6 +93,8 @@ def test_nfcapd_alone_loses_what_the_tap_completes(capture):
     assert icmp and all(r["dst_port"] == 0 for r in icmp)
     frame = by[exports["frame"].exporter]
     assert all(r["src_addr"] == r["dst_addr"] == "0.0.0.0" and r["src_port"] == 0 for r in frame)
+    phys = by[exports["physif"].exporter]
+    assert all(r["input_if"] == r["output_if"] == 0 for r in phys) and phys[0]["src_addr"] != "0.0.0.0"
     # RFC 5103: the reverse flags and times overwrite the forward ones in nfcapd's record
     rev = exports["reverse"]
     truth = Counter(key(r, "reverse") for r in rev.rows if r["biflow_half"] == 1)
