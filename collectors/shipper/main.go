@@ -23,9 +23,10 @@ const usage = `usage: flowlake-shipper COMMAND [flags] [FILE...]
 
 commands:
   stats FILE...   per-file flows/packets/bytes as JSON, like nfdump -I
-  dump [--sampling-settings F] [--tap-dir D] FILE...
+  dump [--sampling-settings F] [--tap-dir D] [--decode-counts F] FILE...
                   flows as JSON lines, fields named as the FLOW schema; with the sampling
-                  flags, rates and packets/bytes resolved as shipped
+                  flags, rates and packets/bytes resolved as shipped, and what nfcapd lost
+                  completed from the tap's own decode (gaps.go; counts per exporter to F)
   ship FILE...    ship files to Kafka (skips files already in the ledger; --force reships)
   ship --pending  ship every closed nfcapd file under --spool not yet in the ledger
   serve           watch --spool and ship each file nfcapd closes, until SIGTERM

@@ -17,6 +17,8 @@
 //	                          of what nfcapd stores of it + the rate resolved in stream
 //	                          order (0 = its sampler is unknown); one file per minute
 //	DIR/tap.json              counters and the samplers in use, for `flowlake status`
+//	DIR/fix/YYYYMMDDhhmm.bin  per record of a form nfcapd 1.7.1 stores incompletely
+//	                          (gaps.go): the values it loses, keyed by the same fingerprint
 //
 // The shipper (sampling.go) looks every flow of a sampled exporter up by the same
 // fingerprint, so a rate change takes effect exactly at the datagram that announced it.
