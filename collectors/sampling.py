@@ -167,6 +167,24 @@ def status(cfg=None) -> dict:
             row["samplers"][f"domain {e['domain']} sampler {sid}"] = {"rate": rate, "form": e["forms"].get(sid, "")}
     out["unknown_rate_flows"] = sum(e["unknown_rate_flows"] for e in out["exporters"].values())
     out["times"] = times_status(cfg)
+    out["own_decode"] = own_decode_status(cfg, out["tap"])
+    return out
+
+
+def own_decode_status(cfg, tap: dict) -> dict:
+    """Per exporter, what nfcapd 1.7.1 lost and flowlake decoded itself (docs/design/nfcapd-gaps.md):
+    records completed, by what, and records with the symptom but no tap record (the
+    shipper's counters); records the tap could not decode, by reason (tap.json)."""
+    try:
+        per = json.loads(cfg.path("state", "shipper.json").read_text()).get("own_decode") or {}
+    except (OSError, ValueError):
+        per = {}
+    out = {addr: {"completed": dict(c.get("completed") or {}), "not_completed": dict(c.get("not_completed") or {}),
+                  "undecodable": {}} for addr, c in per.items()}
+    for e in (tap.get("exporters") or {}).values():
+        for reason, n in (e.get("undecodable") or {}).items():
+            row = out.setdefault(e["address"], {"completed": {}, "not_completed": {}, "undecodable": {}})
+            row["undecodable"][reason] = row["undecodable"].get(reason, 0) + n
     return out
 
 
@@ -215,6 +233,17 @@ def print_status(console, st: dict) -> None:
                 for reason, n in sorted((c.get(key) or {}).items()):
                     tt.add_row(addr, what, reason, f"{n:,}")
         console.print(tt)
+    own = st.get("own_decode") or {}
+    if own:
+        ot = Table(title="records nfcapd could not decode, decoded by flowlake (per exporter)")
+        for col in ("exporter", "what", "element / reason", "records"):
+            ot.add_column(col)
+        for addr, c in sorted(own.items()):
+            for what, k in (("completed", "completed"), ("[yellow]not completed[/]", "not_completed"),
+                            ("[red]could not decode[/]", "undecodable")):
+                for reason, n in sorted((c.get(k) or {}).items()):
+                    ot.add_row(addr, what, reason, f"{n:,}")
+        console.print(ot)
 
 
 def main() -> None:  # pragma: no cover - debugging aid: python -m flowlake.collectors.sampling

@@ -23,9 +23,10 @@ const usage = `usage: flowlake-shipper COMMAND [flags] [FILE...]
 
 commands:
   stats FILE...   per-file flows/packets/bytes as JSON, like nfdump -I
-  dump [--sampling-settings F] [--tap-dir D] FILE...
+  dump [--sampling-settings F] [--tap-dir D] [--decode-counts F] FILE...
                   flows as JSON lines, fields named as the FLOW schema; with the sampling
-                  flags, rates and packets/bytes resolved as shipped
+                  flags, rates and packets/bytes resolved as shipped, and what nfcapd lost
+                  completed from the tap's own decode (gaps.go; counts per exporter to F)
   ship FILE...    ship files to Kafka (skips files already in the ledger; --force reships)
   ship --pending  ship every closed nfcapd file under --spool not yet in the ledger
   serve           watch --spool and ship each file nfcapd closes, until SIGTERM
@@ -101,6 +102,8 @@ func cmdDump(args []string) error {
 	fs := flag.NewFlagSet("dump", flag.ContinueOnError)
 	settings := fs.String("sampling-settings", "", "resolve sampling with these settings (JSON)")
 	tapDir := fs.String("tap-dir", "", "resolve sampling with the tap's records in this directory")
+	decodeCounts := fs.String("decode-counts", "", "with --tap-dir: write the records completed from the tap's own decode per exporter (JSON) here")
+	decoded := map[string]*ExporterDecodeCounts{}
 	checkTimes := fs.Bool("check-times", false, "check times against arrival as shipping does: corrected and quarantined flows say why")
 	var rules TimeRules
 	fs.DurationVar(&rules.MaxFuture, "max-future", time.Hour, "with --check-times: a flow ending this long after it arrived is quarantined")
@@ -126,7 +129,11 @@ func cmdDump(args []string) error {
 		if res != nil {
 			res.reset()
 		}
-		_, err := ReadFile(file, func(f *Flow) error {
+		var pre func(*Flow)
+		if res != nil {
+			pre = res.Complete
+		}
+		_, err := ReadFileWith(file, pre, func(f *Flow) error {
 			if res != nil {
 				res.Resolve(f)
 			}
@@ -148,6 +155,13 @@ func cmdDump(args []string) error {
 		if err != nil {
 			return err
 		}
+		if res != nil {
+			MergeDecodeCounts(decoded, res.fix.Counts)
+		}
+	}
+	if *decodeCounts != "" {
+		data, _ := json.Marshal(decoded)
+		return os.WriteFile(*decodeCounts, data, 0o644)
 	}
 	return nil
 }

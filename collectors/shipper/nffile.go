@@ -129,6 +129,8 @@ type Flow struct {
 	SrcPortNAT, DstPortNAT    uint16
 	NATEvent                  uint8
 	OutPackets, OutBytes      uint64 // EXcntFlow: the reverse direction of a biflow (as nfcapd applied sampling)
+	RevTCPFlags               uint8  // reverseTcpControlBits from flowlake's own decode (gaps.go)
+	HasRevTCPFlags            bool   // RevTCPFlags is set: the reverse half takes it
 	BiflowHalf                uint8  // 0 one-way, 1 a biflow's initiator half, 2 its reverse half (reverse())
 	Received                  int64  // ms since epoch: when nfcapd received the datagram
 	NfcapdSetting             bool   // SamplingRate came from nfcapd's -s, not from the router
@@ -237,6 +239,12 @@ var compressionNames = map[uint8]string{compNone: "none", compLZO: "lzo", compBZ
 // *CorruptError naming the file, the problem and the byte offset. Callers that must
 // not act on part of a bad file (the shipper) undo what fn did when an error comes back.
 func ReadFile(path string, fn func(*Flow) error) (*Stats, error) {
+	return ReadFileWith(path, nil, fn)
+}
+
+// ReadFileWith is ReadFile with pre called on every record as read, before its biflow
+// halves are made and fn sees them (Resolver.Complete: what nfcapd lost, gaps.go).
+func ReadFileWith(path string, pre func(*Flow), fn func(*Flow) error) (*Stats, error) {
 	fh, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -246,7 +254,7 @@ func ReadFile(path string, fn func(*Flow) error) (*Stats, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &reader{path: path, size: st.Size(), exporters: map[uint16]*Exporter{}, samplers: map[uint16][]sampler{}}
+	r := &reader{path: path, size: st.Size(), exporters: map[uint16]*Exporter{}, samplers: map[uint16][]sampler{}, pre: pre}
 	r.stats.ModTime = st.ModTime().UnixMilli()
 	return r.read(fh, fn)
 }
@@ -267,6 +275,7 @@ type reader struct {
 	zstdDec   *zstd.Decoder
 	lastSys   uint16    // exporterFor's last answer
 	lastExp   *Exporter // (nil when an exporter record changed the map)
+	pre       func(*Flow)
 }
 
 func (r *reader) corrupt(off int64, format string, args ...any) error {
@@ -489,6 +498,9 @@ func (r *reader) records(data []byte, numRecords uint32, blockOff int64, blockNo
 			}
 			f.Seq = r.seq
 			r.seq++
+			if r.pre != nil {
+				r.pre(&f)
+			}
 			r.stats.add(&f)
 			biflow := f.Biflow()
 			if biflow { // two one-way rows: the initiator as recorded, then the reverse half
@@ -899,6 +911,9 @@ func (f *Flow) reverse(rev *Flow) {
 	rev.SrcVlan, rev.DstVlan = f.DstVlan, f.SrcVlan
 	rev.Packets, rev.Bytes = f.OutPackets, f.OutBytes
 	rev.OutPackets, rev.OutBytes = 0, 0
+	if f.HasRevTCPFlags {
+		rev.TCPFlags = f.RevTCPFlags
+	}
 	rev.BiflowHalf = 2
 	rev.Seq = -(f.Seq + 1)
 }

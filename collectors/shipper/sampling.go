@@ -77,6 +77,7 @@ type Resolver struct {
 	info     map[*Exporter]*exporterInfo
 	Counts   map[string]*ExporterSamplingCounts
 	agents   sflowAgentMap // sFlow: the agent address behind each UDP sender (sflowtap.go)
+	fix      completer     // gaps.go: the tap's corrections of what nfcapd lost
 }
 
 // NewResolver reads the settings file (may be "") and the tap's directory (may be "").
@@ -100,6 +101,7 @@ func NewResolver(settingsFile, tapDir string) (*Resolver, error) {
 func (r *Resolver) reset() {
 	r.fps, r.fpMixed = map[fpKey]uint64{}, map[fpKey][]uint32{}
 	r.loaded, r.info = map[int64]bool{}, map[*Exporter]*exporterInfo{}
+	r.fix.reset(r.dir)
 	if r.dir == "" {
 		return
 	}

@@ -177,6 +177,8 @@ type Counters struct {
 	Sampling map[string]*ExporterSamplingCounts `json:"sampling"`
 	// per exporter: flows whose times were corrected / quarantined, by reason
 	Times map[string]*ExporterTimeCounts `json:"times"`
+	// per exporter: records completed from flowlake's own decode of what nfcapd lost (gaps.go)
+	OwnDecode map[string]*ExporterDecodeCounts `json:"own_decode"`
 }
 
 // ExporterTimeCounts are one exporter's corrected and quarantined flows by reason.
@@ -378,7 +380,7 @@ func (s *Shipper) shipAs(ctx context.Context, path string, id fileID) (*Stats, e
 	if s.batch != nil {
 		s.batch.Start(s.enc, s.parts)
 	}
-	stats, readErr := ReadFile(read, func(f *Flow) error {
+	stats, readErr := ReadFileWith(read, s.res.Complete, func(f *Flow) error {
 		if f.Seq%1024 == 0 { // a select per flow was 5 % of the importer's CPU (pprof)
 			select {
 			case <-failed:
@@ -497,6 +499,10 @@ func (s *Shipper) shipAs(ctx context.Context, path string, id fileID) (*Stats, e
 		s.count.Sampling = map[string]*ExporterSamplingCounts{}
 	}
 	MergeCounts(s.count.Sampling, s.res.Counts)
+	if s.count.OwnDecode == nil {
+		s.count.OwnDecode = map[string]*ExporterDecodeCounts{}
+	}
+	MergeDecodeCounts(s.count.OwnDecode, s.res.fix.Counts)
 	if s.count.Times == nil {
 		s.count.Times = map[string]*ExporterTimeCounts{}
 	}

@@ -17,6 +17,8 @@
 //	                          of what nfcapd stores of it + the rate resolved in stream
 //	                          order (0 = its sampler is unknown); one file per minute
 //	DIR/tap.json              counters and the samplers in use, for `flowlake status`
+//	DIR/fix/YYYYMMDDhhmm.bin  per record of a form nfcapd 1.7.1 stores incompletely
+//	                          (gaps.go): the values it loses, keyed by the same fingerprint
 //
 // The shipper (sampling.go) looks every flow of a sampled exporter up by the same
 // fingerprint, so a rate change takes effect exactly at the datagram that announced it.
@@ -65,7 +67,8 @@ const samplerExporterWide = -1
 type tfield struct {
 	id, length uint16
 	enterprise bool
-	slot       int8 // where decodeRecord keeps its value (-1: not used)
+	pen        uint32 // enterprise number (enterprise fields)
+	slot       int8   // where decodeRecord keeps its value (-1: not used)
 }
 
 // value slots of a record: the information elements the tap reads, as numbers
@@ -106,18 +109,21 @@ type ttemplate struct {
 	fields  []tfield
 	scope   int // options templates: the first `scope` fields are scope fields
 	options bool
-	rates   bool // a data template with a sampler id or rate field per record
+	rates   bool   // a data template with a sampler id or rate field per record
+	gap     uint16 // forms nfcapd cannot decode (gaps.go): its records get correction records
 }
 
 type texporter struct {
-	addr      netip.Addr
-	domain    uint32
-	templates map[uint16]*ttemplate
-	samplers  map[int64]uint32
-	forms     map[int64]string
-	sampled   bool // any sampling announced: fingerprint every data record
-	Records   uint64
-	Unknown   uint64
+	addr        netip.Addr
+	domain      uint32
+	templates   map[uint16]*ttemplate
+	samplers    map[int64]uint32
+	forms       map[int64]string
+	sampled     bool // any sampling announced: fingerprint every data record
+	Records     uint64
+	Unknown     uint64
+	Decoded     map[string]uint64 // gaps.go: records completed from the tap's own decode, by what
+	Undecodable map[string]uint64 // gaps.go: records of a gap template it could not decode, by reason
 }
 
 // RateChange is one line of rates.jsonl.
@@ -144,6 +150,7 @@ type tap struct {
 	fpMinute  string
 	fp        *bufio.Writer
 	fpFile    *os.File
+	fix       fixWriter // gaps.go: DIR/fix/YYYYMMDDhhmm.bin
 	state     TapState
 	lastSave  time.Time
 }
@@ -167,6 +174,10 @@ type TapExporter struct {
 	Forms    map[string]string `json:"forms"`
 	Records  uint64            `json:"sampled_records"`
 	Unknown  uint64            `json:"unknown_sampler_records"`
+	// gaps.go: records of forms nfcapd cannot decode: corrections written (by what),
+	// and records the tap could not decode either (by reason)
+	Decoded     map[string]uint64 `json:"decoded,omitempty"`
+	Undecodable map[string]uint64 `json:"undecodable,omitempty"`
 }
 
 func cmdTap(args []string) error {
@@ -183,8 +194,10 @@ func cmdTap(args []string) error {
 	if o.dir == "" {
 		return fmt.Errorf("tap: --dir is required")
 	}
-	if err := os.MkdirAll(filepath.Join(o.dir, "fp"), 0o755); err != nil {
-		return err
+	for _, sub := range []string{"fp", "fix"} {
+		if err := os.MkdirAll(filepath.Join(o.dir, sub), 0o755); err != nil {
+			return err
+		}
 	}
 	network, laddr := "ip4:udp", &net.IPAddr{}
 	if ip := net.ParseIP(o.bind); ip != nil && ip.To4() == nil {
@@ -267,7 +280,8 @@ func (t *tap) save() {
 	t.state.UpdatedAt = time.Now().UTC().Format(time.RFC3339Nano)
 	for k, e := range t.exporters {
 		te := TapExporter{Address: e.addr.String(), Domain: e.domain, Samplers: map[string]uint32{},
-			Forms: map[string]string{}, Records: e.Records, Unknown: e.Unknown}
+			Forms: map[string]string{}, Records: e.Records, Unknown: e.Unknown,
+			Decoded: copyCounts(e.Decoded), Undecodable: copyCounts(e.Undecodable)}
 		for id, r := range e.samplers {
 			te.Samplers[fmt.Sprint(id)] = r
 			te.Forms[fmt.Sprint(id)] = e.forms[id]
@@ -286,7 +300,8 @@ func (t *tap) save() {
 func (t *tap) prune() {
 	cut := time.Now().Add(-t.o.keep).UTC().Format("200601021504")
 	files, _ := filepath.Glob(filepath.Join(t.o.dir, "fp", "*.bin"))
-	for _, f := range files {
+	fixes, _ := filepath.Glob(filepath.Join(t.o.dir, "fix", "*.bin"))
+	for _, f := range append(files, fixes...) {
 		if strings.TrimSuffix(filepath.Base(f), ".bin") < cut {
 			_ = os.Remove(f)
 		}
@@ -402,7 +417,7 @@ func (t *tap) sets(e *texporter, p []byte, ipfix bool, now time.Time) {
 		case (!ipfix && id == 1) || (ipfix && id == 3):
 			t.templates(e, body, ipfix, true)
 		case id >= 256:
-			if tm := e.templates[id]; tm != nil && (tm.options || tm.rates || e.sampled) {
+			if tm := e.templates[id]; tm != nil && (tm.options || tm.rates || e.sampled || tm.gap != 0) {
 				t.data(e, tm, body, now)
 			}
 		}
@@ -450,6 +465,7 @@ func (t *tap) templates(e *texporter, b []byte, ipfix, options bool) {
 				if len(b) < 4 {
 					return
 				}
+				f.pen = binary.BigEndian.Uint32(b)
 				b = b[4:]
 			}
 			if options && !ipfix && i < tm.scope {
@@ -471,6 +487,9 @@ func (t *tap) templates(e *texporter, b []byte, ipfix, options bool) {
 			}
 			tm.fields = append(tm.fields, f)
 		}
+		if !options {
+			tm.gap = gapsOf(tm)
+		}
 		if tid >= 256 {
 			e.templates[tid] = tm
 		}
@@ -484,6 +503,7 @@ type recvals struct {
 	prob     float64
 	src, dst [16]byte
 	v6       bool
+	g        gapvals // gaps.go: what nfcapd cannot decode
 }
 
 func (v *recvals) set(slot int8, x uint64) { v.val[slot], v.has = x, v.has|1<<uint(slot) }
@@ -503,7 +523,12 @@ func (t *tap) data(e *texporter, tm *ttemplate, b []byte, now time.Time) {
 		if tm.options {
 			t.optionRecord(e, &v, now)
 		} else {
-			t.flowRecord(e, &v, now)
+			if tm.rates || e.sampled {
+				t.flowRecord(e, &v, now)
+			}
+			if tm.gap != 0 {
+				t.gapRecord(e, tm, &v, now)
+			}
 		}
 	}
 }
@@ -532,9 +557,14 @@ func decodeRecord(tm *ttemplate, b []byte, v *recvals) (int, bool) {
 		val := b[pos : pos+l]
 		pos += l
 		if f.enterprise {
+			if f.pen == penReverse {
+				v.g.reverse(f.id, val, l)
+			}
 			continue
 		}
 		switch f.id {
+		case ieStartMicro, ieEndMicro, ieObsTimeMs, ieDataLinkFrame, iePhysIn, iePhysOut, 152, 153, 6:
+			v.g.element(f.id, val)
 		case ieSrcV4:
 			if l == 4 {
 				copy(v.src[12:], val)
@@ -710,6 +740,7 @@ func (t *tap) flushFP() {
 	if t.fp != nil {
 		_ = t.fp.Flush()
 	}
+	t.fix.flush()
 }
 
 // fingerprint of a flow record from what both the tap (wire record) and the shipper
