@@ -760,7 +760,9 @@ def test_progress_goes_to_stderr_only(lake, nf_file):
     assert len(json.loads(res.stdout)) == sum(nfdump_records(nf_file).values())
     assert "reading date=2026-11-25/hour=10" in res.stderr
     quiet = _cli("query", "any", "--format", "json", "--limit", "3")
-    assert quiet.stderr == "" and len(json.loads(quiet.stdout)) == 3
+    # no progress: only the counting rule's line (issue 34), named from the config
+    assert quiet.stderr.startswith("counted with [site] count_at = ") and quiet.stderr.count("\n") == 1, quiet.stderr
+    assert len(json.loads(quiet.stdout)) == 3
 
 
 @pytest.mark.integration
