@@ -235,13 +235,14 @@ def test_status_shows_the_border_from_the_last_report(tmp_path):
     assert status.border_status(cfg)["date"] is None
     part = cfg.lake / "reports" / "observation_points" / "date=2026-04-07"
     part.mkdir(parents=True)
-    base = {"external_ifs": "", "classified": True, "count_at": "boundary", "bytes_observed": 10, "bytes_counted": 5}
+    base = {"external_ifs": "", "classified": True, "count_at": "boundary", "bytes_observed": 10, "bytes_counted": 5,
+            "contradictory": 0}
     rows = [{**base, "exporter": "127.0.0.2", "exporter_name": "border-a", "external_ifs": "1 if1", "exports": "both",
              "observations": 20, "counted": 10, "multi_point_share": 0.5},
             {**base, "exporter": "127.0.0.3", "exporter_name": "", "exports": "ingress", "classified": False,
              "count_at": "key", "observations": 7, "counted": 3, "multi_point_share": 0.25},
             {**base, "exporter": "all", "exporter_name": "all", "exports": "both", "count_at": "boundary",
-             "observations": 27, "counted": 13, "multi_point_share": 0.4}]
+             "observations": 27, "counted": 13, "multi_point_share": 0.4, "contradictory": 4}]
     pq.write_table(pa.Table.from_pylist(rows), part / "part-0.parquet")
     st = status.border_status(cfg)
     assert (st["date"], st["unclassified"], st["site"]["counted"]) == ("2026-04-07", ["127.0.0.3"], 13)
@@ -251,6 +252,8 @@ def test_status_shows_the_border_from_the_last_report(tmp_path):
     assert "count_at = boundary" in text and "40.0% of flows seen at more than one point" in text
     assert "127.0.0.2 (border-a): exports both, external interfaces 1 if1, counted by boundary" in text
     assert "counted by key: 127.0.0.3" in text
+    assert "4 flows entered and left on external interfaces (transit, or contradictory direction data" in text
+    assert "each counted once by boundary" in text
 
 
 @pytest.mark.integration
