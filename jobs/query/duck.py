@@ -87,6 +87,8 @@ class DuckEngine:
         if progress:  # DuckDB tracks progress only with its bar on; we draw it (stderr), not DuckDB
             self.con.execute("SET enable_progress_bar = true")
             self.con.execute("SET enable_progress_bar_print = false")
+        else:  # DuckDB's own bar would print on stdout after 2 s (a whole day counted once takes that)
+            self.con.execute("SET enable_progress_bar = false")
         self._types: dict[str, str] = {}
         self._attached: dict = {}
 
