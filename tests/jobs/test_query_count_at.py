@@ -25,7 +25,7 @@ RULES = count_rule.RULES
 
 @pytest.fixture(scope="module")
 def day():
-    return modelled(1500, seed=341)
+    return modelled(3000, seed=341)
 
 
 @pytest.fixture(scope="module")
