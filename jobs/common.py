@@ -6,10 +6,15 @@ round trip per row would cost more than the whole report.
 """
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from flowlake.pipelines.locality import parse_prefixes  # noqa: F401  (the one definition; re-exported)
+from flowlake.schemas import FLOWS_TABLE
 from flowlake.schemas.protocols import PROTO_NAMES  # noqa: F401  (re-exported for the jobs)
 
 from . import count_once
@@ -166,8 +171,71 @@ def hour_to_null(df: DataFrame) -> DataFrame:
 
 def site_flows(ctx, date=None) -> DataFrame:
     """The day's flows as reports of site traffic count them: `[site] count_at` applied
-    (jobs/count_once.py, each flow once). Views of devices read ctx.flows() instead."""
+    (jobs/count_once.py, each flow once). Views of devices read ctx.flows() instead.
+
+    On this machine (the report engine `local`: jobs/engines.py) the rule runs once per run:
+    DuckDB writes the counted rows (counted_files), and every job of the run reads those.
+    Elsewhere (a lake on a cluster) each job applies the Spark transform."""
+    if date is None or date == ctx.date:
+        files = counted_files(ctx)
+        if files is not None:
+            if not files:
+                return ctx.spark.createDataFrame([], FLOWS_TABLE.spark_schema())
+            base = str(Path(files[0]).parents[2])
+            return ctx.spark.read.option("basePath", base).schema(FLOWS_TABLE.spark_schema()).parquet(*files)
     return count_once.site_flows(ctx.flows() if date is None else ctx.flows(date), ctx.cfg)
+
+
+class _Counted:
+    """The counted rows of one run (a folder under $FLOWLAKE_HOME/tmp), removed when the run
+    ends (runner.run_jobs calls unpersist() on what the jobs shared)."""
+
+    def __init__(self, folder: Path, files: list[str]):
+        self.folder, self.files = folder, files
+
+    def unpersist(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def counted_files(ctx) -> list[str] | None:
+    """The day's flows as `[site] count_at` counts them, as Parquet files (hive paths
+    date=D/hour=N) written once per run by DuckDB (count_rule.duckdb_sql, held equal to the
+    Spark rule): what the local engines (Go top-talkers kernel, DuckDB) and, on this machine,
+    the Spark jobs read. None for `all` (the lake's files as they are) and when the reports
+    run on a cluster. DuckDB's memory for the pass is `[site] dedup_memory_mb` (it spills
+    beyond, under $FLOWLAKE_HOME/tmp/duckdb)."""
+    from flowlake.pipelines import duck  # noqa: PLC0415  (DuckDB: only for the local engines)
+
+    from . import engines  # noqa: PLC0415  (cycle-free, light)
+
+    rule, window = count_once.settings(ctx.cfg)
+    if rule == "all":
+        return None
+    if engines.for_reports(ctx) != "local":
+        return None
+    cache = getattr(ctx, "shared", None)
+    if cache is None:  # no run to remove the files at its end: the rule per job
+        return None
+    key = ("counted-files", ctx.date, rule, window)
+    if key in cache:
+        return cache[key].files
+    files = duck.flow_files(ctx)
+    tmp = Path(ctx.cfg.path("tmp"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix="count-once-", dir=tmp))
+    con = duck.connect(ctx.cfg)
+    try:
+        mb = int(getattr(ctx.cfg.site, "dedup_memory_mb", 0) or 0)
+        if mb > 0:
+            con.execute(f"SET memory_limit = '{mb}MB'")
+        out = count_once.counted_parquet(con, files, ctx.cfg, folder / f"date={ctx.date.isoformat()}")
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    finally:
+        con.close()
+    cache[key] = _Counted(folder, out)
+    return out
 
 
 def shared_flows(ctx) -> DataFrame:

@@ -99,9 +99,12 @@ def run(ctx) -> bool:
         files = duck.flow_files(ctx)
         if not files:
             return False
-        # each flow once, by [site] count_at (jobs/count_once.py): the view over the counted rows
+        # each flow once, by [site] count_at (jobs/count_once.py): the view over the counted rows,
+        # those of the run (common.counted_files) or, without a run, its own
         with tempfile.TemporaryDirectory(dir=ctx.cfg.path("tmp")) as tmp:
-            counted = count_once.counted_parquet(con, files, ctx.cfg, Path(tmp) / "counted")
+            counted = common.counted_files(ctx)
+            if counted is None:
+                counted = count_once.counted_parquet(con, files, ctx.cfg, Path(tmp) / "counted")
             if not counted:
                 return False
             con.execute(f"""CREATE OR REPLACE TEMP VIEW day_flows AS

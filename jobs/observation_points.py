@@ -38,7 +38,8 @@ def observation_points(flows: DataFrame, rule: str, window_seconds: float) -> Da
         F.count(F.lit(1)).alias("observations"), F.sum(counted.cast("long")).alias("counted"),
         F.sum("bytes").alias("bytes_observed"),
         F.sum(F.when(counted, F.col("bytes")).otherwise(0)).alias("bytes_counted"),
-        F.avg(multi).alias("multi_point_share"))
+        F.avg(multi).alias("multi_point_share"),
+        F.sum(F.col(co.CONTRADICTORY).cast("long")).alias("contradictory"))
     exports = (F.when((F.col("_in") == 1) & (F.col("_out") == 1), "both")
                .when(F.col("_in") == 1, "ingress").otherwise("egress"))
     applied = (F.lit("all") if rule == "all" else F.lit("key") if rule == "key"
@@ -51,13 +52,14 @@ def observation_points(flows: DataFrame, rule: str, window_seconds: float) -> Da
                  F.sum("bytes").alias("bytes_observed"),
                  F.sum(F.when(counted, F.col("bytes")).otherwise(0)).alias("bytes_counted"),
                  F.max(F.col(co.CLASSIFIED).cast("int")).alias("_classified"),
-                 F.max(ingress.cast("int")).alias("_in"), F.max((~ingress).cast("int")).alias("_out"))
+                 F.max(ingress.cast("int")).alias("_in"), F.max((~ingress).cast("int")).alias("_out"),
+                 F.sum((counted & F.col(co.CONTRADICTORY)).cast("long")).alias("contradictory"))
     site = (site.where(F.col("observations") > 0).crossJoin(share)
             .select(F.lit("all").alias("exporter"), F.lit("all").alias("exporter_name"),
                     F.lit("").alias("external_ifs"),
                     exports.alias("exports"), (F.col("_classified") == 1).alias("classified"),
                     F.lit(rule).alias("count_at"), "observations", "counted", "bytes_observed", "bytes_counted",
-                    "multi_point_share"))
+                    "multi_point_share", "contradictory"))
     cols = [f.name for f in OBSERVATION_POINTS.fields if f.name != "date"]
     return per.select(*cols).unionByName(site.select(*cols))
 

@@ -59,6 +59,12 @@ def _print_border(console, b: dict) -> None:
                       f"{'' if r['classified'] else ' (interfaces unclassified)'}, {r['counted']:,} of "
                       f"{r['observations']:,} records counted, {r['multi_point_share']:.0%} seen elsewhere too",
                       markup=False)
+    contra = int(site.get("contradictory") or 0)
+    if contra:
+        how = ("count_at = all counts every observation of them" if b["count_at"] == "all"
+               else f"each counted once by {b['count_at']}")
+        console.print(f"  {contra:,} flows entered and left on external interfaces (transit, or contradictory "
+                      f"direction data: ingress and egress both on an external interface): {how}", markup=False)
     if b["unclassified"] and b["count_at"] == "boundary":
         console.print("  count_at = boundary, but these exporters have no classified interfaces and are counted "
                       f"by key: {', '.join(b['unclassified'])} (add [[enrich.interface_rules]])", markup=False)

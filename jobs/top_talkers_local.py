@@ -82,8 +82,12 @@ def run(ctx) -> bool:
             previous = "tt_previous"
         with tempfile.TemporaryDirectory(dir=ctx.cfg.path("tmp")) as tmp:
             out = Path(tmp) / "lists.parquet"
-            # each flow once, by [site] count_at (jobs/count_once.py; `all` reads the lake as it is)
-            files = count_once.counted_parquet(con, files, ctx.cfg, Path(tmp) / "counted")
+            # each flow once, by [site] count_at (the run's counted rows: common.counted_files;
+            # `all` reads the lake as it is)
+            counted = common.counted_files(ctx)
+            if counted is None and count_once.settings(ctx.cfg)[0] != "all":  # no run to share them
+                counted = count_once.counted_parquet(con, files, ctx.cfg, Path(tmp) / "counted")
+            files = files if counted is None else counted
             if not files:
                 return False
             lists(files, ctx.cfg.site.local_prefixes, int(ctx.cfg.reports.top_n), out)

@@ -30,6 +30,10 @@ OBSERVATION_POINTS = Record(
         Field("bytes_counted", "long", "bytes of the counted observations", "bytes"),
         Field("multi_point_share", "double", "share of its observations whose flow was seen at more than one "
               "point (site row: of the counted records, each flow once)", "fraction 0..1"),
+        Field("contradictory", "long", "records of flows that enter and leave on external interfaces "
+              "(transit, or contradictory direction data: e.g. ingress and egress both on an external "
+              "interface): every rule but `all` counts such a flow once (site row: the counted records, "
+              "one flow each)", "records"),
         REPORT_DATE,
     ),
     partition_by=("date",),

@@ -6,10 +6,14 @@ import json
 import click
 
 from flowlake.base.quick_exit import quick_exit
-from flowlake.jobs import anonymise
+from flowlake.jobs import anonymise, count_rule
 
 ENGINE_HELP = ("Engine for this command: local (DuckDB in this process), spark, or auto "
                "(default: config [query] engine, FLOWLAKE_QUERY_ENGINE).")
+COUNT_AT_HELP = ("Count each flow once (issue 34): boundary (where it crosses the site's external interfaces), key "
+                 "(observations matched by addresses, ports, protocol and time), auto (boundary where interfaces "
+                 "are classified, key for the rest) or all (every observation, as nfdump sums them). "
+                 "Default: config [site] count_at. The rule used is named on stderr.")
 PROGRESS_HELP = "Progress of long scans on stderr (default: config [query] progress, auto = on a terminal)."
 
 
@@ -39,24 +43,30 @@ AS_OF_HELP = ("Read lake/flows as it was: a table VERSION (integer), or a TIME (
               "the newest version committed at or before it. lake/flows must be a Delta table.")
 
 
-def _open(start, end, engine, master, progress, as_of=None):
+def _open(start, end, engine, master, progress, as_of=None, count_at=None, say_rule=False):
     from flowlake.base import config
     from flowlake.base.delta import AsOfError
+    from flowlake.jobs.count_rule import CountRuleError
 
-    from .engines import open_engine, say_version, show_progress
+    from . import engines
 
     if start and end and end <= start:
         raise click.BadParameter(f"--to {end:%Y-%m-%dT%H:%M:%S} is not after --from {start:%Y-%m-%dT%H:%M:%S}")
     cfg = config.get()
     try:
-        eng = open_engine(cfg, start, end, engine, master, show_progress(cfg, progress), as_of=as_of)
+        eng = engines.open_engine(cfg, start, end, engine, master, engines.show_progress(cfg, progress), as_of=as_of,
+                                  count_at=count_at)
+    except CountRuleError as exc:  # [site] count_at in the config (--count-at is a click.Choice)
+        raise click.ClickException(str(exc)) from None
     except AsOfError as exc:
         raise click.BadParameter(str(exc), param_hint="--as-of") from None
     except FileNotFoundError as exc:
         raise click.ClickException(str(exc)) from None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--engine/--progress") from None
-    say_version(eng, as_of)
+    engines.say_version(eng, as_of)
+    if say_rule:
+        engines.say_rule(eng, count_at)
     return eng
 
 
@@ -82,10 +92,11 @@ def _engine_options(f):
 @click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table", show_default=True)
 @click.option("--limit", type=click.IntRange(min=0), default=None,
               help="Most records to print (0: no limit). Default 20 for table, none for csv/json.")
+@click.option("--count-at", "count_at", type=click.Choice(list(count_rule.RULES)), default=None, help=COUNT_AT_HELP)
 @_engine_options
 @anonymise.query_options
-def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, engine, master, progress, as_of,
-          anon):
+def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, count_at, engine, master, progress,
+          as_of, anon):
     """Search the flow lake with nfdump's filter syntax.
 
     DuckDB answers inside the command (a day of flows in well under a second); Spark
@@ -111,6 +122,7 @@ def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, eng
       flowlake query any -s dstport/bytes -s srcip/packets -n 20
       flowlake query 'proto tcp and dst port 443' -s srcip/bytes --engine spark
       flowlake query 'dst port 22' -s srcip/flows --as-of 2026-11-27T14:00   # the lake as it was then
+      flowlake query any -s srcip/bytes --count-at all   # every router's observation, as nfdump sums them
     """
     from .answer import answer, prepare
     from .parser import FilterError
@@ -125,7 +137,7 @@ def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, eng
 
     if limit is None:
         limit = 20 if fmt == "table" else 0
-    eng = _open(start, end, engine, master, progress, as_of)
+    eng = _open(start, end, engine, master, progress, as_of, count_at, say_rule=True)
     try:
         answer(eng, tree, stat_specs, top_n, agg, fmt, limit, anon)
     except RuntimeError as exc:  # duck.LakeReadError: a file unreadable or replaced while read

@@ -17,6 +17,7 @@ import time
 from flowlake.pipelines.duck import sql_list
 from flowlake.pipelines.lake_read import LakeReader
 
+from .. import count_rule
 from . import index, sql
 from .lake import partitions
 from .spec import AGG_KEYS, FLOW_COLUMNS, RECORD_KEYS, STAT_KEYS, with_shares
@@ -53,8 +54,11 @@ class DuckEngine:
     name = "local"
 
     def __init__(self, cfg, start: dt.datetime | None = None, end: dt.datetime | None = None,
-                 threads: int = 0, progress=None, use_index: bool = True, as_of=None):
+                 threads: int = 0, progress=None, use_index: bool = True, as_of=None,
+                 count_at: str = "all", window_seconds: float = count_rule.DEFAULT_WINDOW_SECONDS):
         self.start, self.end, self.progress = start, end, progress
+        # the counting rule (issue 34, jobs/count_rule.py): the window's flows as it counts them
+        self.count_at, self.window_seconds = count_rule.check_rule(count_at, "--count-at"), float(window_seconds)
         # The window's hours at one table version (Delta) or pinned by hard links (Parquet)
         # until close(): a compaction during the query cannot take the files listed from
         # under DuckDB.
@@ -83,6 +87,8 @@ class DuckEngine:
         if progress:  # DuckDB tracks progress only with its bar on; we draw it (stderr), not DuckDB
             self.con.execute("SET enable_progress_bar = true")
             self.con.execute("SET enable_progress_bar_print = false")
+        else:  # DuckDB's own bar would print on stdout after 2 s (a whole day counted once takes that)
+            self.con.execute("SET enable_progress_bar = false")
         self._types: dict[str, str] = {}
         self._attached: dict = {}
 
@@ -137,6 +143,20 @@ class DuckEngine:
                 subs.append(f"SELECT *{self._missing(rel, later)} FROM {rel} WHERE {self._bounds('index', rel)}")
         return "(" + " UNION ALL BY NAME ".join(subs) + ")" if subs else None
 
+    def _counted(self, tree=None) -> str | None:
+        """The window's flows as the counting rule counts them (every hour: a flow's
+        observations may lie on both sides of an hour's end); the plain source for `all`.
+        A filter on the flow key alone (host, port, proto) is applied before the matching:
+        exact, and the windows then sort only the keys asked about."""
+        src = self._source(tree=tree)
+        if src is None or self.count_at == "all":
+            return src
+        have = {r[0] for r in self._exec(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+        key_only = tree is not None and sql.columns(tree) and sql.columns(tree) <= set(count_rule.KEY)
+        query = count_rule.duckdb_sql(count_rule.with_rule_columns(src, have), self.count_at, self.window_seconds,
+                                      sql.to_sql(tree) if key_only else None)
+        return f"({query})"
+
     def _missing(self, relation: str, columns: list[str]) -> str:
         """`, NULL AS col` for each of columns the relation lacks (asked only when a filter
         names such a column: a DESCRIBE reads the files' footers)."""
@@ -161,7 +181,7 @@ class DuckEngine:
         return [dict(zip(cols, row)) for row in res.fetchall()]
 
     def _selected(self, tree, columns) -> str | None:
-        src = self._source(tree=tree)
+        src = self._counted(tree)
         if src is None:
             return None
         return f"(SELECT {', '.join(columns)} FROM {src} WHERE {sql.to_sql(tree)})"
@@ -172,6 +192,12 @@ class DuckEngine:
         where = sql.to_sql(tree)
         cols = ", ".join("CAST(time_start AS TIMESTAMP) AS time_start" if c == "time_start" else
                          "CAST(time_end AS TIMESTAMP) AS time_end" if c == "time_end" else c for c in FLOW_COLUMNS)
+        if self.count_at != "all":  # one pass over the window: the rule matches across hours
+            src = self._counted(tree)
+            if src is not None:
+                yield from self._run(f"SELECT {cols} FROM {src} WHERE {where} ORDER BY time_start, source_file, file_seq"
+                                     + (f" LIMIT {int(limit)}" if limit else ""))
+            return
         done = 0
         for i, part in enumerate(self.parts):
             if self.progress:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 
+from flowlake.jobs import count_rule
 from flowlake.jobs import engines as _engines
 
 ENGINES = _engines.ENGINES
@@ -41,19 +42,28 @@ def show_progress(cfg, flag: bool | None, stream=None) -> bool:
 
 
 def open_engine(cfg, start=None, end=None, engine: str | None = None, master: str | None = None,
-                progress: bool = False, as_of=None):
+                progress: bool = False, as_of=None, count_at: str | None = None):
     """The chosen engine over the flows of [start, end), read as of `as_of` (--as-of: a
     table version, or a time: the newest version committed at or before it; lake/flows
-    must be a Delta table) or, by default, the newest version."""
+    must be a Delta table) or, by default, the newest version; counted by `count_at`
+    (--count-at), else by `[site] count_at` (jobs/count_rule.py; CountRuleError names a bad one)."""
+    rule, window = count_rule.settings(cfg, count_at)
     name = choose(cfg, engine, master)
     if name == "spark":
         from .spark_engine import SparkEngine
 
-        return SparkEngine(cfg, start, end, master=master, progress=progress, as_of=as_of)
+        return SparkEngine(cfg, start, end, master=master, progress=progress, as_of=as_of, count_at=rule,
+                           window_seconds=window)
     from .duck import DuckEngine, Progress
 
     return DuckEngine(cfg, start, end, threads=duck_threads(int(cfg.query.threads)),
-                      progress=Progress(sys.stderr) if progress else None, as_of=as_of)
+                      progress=Progress(sys.stderr) if progress else None, as_of=as_of, count_at=rule,
+                      window_seconds=window)
+
+
+def say_rule(eng, override: str | None = None, stream=None) -> None:
+    """One line on stderr naming the counting rule the answer used (stdout stays nfdump-like)."""
+    (stream or sys.stderr).write(count_rule.describe(eng.count_at, eng.window_seconds, override) + "\n")
 
 
 def say_version(eng, as_of, stream=None) -> None:

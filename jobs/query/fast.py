@@ -127,7 +127,7 @@ def answer_argv(argv: list[str]) -> int | None:
     from flowlake.base import config
 
     from .answer import answer, prepare
-    from .engines import choose, open_engine, say_version, show_progress
+    from .engines import choose, open_engine, say_rule, say_version, show_progress
     from .lake import parse_as_of, parse_time
 
     try:
@@ -139,10 +139,12 @@ def answer_argv(argv: list[str]) -> int | None:
         if (start and end and end <= start) or choose(cfg, opts["engine"]) != "local":
             return None
         as_of = parse_as_of(opts["as_of"]) if opts.get("as_of") is not None else None
-        eng = open_engine(cfg, start, end, opts["engine"], None, show_progress(cfg, opts["progress"]), as_of=as_of)
-    except (ValueError, OSError, config.ConfigError):  # FilterError, StatError, TimeError, AsOfError, no lake: click's
-        return None
+        eng = open_engine(cfg, start, end, opts["engine"], None, show_progress(cfg, opts["progress"]), as_of=as_of,
+                          count_at=opts.get("count_at"))
+    except (ValueError, OSError, config.ConfigError):  # FilterError, StatError, TimeError, AsOfError,
+        return None                                     # CountRuleError, no lake: click's
     say_version(eng, as_of)
+    say_rule(eng, opts.get("count_at"))
     fmt, limit = opts["fmt"], opts["limit"]
     if limit is None:
         limit = 20 if fmt == "table" else 0

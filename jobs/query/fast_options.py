@@ -23,7 +23,7 @@ from .fast import checksum
 MODULE_FILE = Path(__file__).with_name("_options.py")
 # the click parameters fast.py answers (their click names: fast.py's opts keys)
 HANDLED = ("filter_text", "start", "end", "stats", "top_n", "aggregate_keys", "fmt", "limit", "engine", "progress",
-           "as_of")
+           "as_of", "count_at")
 # the parameters that always send the command to click
 CLICK_ONLY = ("master", "anonymise", "key_file", "help")
 # values of handled options that click's path answers (the Spark engine)

@@ -8,6 +8,8 @@ import datetime as dt
 from flowlake.base import spark as spark_factory
 from flowlake.pipelines.lake_read import LakeReader
 
+from .. import count_rule
+from ..count_once import count_once
 from . import to_column
 from .lake import read_flows
 from .spec import FLOW_COLUMNS, with_shares
@@ -17,7 +19,8 @@ class SparkEngine:
     name = "spark"
 
     def __init__(self, cfg, start: dt.datetime | None = None, end: dt.datetime | None = None,
-                 master: str | None = None, progress=None, as_of=None):
+                 master: str | None = None, progress=None, as_of=None, count_at: str = "all",
+                 window_seconds: float = 60.0):
         # Spark draws its own stage progress bar on stderr
         extra = {"spark.ui.showConsoleProgress": "true"} if progress else None
         self.spark = spark_factory.session("flowlake-query", master=master, cfg=cfg, extra=extra)
@@ -30,9 +33,13 @@ class SparkEngine:
             self.snapshot.close()
             raise
         self.version = self.snapshot.versions.get("flows")
+        # the counting rule (issue 34): records, statistics and aggregates read the flows it
+        # counts (jobs/count_once.py, the Spark form of the DuckDB engine's count_rule.duckdb_sql)
+        self.count_at, self.window_seconds = count_rule.check_rule(count_at, "--count-at"), float(window_seconds)
+        self.counted = count_once(self.flows, self.count_at, self.window_seconds)
 
     def _where(self, tree):
-        return self.flows.where(to_column(tree))
+        return self.counted.where(to_column(tree))
 
     def records(self, tree, limit: int = 0):
         df = self._where(tree).orderBy("time_start", "source_file", "file_seq").select(*FLOW_COLUMNS)

@@ -14,7 +14,7 @@ import pytest
 from test_jobs import private_cfg
 
 from flowlake.collectors.traffic import border, lake_rows, model
-from flowlake.jobs import count_once, runner, status
+from flowlake.jobs import count_once, count_rule, runner, status
 from flowlake.jobs.observation_points import observation_points
 from flowlake.pipelines.enrich.apply import lake_schema
 from flowlake.schemas import FLOWS_TABLE
@@ -36,6 +36,12 @@ def day():
 
 
 # ---- without Spark ------------------------------------------------------------------------
+def test_the_spark_rule_takes_its_names_from_the_light_module():
+    """One list of rules and one settings reader: count_once (Spark) re-exports count_rule's."""
+    for name in ("RULES", "KEY", "DEFAULT_WINDOW_SECONDS", "CountRuleError", "check_rule", "settings", "duckdb_sql"):
+        assert getattr(count_once, name) is getattr(count_rule, name), name
+
+
 def test_rule_names_are_checked():
     assert count_once.check_rule(" Key ") == "key"
     with pytest.raises(count_once.CountRuleError, match=r"\[site\] count_at = 'once': expected one of auto"):
@@ -138,6 +144,35 @@ def test_rules_on_hand_made_observations(spark, tmp_path):
 
 
 @pytest.mark.integration
+def test_a_flow_entering_and_leaving_on_external_interfaces_counts_once_and_is_reported(spark, tmp_path):
+    """Contradictory direction data (issue 34's bad input): one flow whose ingress record at R1
+    enters on an external interface and whose record at R2 leaves on one (a transit, or
+    interfaces classified wrong). `boundary` keeps both observations by its own test; every
+    rule but `all` counts the flow once (the best point: unsampled R1), observation_points
+    reports it, and the DuckDB twin keeps the same row."""
+    import duckdb  # noqa: PLC0415  (only here)
+
+    rows = [_obs(),                                                         # R1: in on its uplink
+            _obs(exporter="10.9.0.2", input_if=4, output_if=2, sampling_rate=2, in_if_boundary="internal",
+                 out_if_boundary="external"),                                # R2: out on its uplink
+            _obs(exporter="10.9.0.2", src_port=445, input_if=4, output_if=2, in_if_boundary="internal",
+                 out_if_boundary="external", packets=3, bytes=3000)]        # another flow, leaving: counts
+    df = frame(spark, pa.Table.from_pylist(rows), tmp_path, "contra")
+    for rule in ("auto", "boundary", "key"):
+        got = count_once.count_once(df, rule, 60)
+        assert totals(got) == {"flows": 2, "packets": 103, "bytes": 103_000}, rule
+        assert sorted((r["exporter"], r["src_port"]) for r in got.collect()) == [("10.9.0.1", 443), ("10.9.0.2", 445)]
+        con = duckdb.connect()
+        rel = count_once.duckdb_relation(con, f"read_parquet('{tmp_path / 'contra.parquet'}')")
+        twin = con.execute(f"SELECT exporter, src_port FROM ({count_rule.duckdb_sql(rel, rule, 60)}) ORDER BY 1, 2")
+        assert twin.fetchall() == [("10.9.0.1", 443), ("10.9.0.2", 445)], rule
+    assert totals(count_once.count_once(df, "all"))["flows"] == 3
+    rows = {r["exporter"]: r for r in observation_points(df, "boundary", 60).collect()}
+    assert (rows["all"]["contradictory"], rows["all"]["counted"]) == (1, 2)
+    assert (rows["10.9.0.1"]["contradictory"], rows["10.9.0.2"]["contradictory"]) == (1, 1)
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("rule", ["auto", "boundary", "key", "all"])
 def test_rules_equal_the_truth_on_the_modelled_border(spark, day, tmp_path, rule):
     truth, obs = day
@@ -190,6 +225,7 @@ def test_observation_points_describe_the_modelled_border(spark, day, tmp_path):
     assert site["multi_point_share"] == pytest.approx(want, abs=0.02)
     assert 0.5 < want < 0.95
     assert sum(r["counted"] for k, r in rows.items() if k != "all") == truth.num_rows
+    assert site["contradictory"] == 0  # the model's flows enter or leave, none both
 
 
 def test_status_shows_the_border_from_the_last_report(tmp_path):
@@ -199,13 +235,14 @@ def test_status_shows_the_border_from_the_last_report(tmp_path):
     assert status.border_status(cfg)["date"] is None
     part = cfg.lake / "reports" / "observation_points" / "date=2026-04-07"
     part.mkdir(parents=True)
-    base = {"external_ifs": "", "classified": True, "count_at": "boundary", "bytes_observed": 10, "bytes_counted": 5}
+    base = {"external_ifs": "", "classified": True, "count_at": "boundary", "bytes_observed": 10, "bytes_counted": 5,
+            "contradictory": 0}
     rows = [{**base, "exporter": "127.0.0.2", "exporter_name": "border-a", "external_ifs": "1 if1", "exports": "both",
              "observations": 20, "counted": 10, "multi_point_share": 0.5},
             {**base, "exporter": "127.0.0.3", "exporter_name": "", "exports": "ingress", "classified": False,
              "count_at": "key", "observations": 7, "counted": 3, "multi_point_share": 0.25},
             {**base, "exporter": "all", "exporter_name": "all", "exports": "both", "count_at": "boundary",
-             "observations": 27, "counted": 13, "multi_point_share": 0.4}]
+             "observations": 27, "counted": 13, "multi_point_share": 0.4, "contradictory": 4}]
     pq.write_table(pa.Table.from_pylist(rows), part / "part-0.parquet")
     st = status.border_status(cfg)
     assert (st["date"], st["unclassified"], st["site"]["counted"]) == ("2026-04-07", ["127.0.0.3"], 13)
@@ -215,22 +252,25 @@ def test_status_shows_the_border_from_the_last_report(tmp_path):
     assert "count_at = boundary" in text and "40.0% of flows seen at more than one point" in text
     assert "127.0.0.2 (border-a): exports both, external interfaces 1 if1, counted by boundary" in text
     assert "counted by key: 127.0.0.3" in text
+    assert "4 flows entered and left on external interfaces (transit, or contradictory direction data" in text
+    assert "each counted once by boundary" in text
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("rule", ["auto", "key", "all"])
+@pytest.mark.parametrize("rule", ["auto", "boundary", "key", "all"])
 def test_the_duckdb_twin_counts_the_same_rows_as_spark(spark, day, tmp_path, rule):
-    """count_once.duckdb_sql (the local report engines) keeps exactly the rows count_once keeps."""
+    """count_rule.duckdb_sql (the light module of the query engines and the local report
+    engines: no pyspark) keeps exactly the rows count_once keeps on Spark: the pin between them."""
     import duckdb  # noqa: PLC0415  (only here)
 
     truth, obs = day
     df = frame(spark, obs, tmp_path)
     want = sorted(r["file_seq"] for r in count_once.count_once(df, rule, 60).select("file_seq").collect())
     con = duckdb.connect()
-    rel = count_once.duckdb_relation(con, f"read_parquet('{tmp_path / 'obs.parquet'}')")
-    got = sorted(r[0] for r in con.execute(f"SELECT file_seq FROM ({count_once.duckdb_sql(rel, rule, 60)})").fetchall())
+    rel = count_rule.duckdb_relation(con, f"read_parquet('{tmp_path / 'obs.parquet'}')")
+    got = sorted(r[0] for r in con.execute(f"SELECT file_seq FROM ({count_rule.duckdb_sql(rel, rule, 60)})").fetchall())
     assert got == want
-    tot = con.execute(f"SELECT count(*), sum(bytes) FROM ({count_once.duckdb_sql(rel, rule, 60)})").fetchone()
+    tot = con.execute(f"SELECT count(*), sum(bytes) FROM ({count_rule.duckdb_sql(rel, rule, 60)})").fetchone()
     expect = border.observed_totals(obs) if rule == "all" else border.truth_totals(truth)
     assert (tot[0], tot[1]) == (expect["flows"], expect["bytes"])
 

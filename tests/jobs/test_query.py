@@ -755,12 +755,19 @@ def test_local_engine_names_an_unreadable_file(tmp_path, monkeypatch):
 @pytest.mark.integration
 def test_progress_goes_to_stderr_only(lake, nf_file):
     """--progress draws on stderr; stdout stays the clean JSON a pipe expects."""
-    res = _cli("query", "any", "--format", "json", "--limit", "0", "--progress")
+    # every observation (`all`): the listing walks the window hour by hour, and says so
+    res = _cli("query", "any", "--format", "json", "--limit", "0", "--progress", "--count-at", "all")
     assert res.exit_code == 0, res.stderr
     assert len(json.loads(res.stdout)) == sum(nfdump_records(nf_file).values())
     assert "reading date=2026-11-25/hour=10" in res.stderr
+    # counted once (the default rule): one pass over the window; one exporter, so nfdump's records
+    once = _cli("query", "any", "--format", "json", "--limit", "0", "--progress")
+    assert once.exit_code == 0, once.stderr
+    assert len(json.loads(once.stdout)) == sum(nfdump_records(nf_file).values())
     quiet = _cli("query", "any", "--format", "json", "--limit", "3")
-    assert quiet.stderr == "" and len(json.loads(quiet.stdout)) == 3
+    # no progress: only the counting rule's line (issue 34), named from the config
+    assert quiet.stderr.startswith("counted with [site] count_at = ") and quiet.stderr.count("\n") == 1, quiet.stderr
+    assert len(json.loads(quiet.stdout)) == 3
 
 
 @pytest.mark.integration

@@ -114,8 +114,10 @@ def test_fast_path_reads_options_as_click_does():
                       "--limit=0", "--format", "csv", "-A", "srcip"])
     assert got == {"filter_text": "proto tcp", "start": None, "end": None, "stats": ["dstip/bytes", "srcip"],
                    "top_n": 7, "aggregate_keys": "srcip", "fmt": "csv", "limit": 0, "engine": None,
-                   "progress": True, "as_of": None}
+                   "progress": True, "as_of": None, "count_at": None}
     assert parse_args(["--as-of", "3", "any"])["as_of"] == "3"
+    assert parse_args(["--count-at", "key", "any"])["count_at"] == "key"
+    assert parse_args(["--count-at", "twice", "any"]) is None  # click names the bad value
     assert parse_args(["--", "-x"])["filter_text"] == "-x"
     for declined in (["--engine", "spark"], ["--master", "local[1]"], ["--anonymise"], ["--key-file", "k"],
                      ["-h"], ["-n", "3x"], ["-n"], ["a", "b"], ["--limit", "-1"], ["-v"]):

@@ -1,0 +1,138 @@
+"""The counting rule of issue 34 without Spark: its names, settings and its DuckDB form.
+
+jobs/count_once.py is the rule on Spark (its docstring says what each rule counts); this
+module is the same rule for the engines that must not import pyspark: `flowlake query` on
+DuckDB (jobs/query/duck.py: ~0.1 s start-up), the Go top-talkers kernel and flow_size_dist
+on DuckDB. count_once.py imports its names from here (one list of rules, one settings
+reader), and tests/jobs/test_count_once.py holds duckdb_sql() equal to the Spark transform
+row for row on the traffic model's border. Pure: only the standard library is imported.
+"""
+from __future__ import annotations
+
+RULES = ("auto", "boundary", "key", "all")
+DEFAULT_WINDOW_SECONDS = 60.0
+KEY = ("src_addr", "dst_addr", "src_port", "dst_port", "proto")
+# the columns the rule reads besides KEY (a filter on KEY alone may run before the rule: see duckdb_sql)
+READS = KEY + ("exporter", "flow_direction", "in_if_boundary", "out_if_boundary", "time_start", "time_end",
+               "sampling_rate", "packets", "bytes")
+
+
+class CountRuleError(ValueError):
+    """`[site] count_at` or `--count-at` is not one of RULES (the message names the input)."""
+
+
+def check_rule(rule: str, where: str = "[site] count_at") -> str:
+    r = str(rule).strip().lower()
+    if r not in RULES:
+        raise CountRuleError(f"{where} = {rule!r}: expected one of {', '.join(RULES)}")
+    return r
+
+
+def settings(cfg, override: str | None = None) -> tuple[str, float]:
+    """(rule, window seconds) from the config's [site], `override` (e.g. --count-at) winning."""
+    site = getattr(cfg, "site", None)
+    rule = override if override else getattr(site, "count_at", "auto")
+    window = getattr(site, "dedup_window_seconds", DEFAULT_WINDOW_SECONDS)
+    try:
+        window = float(window)
+    except (TypeError, ValueError):
+        raise CountRuleError(f"[site] dedup_window_seconds = {window!r}: expected a number of seconds") from None
+    if window < 0:
+        raise CountRuleError(f"[site] dedup_window_seconds = {window!r}: expected 0 or more seconds")
+    return check_rule(rule, "--count-at" if override else "[site] count_at"), window
+
+
+def describe(rule: str, window_seconds: float, override: str | None = None) -> str:
+    """One line naming the rule a query counted with (printed on stderr by `flowlake query`)."""
+    where = "--count-at" if override else "[site] count_at"
+    if rule == "all":
+        return f"counted with {where} = all (every observation)"
+    return f"counted with {where} = {rule} (each flow once; window {window_seconds:g} s)"
+
+
+# ---- DuckDB (the local report engines: top_talkers_local, flow_size_dist_duckdb; flowlake query) ----
+_SQL_HELPERS = ("_co_ib", "_co_ob", "_co_ing", "_co_s", "_co_e", "_co_d", "_co_rate", "_co_ing_exp", "_co_cls",
+                "_co_kb", "_co_pe", "_co_cl", "_co_pr", "_co_pp", "_co_pb", "_co_cand", "_co_bx",
+                "_co_bd", "_co_counted")
+
+
+def duckdb_sql(relation: str, rule: str, window_seconds: float = DEFAULT_WINDOW_SECONDS,
+               key_filter: str | None = None) -> str:
+    """The rows of `relation` (a DuckDB table expression with the lake's flow columns) that
+    `rule` counts, as a query with the relation's own columns: count_once() in SQL, held
+    equal to it row for row by tests/jobs/test_count_once.py.
+
+    `key_filter`: a condition on KEY's columns only (a query's `host`, `port`, `proto`),
+    applied before the matching, so the windows sort only the keys asked about. Exact: the
+    rule matches observations within a key, and reads one thing across keys, whether an
+    exporter exports ingress records, which comes from every row of `relation`."""
+    rule = check_rule(rule)
+    where = f" WHERE {key_filter}" if key_filter else ""
+    if rule == "all":
+        return f"SELECT * FROM {relation}{where}"
+    w = int(round(window_seconds * 1000))
+    key = ", ".join(KEY)
+    by_key = f"PARTITION BY {key} ORDER BY _co_s, _co_e, exporter"
+    point = f"PARTITION BY {key}, _co_cl, exporter, _co_d"
+    cand = "TRUE" if rule == "key" else "_co_cand"
+    first = f"(NOT {cand}), " + ("" if rule == "key" else "(NOT _co_cls), ")
+    best = (f"PARTITION BY {key}, _co_cl ORDER BY {first}_co_pr, -_co_pp, -_co_pb, exporter, _co_d "
+            "ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING")
+    is_best = "(exporter = _co_bx AND _co_d = _co_bd)"
+    counted = is_best if rule == "key" else f"(_co_cand AND {is_best})"
+    return f"""
+    WITH co_f AS (SELECT *, coalesce(in_if_boundary, '') AS _co_ib, coalesce(out_if_boundary, '') AS _co_ob,
+                         (flow_direction IS NULL OR flow_direction = 0) AS _co_ing,
+                         epoch_ms(time_start) AS _co_s, epoch_ms(time_end) AS _co_e,
+                         coalesce(flow_direction, 0) AS _co_d,
+                         CASE WHEN sampling_rate IS NULL OR sampling_rate <= 0 THEN 2147483647
+                              ELSE sampling_rate END AS _co_rate
+                  FROM {relation}{where}),
+    co_x AS (SELECT exporter, max((flow_direction IS NULL OR flow_direction = 0)::INTEGER) AS _co_ing_exp
+             FROM {relation} GROUP BY exporter),
+    co_g AS (SELECT co_f.*, co_x._co_ing_exp, (_co_ib <> '' OR _co_ob <> '') AS _co_cls,
+                    ((_co_ib = 'external' OR _co_ob = 'external')
+                     AND (_co_ing OR coalesce(co_x._co_ing_exp, 0) = 0)) AS _co_kb
+             FROM co_f LEFT JOIN co_x USING (exporter)),
+    co_p AS (SELECT *, max(_co_e) OVER ({by_key} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS _co_pe
+             FROM co_g),
+    co_c AS (SELECT *, sum(CASE WHEN _co_pe IS NULL OR _co_s > _co_pe + {w} THEN 1 ELSE 0 END)
+                       OVER ({by_key} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _co_cl
+             FROM co_p),
+    co_r AS (SELECT *, max(_co_rate) OVER ({point}) AS _co_pr, sum(packets) OVER ({point}) AS _co_pp,
+                    sum(bytes) OVER ({point}) AS _co_pb, (NOT _co_cls OR _co_kb) AS _co_cand
+             FROM co_c),
+    co_u AS (SELECT *, first_value(exporter) OVER ({best}) AS _co_bx, first_value(_co_d) OVER ({best}) AS _co_bd
+             FROM co_r)
+    SELECT * EXCLUDE ({", ".join(h for h in _SQL_HELPERS if h != "_co_counted")})
+    FROM co_u WHERE {counted}"""
+
+
+def duckdb_relation(con, relation: str) -> str:
+    """`relation` with the columns the rule reads that its files lack (lake days from before
+    enrichment or revision 3) as NULL, as Spark's reader gives them."""
+    return with_rule_columns(relation, {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {relation}").fetchall()})
+
+
+def with_rule_columns(relation: str, have) -> str:
+    """`relation` (whose columns are `have`) with the rule's columns it lacks as NULL."""
+    missing = [f"CAST(NULL AS {t}) AS {c}" for c, t in (("in_if_boundary", "VARCHAR"), ("out_if_boundary", "VARCHAR"),
+                                                        ("flow_direction", "INTEGER")) if c not in have]
+    return f"(SELECT *, {', '.join(missing)} FROM {relation})" if missing else relation
+
+
+def counted_parquet(con, files: list[str], cfg, out_dir) -> list[str]:
+    """The day's flow files `files` (hive paths hour=NN) as the config's rule counts them:
+    `files` unchanged for `all`, else Parquet files of the counted rows under `out_dir`, in
+    hive paths hour=N as the local engines read them (the Go top-talkers kernel, DuckDB)."""
+    from pathlib import Path  # noqa: PLC0415  (only for the local engines)
+
+    rule, window = settings(cfg)
+    if rule == "all" or not files:
+        return list(files)
+    listed = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
+    rel = duckdb_relation(con, f"read_parquet([{listed}], hive_partitioning = true, union_by_name = true)")
+    target = str(out_dir).replace("'", "''")
+    con.execute(f"COPY (SELECT * EXCLUDE (date) FROM ({duckdb_sql(rel, rule, window)})) TO '{target}' "
+                "(FORMAT parquet, COMPRESSION zstd, PARTITION_BY (hour))")
+    return sorted(str(p) for p in Path(out_dir).glob("hour=*/*.parquet"))
