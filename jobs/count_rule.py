@@ -42,9 +42,26 @@ def settings(cfg, override: str | None = None) -> tuple[str, float]:
     return check_rule(rule, "--count-at" if override else "[site] count_at"), window
 
 
-def describe(rule: str, window_seconds: float, override: str | None = None) -> str:
+def query_settings(cfg, override: str | None = None) -> tuple[str, float, str]:
+    """(rule, window seconds, where it came from) for `flowlake query`: --count-at, else
+    `[query] count_at`, where "site" follows `[site] count_at`. The query's default is "all"
+    (flowlake.toml): an investigation sees every observation as nfdump lists them, at
+    nfdump's pace; matching observations first cost 14-52x the CPU of a query on a
+    multi-router day (bench/count_once.py), which analysts opt into with --count-at."""
+    if override:
+        rule, window = settings(cfg, override)
+        return rule, window, "--count-at"
+    asked = getattr(getattr(cfg, "query", None), "count_at", "site")
+    if str(asked).strip().lower() == "site":
+        rule, window = settings(cfg)
+        return rule, window, "[site] count_at"
+    _, window = settings(cfg, "all")  # the window's checks, whatever the rule
+    return check_rule(asked, "[query] count_at"), window, "[query] count_at"
+
+
+def describe(rule: str, window_seconds: float, override: str | None = None, where: str | None = None) -> str:
     """One line naming the rule a query counted with (printed on stderr by `flowlake query`)."""
-    where = "--count-at" if override else "[site] count_at"
+    where = where or ("--count-at" if override else "[site] count_at")
     if rule == "all":
         return f"counted with {where} = all (every observation)"
     return f"counted with {where} = {rule} (each flow once; window {window_seconds:g} s)"

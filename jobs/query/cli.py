@@ -13,7 +13,7 @@ ENGINE_HELP = ("Engine for this command: local (DuckDB in this process), spark, 
 COUNT_AT_HELP = ("Count each flow once (issue 34): boundary (where it crosses the site's external interfaces), key "
                  "(observations matched by addresses, ports, protocol and time), auto (boundary where interfaces "
                  "are classified, key for the rest) or all (every observation, as nfdump sums them). "
-                 "Default: config [site] count_at. The rule used is named on stderr.")
+                 "Default: config [query] count_at (all; site = as [site] count_at). The rule used is named on stderr.")
 PROGRESS_HELP = "Progress of long scans on stderr (default: config [query] progress, auto = on a terminal)."
 
 

@@ -46,24 +46,30 @@ def open_engine(cfg, start=None, end=None, engine: str | None = None, master: st
     """The chosen engine over the flows of [start, end), read as of `as_of` (--as-of: a
     table version, or a time: the newest version committed at or before it; lake/flows
     must be a Delta table) or, by default, the newest version; counted by `count_at`
-    (--count-at), else by `[site] count_at` (jobs/count_rule.py; CountRuleError names a bad one)."""
-    rule, window = count_rule.settings(cfg, count_at)
+    (--count-at), else by `[query] count_at` (jobs/count_rule.py query_settings; CountRuleError
+    names a bad one)."""
+    rule, window, where = count_rule.query_settings(cfg, count_at)
     name = choose(cfg, engine, master)
     if name == "spark":
         from .spark_engine import SparkEngine
 
-        return SparkEngine(cfg, start, end, master=master, progress=progress, as_of=as_of, count_at=rule,
-                           window_seconds=window)
+        eng = SparkEngine(cfg, start, end, master=master, progress=progress, as_of=as_of, count_at=rule,
+                          window_seconds=window)
+        eng.count_where = where
+        return eng
     from .duck import DuckEngine, Progress
 
-    return DuckEngine(cfg, start, end, threads=duck_threads(int(cfg.query.threads)),
-                      progress=Progress(sys.stderr) if progress else None, as_of=as_of, count_at=rule,
-                      window_seconds=window)
+    eng = DuckEngine(cfg, start, end, threads=duck_threads(int(cfg.query.threads)),
+                     progress=Progress(sys.stderr) if progress else None, as_of=as_of, count_at=rule,
+                     window_seconds=window)
+    eng.count_where = where  # named by say_rule
+    return eng
 
 
 def say_rule(eng, override: str | None = None, stream=None) -> None:
     """One line on stderr naming the counting rule the answer used (stdout stays nfdump-like)."""
-    (stream or sys.stderr).write(count_rule.describe(eng.count_at, eng.window_seconds, override) + "\n")
+    where = getattr(eng, "count_where", None)
+    (stream or sys.stderr).write(count_rule.describe(eng.count_at, eng.window_seconds, override, where) + "\n")
 
 
 def say_version(eng, as_of, stream=None) -> None:

@@ -132,7 +132,10 @@ def _cli(home, *args, **env):
 def test_query_names_the_rule_on_stderr_and_takes_the_config_s(day, home):
     truth, obs = day
     for args, env, rule, where in ((["--count-at", "key"], {}, "key", "--count-at"),
-                                   ([], {"FLOWLAKE_SITE_COUNT_AT": "boundary"}, "boundary", "[site] count_at"),
+                                   ([], {}, "all", "[query] count_at"),
+                                   ([], {"FLOWLAKE_QUERY_COUNT_AT": "key"}, "key", "[query] count_at"),
+                                   ([], {"FLOWLAKE_QUERY_COUNT_AT": "site", "FLOWLAKE_SITE_COUNT_AT": "boundary"},
+                                    "boundary", "[site] count_at"),
                                    (["--count-at", "all"], {"FLOWLAKE_SITE_COUNT_AT": "key"}, "all", "--count-at")):
         res = _cli(home, "any", "-s", "proto/bytes", "-n", "0", "--format", "json", *args, **env)
         assert res.returncode == 0, res.stderr
@@ -142,9 +145,11 @@ def test_query_names_the_rule_on_stderr_and_takes_the_config_s(day, home):
         assert sum(r["bytes"] for r in rows) == want["bytes"], (args, env)
     bad = _cli(home, "any", "--count-at", "twice")
     assert bad.returncode == 2 and "--count-at" in bad.stderr and "'twice' is not one of" in bad.stderr, bad.stderr
-    wrong = _cli(home, "any", FLOWLAKE_SITE_COUNT_AT="twice")
+    wrong = _cli(home, "any", FLOWLAKE_QUERY_COUNT_AT="site", FLOWLAKE_SITE_COUNT_AT="twice")
     assert wrong.returncode == 1, wrong.stderr
     assert "[site] count_at = 'twice': expected one of auto, boundary, key, all" in wrong.stderr, wrong.stderr
+    wrong = _cli(home, "any", FLOWLAKE_QUERY_COUNT_AT="once")
+    assert wrong.returncode == 1 and "[query] count_at = 'once': expected one of" in wrong.stderr, wrong.stderr
 
 
 def test_the_query_engines_rule_module_imports_no_spark():
