@@ -26,6 +26,7 @@ import json
 import shutil
 from pathlib import Path
 
+from . import lake_tables
 from .lake_read import is_delta
 
 # table -> (partition columns with their Delta types, the ingest's app id)
@@ -85,7 +86,8 @@ def migrate_table(cfg, table: str, log=print) -> dict:
                 "empty": True}
     last = last_done_batch(cfg, table)
     with table_lock(folder):
-        out = delta.convert_in_place(folder, columns, {app: last} if last is not None else None)
+        out = delta.convert_in_place(folder, columns, {app: last} if last is not None else None,
+                                     lake_tables.table_properties(cfg))
     removed = []
     for path in old_layer(cfg, table):
         if path.is_dir():
