@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
+import lake_sql  # noqa: E402
 from conftest import free_port, run  # noqa: E402
 from test_shipper import consume, decode  # noqa: E402
 
@@ -273,5 +274,5 @@ def test_ingest_keeps_the_history_in_the_lake(hcfg, exported, shipped, spark):
         for r in exported)
     assert ingest.counts(hcfg)["exporter_health"] == {"rows": sum(files.values()), "quarantined": 0}
     # the flows themselves landed too, as many as the health rows say
-    flows = con.execute(f"select exporter, count(*) from read_parquet('{hcfg.lake}/flows/**/*.parquet') group by all").fetchall()
+    flows = con.execute(f"select exporter, count(*) from {lake_sql.source(hcfg.lake)} group by all").fetchall()
     assert sorted(flows) == sorted((r.address, r.flows) for r in exported)
