@@ -261,11 +261,10 @@ def test_ingest_keeps_the_history_in_the_lake(hcfg, exported, shipped, spark):
     from flowlake.pipelines import ingest
 
     ingest.run(hcfg, once=True)
-    lake = hcfg.lake / "exporter_health"
     con = duckdb.connect()
     got = con.execute(
         f"select exporter, observation_domain, count(*), sum(flows), sum(bytes), sum(sequence_failures), "
-        f"count(distinct source_file), min(date) from read_parquet('{lake}/**/*.parquet', hive_partitioning=true) "
+        f"count(distinct source_file), min(date) from {lake_sql.source(hcfg.lake, 'exporter_health')} "
         "group by all order by all").fetchall()
     listed = nfdump_exporters(shipped)  # rows: one per exporter and file that lists it
     files = {(r.address, r.domain): sum((r.address, r.domain) in v for v in listed.values()) for r in exported}
