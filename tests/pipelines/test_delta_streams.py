@@ -46,7 +46,7 @@ def _env(home: Path, **extra) -> dict:
 
 
 @pytest.fixture
-def cfg(tmp_path):
+def home_cfg(tmp_path):
     return config.load(env=_env(tmp_path))
 
 
@@ -85,7 +85,8 @@ def _counts(table: Path) -> dict[str, int]:
         con.close()
 
 
-def test_batches_commit_once_and_readers_read_one_version(cfg):
+def test_batches_commit_once_and_readers_read_one_version(home_cfg):
+    cfg = home_cfg
     stream = next(s for s in ingest.streams(cfg) if s.table == TABLE)
     w, _quarantine = writer_for(cfg, stream)
     assert isinstance(w, DeltaBatchWriter)
@@ -122,7 +123,8 @@ def test_batches_commit_once_and_readers_read_one_version(cfg):
     assert flows == sum(range(5)) + sum(range(3)) + sum(range(100, 104)) and dups == 0
 
 
-def test_a_batch_that_died_before_its_commit_is_invisible_and_replays_whole(cfg):
+def test_a_batch_that_died_before_its_commit_is_invisible_and_replays_whole(home_cfg):
+    cfg = home_cfg
     w = DeltaBatchWriter(cfg, TABLE)
     _publish(w, 0, {day(0): 2})
     # batch 1's files were moved into the table, then the process died before the commit
@@ -135,7 +137,8 @@ def test_a_batch_that_died_before_its_commit_is_invisible_and_replays_whole(cfg)
     assert _counts(w.table_dir) == {day(0): 8}
 
 
-def test_retention_deletes_expired_days_and_vacuums(cfg):
+def test_retention_deletes_expired_days_and_vacuums(home_cfg):
+    cfg = home_cfg
     w = DeltaBatchWriter(cfg, TABLE)
     for i, age in enumerate((200, 100, 1)):  # exporter health keeps [retention] rollup_5m_days (90)
         _publish(w, i, {day(age): 4})
@@ -162,7 +165,8 @@ def test_retention_deletes_expired_days_and_vacuums(cfg):
     assert _counts(w.table_dir) == {day(1): 4}
 
 
-def test_migrate_converts_the_older_layout_and_up_asks_for_it(cfg):
+def test_migrate_converts_the_older_layout_and_up_asks_for_it(home_cfg):
+    cfg = home_cfg
     lake = cfg.lake / TABLE
     state = cfg.path("state", "ingest", TABLE)
     state.mkdir(parents=True)
@@ -201,7 +205,8 @@ def test_migrate_converts_the_older_layout_and_up_asks_for_it(cfg):
     assert deltalake.DeltaTable(str(lake)).version() == 1
 
 
-def test_superset_view_reads_the_table(cfg):
+def test_superset_view_reads_the_table(home_cfg):
+    cfg = home_cfg
     bundle = superset_cli._bundle_module()
     w = DeltaBatchWriter(cfg, TABLE)
     _publish(w, 0, {day(0): 2})
@@ -256,7 +261,8 @@ def test_the_ingests_spark_write_lands_as_one_commit(tmp_path, spark):
     cfg = config.load(env=_env(tmp_path))
     record = registry()["ExporterHealth"]
     t0 = dt.datetime.fromisoformat(day(1)).replace(hour=23, minute=59, tzinfo=dt.UTC)
-    rows = [{f.name: None for f in record.spark_schema().fields} | {
+    zero = {"timestamp": t0, "string": "", "bigint": 0, "int": 0, "double": 0.0, "boolean": False}
+    rows = [{f.name: None if f.nullable else zero[f.dataType.simpleString()] for f in record.spark_schema().fields} | {
         "interval_start": t0 + dt.timedelta(minutes=i), "exporter": "127.0.0.2", "flows": i,
         "source_file": f"nfcapd.{i}"} for i in range(4)]
     df = with_time_partitions(spark.createDataFrame(rows, record.spark_schema()), "interval_start", False)
