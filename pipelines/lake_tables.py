@@ -80,14 +80,20 @@ def render(console, st: dict) -> None:
         return
     t = Table(title=f"lake: Delta logs (checkpoint every {logs['checkpoint_interval']} commits, "
                     f"commit files kept {logs['log_retention_hours']} h)")
-    for col in ("table", "version", "log files", "log bytes", "last checkpoint", "oldest in log", "oldest readable"):
-        t.add_column(col, justify="left" if col in ("table", "last checkpoint") else "right")
+    for col in ("table", "version", "log files", "log bytes", "last checkpoint", "oldest in log", "oldest readable",
+                "table's bounds"):
+        t.add_column(col, justify="left" if col in ("table", "last checkpoint", "table's bounds") else "right")
+    want = f"interval {logs['log_retention_hours']} hours"
     for name, info in logs["tables"].items():
         if "error" in info:
-            t.add_row(name, "-", "-", "-", f"[red]{info['error']}[/]", "-", "-")
+            t.add_row(name, "-", "-", "-", f"[red]{info['error']}[/]", "-", "-", "-")
             continue
         cp = info["last_checkpoint"]
         t.add_row(name, f"{info['version']:,}", f"{info['log_files']:,}", f"{info['log_bytes']:,}",
                   f"{cp['version']:,} at {cp['at']}" if cp else "none yet",
-                  f"{info['oldest_log_version']:,}", f"{info['oldest_readable_version']:,}")
+                  f"{info['oldest_log_version']:,}", f"{info['oldest_readable_version']:,}",
+                  # a table made before [lake] was set holds its own until its writer next starts
+                  "as configured" if (info["checkpoint_interval"], info["log_retention"]) ==
+                  (logs["checkpoint_interval"], want) else
+                  f"[yellow]every {info['checkpoint_interval']}, {info['log_retention']}[/]")
     console.print(t)
