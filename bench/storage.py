@@ -44,7 +44,9 @@ def build_day(cfg, flows: int) -> None:
 def lake_bytes(cfg) -> tuple[int, int, int]:
     import pyarrow.parquet as pq
 
-    files = [p for p in (cfg.lake / "flows").rglob("*.parquet")]
+    from flowlake.pipelines.lake_read import lake_files
+
+    files = [Path(p) for p in lake_files(cfg.lake, "flows")[1]]  # the current version's (not the log's, nor replaced)
     return sum(p.stat().st_size for p in files), sum(pq.ParquetFile(p).metadata.num_rows for p in files), len(files)
 
 
@@ -75,8 +77,10 @@ def query_seconds(filter_text: str) -> float:
 def columns(cfg) -> dict[str, int]:
     import pyarrow.parquet as pq
 
+    from flowlake.pipelines.lake_read import lake_files
+
     out: dict[str, int] = {}
-    for p in (cfg.lake / "flows").rglob("*.parquet"):
+    for p in lake_files(cfg.lake, "flows")[1]:
         md = pq.ParquetFile(p).metadata
         for g in range(md.num_row_groups):
             rg = md.row_group(g)

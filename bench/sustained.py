@@ -136,7 +136,10 @@ class Watcher(threading.Thread):
             res = subprocess.run([str(self.binary), "stats", str(f)], capture_output=True, text=True)
             if res.returncode == 0:
                 self.closed[rel] = (f.stat().st_mtime, int(json.loads(res.stdout)["flows"]))
-        new = [str(p) for p in (self.cfg.lake / "flows").rglob("*.parquet") if str(p) not in self.seen_parquet]
+        from flowlake.pipelines.lake_read import lake_files  # noqa: PLC0415  (as the module's other imports)
+
+        # the table's current files (never a glob: the log's checkpoints are Parquet too)
+        new = [p for p in lake_files(self.cfg.lake, "flows")[1] if p not in self.seen_parquet]
         if new:
             files = ", ".join("'" + f.replace("'", "''") + "'" for f in new)
             # A lake file is visible to readers from its rename into the table (BatchWriter.publish),

@@ -42,7 +42,7 @@ def state_file(cfg) -> Path:
 
 
 def quarantine_dir(cfg) -> Path:
-    return cfg.path("lake", "quarantine", "nfcapd")
+    return cfg.lake / "quarantine" / "nfcapd"
 
 
 

@@ -75,9 +75,12 @@ def lake_health(lake: Path) -> tuple[int, int]:
     (file, exporter) pairs written more than once)."""
     import duckdb  # noqa: PLC0415  (start-up: duckdb)
 
-    if not list((lake / "exporter_health").rglob("*.parquet")):
+    from flowlake.pipelines.lake_read import lake_files  # noqa: PLC0415  (start-up: the seam)
+
+    files = lake_files(lake, "exporter_health")[1]  # a Delta table's current version (never a glob)
+    if not files:
         return 0, 0
-    src = f"read_parquet('{lake}/exporter_health/**/*.parquet')"
+    src = "read_parquet([" + ", ".join("'" + f.replace("'", "''") + "'" for f in files) + "], union_by_name = true)"
     con = duckdb.connect()
     flows = con.execute(f"select coalesce(sum(flows), 0) from {src}").fetchone()[0]
     dups = con.execute(f"select count(*) from (select source_file, exporter, observation_domain, version from {src} "

@@ -38,8 +38,9 @@ def running_writers(cfg) -> list[str]:
 def check_up(cfg) -> None:
     """What `flowlake up` asks before it starts the ingest: RuntimeError with what to run
     when lake/flows is a Parquet lake of an older flowlake."""
-    if lake_migrate.needs_migration(cfg, "flows"):
-        raise RuntimeError(UPGRADE_HINT)
+    for table in lake_migrate.TABLES:
+        if lake_migrate.needs_migration(cfg, table):
+            raise RuntimeError(UPGRADE_HINT.replace("lake/flows", f"lake/{table}"))
 
 
 @click.group("lake")
@@ -49,8 +50,9 @@ def lake() -> None:
 
 @lake.command("migrate")
 def migrate() -> None:
-    """Turn lake/flows of an older flowlake (plain Parquet, date=/hour= folders) into a
-    Delta Lake table in place.
+    """Turn lake/flows of an older flowlake (plain Parquet, date=/hour= folders) and the
+    streams' tables (lake/active, exporter_health, experiments; date= folders) into Delta
+    Lake tables in place.
 
     \b
     Nothing is moved or rewritten: a first commit (_delta_log/) lists the files that are

@@ -234,6 +234,9 @@ def status(as_json: bool) -> None:
     Enrichment: the ASN/geo databases and networks file in use (build date, records),
     refused files, the SNMP cache, rules, and the newest lake hour's share of flows
     with unknown AS, country and interface name (`--json`: key "enrich").
+    Lake: per Delta table its version, the _delta_log's files and bytes, the last checkpoint,
+    the oldest version the log holds and the oldest still readable; bounded by [lake]
+    checkpoint_interval and log_retention_hours (`--json`: key "lake_logs").
     """
     st = status_dict()
     if as_json:

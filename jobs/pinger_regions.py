@@ -77,15 +77,20 @@ def status(cfg) -> dict:
     try:
         regions = load(cfg)
         out["hosts_in_file"] = len(regions.hosts)
-        days = sorted(p for p in (cfg.lake / "active").glob("date=*") if any(p.rglob("*.parquet")))
+        from flowlake.pipelines.lake_read import lake_files  # noqa: PLC0415  (start-up: the seam)
+
+        by_day: dict[str, list[str]] = {}  # the table's current files (a Delta table: never a glob)
+        for f in lake_files(cfg.lake, "active")[1]:
+            by_day.setdefault(Path(f).parent.name, []).append(f)
+        days = sorted(d for d in by_day if d.startswith("date="))
         if not days:
             return out
         import pyarrow.dataset as ds  # noqa: PLC0415  (start-up: pyarrow)
 
-        table = ds.dataset(str(days[-1]), format="parquet").to_table(columns=["source", "destination"])
+        table = ds.dataset(by_day[days[-1]], format="parquet").to_table(columns=["source", "destination"])
         hosts = {h for col in ("source", "destination") for h in table.column(col).to_pylist() if h}
         unknown = sorted(h for h in hosts if h.strip().lower() not in regions.hosts)
-        out.update(date=days[-1].name.split("=", 1)[1], hosts_seen=len(hosts), mapped=len(hosts) - len(unknown),
+        out.update(date=days[-1].split("=", 1)[1], hosts_seen=len(hosts), mapped=len(hosts) - len(unknown),
                    unknown=len(unknown), unknown_hosts=unknown[:STATUS_NAMES])
     except Exception as exc:  # status must never crash on a bad file or lake
         out["error"] = str(exc)

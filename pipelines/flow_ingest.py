@@ -31,6 +31,7 @@ from flowlake.collectors.lab.tag import registry_path
 from flowlake.pipelines.batch_offsets import read_range
 from flowlake.schemas.enrich import ENRICHMENT_NAMES
 
+from . import lake_tables
 from .batch_offsets import batch_ranges
 from .lake_writer import quarantine_writer_for
 
@@ -351,7 +352,7 @@ def make_handler(cfg, stream, checkpoint: Path, row_group_rows: int = 262144, fe
     quarantine_writer = quarantine_writer_for(cfg, stream)
     table = Path(cfg.lake) / stream.table
     schema = table_schema()
-    delta.ensure_table(table, schema, PARTITION_BY)
+    delta.ensure_table(table, schema, PARTITION_BY, lake_tables.table_properties(cfg))
     lab_runs = registry_path(cfg)
     enrichment = Sources(cfg)  # checks the enrichment files and rules now: a bad one stops the start
     kafka_conf = cfg.kafka_client_conf()

@@ -7,8 +7,9 @@ Undecodable messages -> lake/quarantine/ingest/<table>/ with the reason; never s
 
 Exactly once: Spark's checkpoint fixes each batch's Kafka offset range before the batch
 runs; lake/flows is a Delta table whose commit of a batch carries (ingest-flows, batch id),
-so a replayed batch is a no-op (flow_ingest), the other streams' BatchWriter makes writing a
-batch idempotent; consumers read with
+so a replayed batch is a no-op (flow_ingest); lake/exporter_health likewise with
+(ingest-exporter_health, batch id) (lake_writer.DeltaBatchWriter, DELTA_STREAMS); the other
+streams' BatchWriter makes writing a batch idempotent; consumers read with
 isolation.level=read_committed so aborted shipper transactions are never seen.
 """
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """`flowlake lake migrate`: a lake of the older Parquet layout made Delta tables in place
 (issue 38, docs/design/delta-lake.md "flowlake lake migrate").
 
-Per table (today: `lake/flows`, the table the stack writes as Delta; the others follow
-when their writers do):
+Per table of TABLES (`lake/flows` and the streams the ingest writes as Delta tables,
+lake_writer.DELTA_STREAMS; the others follow when their writers do):
 
 1. refused while a batch is pending (`state/ingest/<table>/*.pending`: a batch that died
    mid-move, whose placed files would become table rows; `flowlake up` then `down`
@@ -26,10 +26,15 @@ import json
 import shutil
 from pathlib import Path
 
+from . import lake_tables
 from .lake_read import is_delta
 
 # table -> (partition columns with their Delta types, the ingest's app id)
-TABLES = {"flows": ([("date", "string"), ("hour", "integer")], "ingest-flows")}
+TABLES = {"flows": ([("date", "string"), ("hour", "integer")], "ingest-flows"),
+          # the streams lake_writer.DELTA_STREAMS writes as Delta tables
+          "active": ([("date", "string")], "ingest-active"),
+          "exporter_health": ([("date", "string")], "ingest-exporter_health"),
+          "experiments": ([("date", "string")], "ingest-experiments")}
 
 
 class MigrateError(RuntimeError):
@@ -84,8 +89,11 @@ def migrate_table(cfg, table: str, log=print) -> dict:
         return {"converted": False, "files": 0, "rows": 0, "by": {}, "version": None, "removed": [],
                 "empty": True}
     last = last_done_batch(cfg, table)
+    if table != "flows" and last is not None:  # the done-markers' counters: `flowlake status` keeps its totals
+        _keep_totals(cfg, table)
     with table_lock(folder):
-        out = delta.convert_in_place(folder, columns, {app: last} if last is not None else None)
+        out = delta.convert_in_place(folder, columns, {app: last} if last is not None else None,
+                                     lake_tables.table_properties(cfg))
     removed = []
     for path in old_layer(cfg, table):
         if path.is_dir():
@@ -94,6 +102,18 @@ def migrate_table(cfg, table: str, log=print) -> dict:
             path.unlink(missing_ok=True)
         removed.append(str(path))
     return {**out, "removed": removed, "transaction": {app: last} if last is not None else {}}
+
+
+def _keep_totals(cfg, table: str) -> None:
+    """state/ingest/<table>.json (what DeltaBatchWriter.totals reads) from the done-markers
+    about to go, unless it exists (a rerun)."""
+    from .lake_writer import BatchWriter, add_totals, totals_path  # noqa: PLC0415  (only when migrating)
+
+    if totals_path(cfg, table).exists():
+        return
+    lake = Path(cfg.lake)
+    tot = BatchWriter(lake / table, _state_dir(cfg, table), lake / ".staging" / table).totals()
+    add_totals(cfg, table, tot)
 
 
 def summary(table: str, out: dict) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from . import lake_tables
 from .alerts import notify_status
 from .alerts import service as alerts_service
 from .enrich import status as enrich
@@ -22,7 +23,8 @@ def sections(cfg) -> dict:
     return {"retention": report.status_summary(cfg),
             "notify": _guarded(notify_status.status, cfg, Exception),
             "enrich": _guarded(enrich.status, cfg),
-            "alerts": _guarded(alerts_service.status, cfg, Exception, enabled=True)}
+            "alerts": _guarded(alerts_service.status, cfg, Exception, enabled=True),
+            "lake_logs": _guarded(lake_tables.log_status, cfg, Exception)}
 
 
 def ingest_table(lag: dict):
@@ -45,6 +47,7 @@ def render(console, st: dict) -> None:
     if "error" not in st["enrich"]:
         enrich.print_status(console, st["enrich"])
     report.render_status(console, st["retention"])
+    lake_tables.render(console, st)
     if "error" in st["notify"]:
         console.print(f"[bold red]notifications: status unavailable: {st['notify']['error']}[/]")
     else:

@@ -241,8 +241,9 @@ def write_rollups(cfg) -> dict:
     from flowlake.pipelines import rollups
 
     con = rollups.connect()
-    glob = str(cfg.lake / "flows" / "**" / "*.parquet").replace("'", "''")
-    con.execute(f"CREATE TEMP VIEW demo_flows AS SELECT * FROM read_parquet('{glob}', hive_partitioning = true)")
+    import lake_sql  # the table's current files (tests/lake_sql.py: never a glob of lake/flows)
+
+    con.execute(f"CREATE TEMP VIEW demo_flows AS SELECT * FROM {lake_sql.source(cfg.lake)}")
     return rollups.write_days(cfg, "demo_flows", con)
 
 
@@ -262,10 +263,12 @@ def write_interface_capacity(cfg) -> dict:
     from flowlake.jobs.interface_capacity import run
 
     lake = cfg.lake
-    glob = str(lake / "flows" / "**" / "*.parquet").replace("'", "''")
+    import lake_sql  # the table's current files (tests/lake_sql.py: never a glob of lake/flows)
+
+    flows = lake_sql.source(lake)
     per = duckdb.sql(f"""SELECT exporter, side, if_index, epoch_ms(time_start) // 300000 AS b, sum(bytes) AS bytes
-        FROM (SELECT exporter, 'in_octets' AS side, input_if AS if_index, time_start, bytes FROM read_parquet('{glob}')
-              UNION ALL SELECT exporter, 'out_octets', output_if, time_start, bytes FROM read_parquet('{glob}'))
+        FROM (SELECT exporter, 'in_octets' AS side, input_if AS if_index, time_start, bytes FROM {flows}
+              UNION ALL SELECT exporter, 'out_octets', output_if, time_start, bytes FROM {flows})
         GROUP BY ALL""").fetchall()
     moved: dict = {}
     for exporter, side, idx, b, nbytes in per:

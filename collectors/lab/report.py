@@ -14,8 +14,27 @@ from flowlake.base import config
 POINT = "kind, protocol, congestion_control, condition, path, frame_size, rate, streams, \"window\", message_size"
 
 
-def queries(glob: str, study: str) -> dict[str, str]:
-    src = f"read_parquet('{glob}', hive_partitioning = true) WHERE study = '{study}'"
+def experiments_source(lake: Path) -> str | None:
+    """read_parquet of lake/experiments' current files (None: none yet). A Delta table
+    (issue 38) is read at its newest version's file list (never a glob: its log holds
+    Parquet checkpoints); a folder of the older layout by its visible files."""
+    table = Path(lake) / "experiments"
+    if (table / "_delta_log").is_dir():
+        from flowlake.base import delta  # noqa: PLC0415  (start-up: deltalake)
+
+        files = delta.version_files(table)[1]
+    else:
+        files = [str(p) for p in table.rglob("*.parquet")
+                 if not any(s.startswith((".", "_")) for s in p.relative_to(table).parts)]
+    if not files:
+        return None
+    listed = ", ".join("'" + f.replace("'", "''") + "'" for f in sorted(files))
+    return f"read_parquet([{listed}], hive_partitioning = true, union_by_name = true)"
+
+
+def queries(source: str, study: str) -> dict[str, str]:
+    """`source`: the experiments' rows, a FROM expression (`experiments_source`)."""
+    src = f"{source} WHERE study = '{study}'"
     return {
         "metrics per grid point (spread over repetitions)": f"""
             SELECT {POINT}, metric, unit, COUNT(*) AS runs, AVG(value) AS mean, STDDEV_SAMP(value) AS stddev,
@@ -50,13 +69,12 @@ def report_cmd(study, lake):
     from rich.table import Table  # noqa: PLC0415  (start-up: rich)
 
     root = Path(lake) if lake else Path(config.get().lake)
-    files = list((root / "experiments").rglob("*.parquet"))
-    if not files:
+    source = experiments_source(root)
+    if source is None:
         raise click.ClickException(f"no results in {root / 'experiments'}: run `flowlake lab run SPEC` with the stack up")
-    glob = str(root / "experiments" / "**" / "*.parquet").replace("'", "''")
     con = duckdb.connect()
     console = Console()
-    for title, sql in queries(glob, study.replace("'", "''")).items():
+    for title, sql in queries(source, study.replace("'", "''")).items():
         cur = con.execute(sql)
         cols = [d[0] for d in cur.description]
         rows = cur.fetchall()

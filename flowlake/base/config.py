@@ -162,7 +162,10 @@ class Config:
 
     @property
     def lake(self) -> Path:
-        return self.path("lake")
+        """The lake's folder: `[lake] uri` (a path, absolute or below the home, or a
+        file:// URI), by default $FLOWLAKE_HOME/lake. Object stores (s3://, ...) are
+        refused with what remains to do (docs/design/delta-lake.md, step 7)."""
+        return lake_path(self.home_dir, ((self.data.get("lake") or {}).get("uri") or "").strip())
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -207,6 +210,27 @@ class Config:
 
     def as_dict(self) -> dict:
         return {"home_dir": str(self.home_dir), **self.data}
+
+
+def lake_path(home: Path, uri: str) -> Path:
+    """The local folder a `[lake] uri` names; ValueError naming the key for an object store
+    or another scheme."""
+    from urllib.parse import unquote, urlparse  # noqa: PLC0415  (only for a configured uri)
+
+    if not uri:
+        return home / "lake"
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        if parsed.scheme == "file":
+            if parsed.netloc not in ("", "localhost"):
+                raise ValueError(f"config [lake] uri = {uri!r}: a file:// URI names a local path (file:///srv/lake)")
+            return Path(unquote(parsed.path))
+        path = Path(os.path.expanduser(uri))
+        return path if path.is_absolute() else home / path
+    raise ValueError(f"config [lake] uri = {uri!r}: the lake must be a local or mounted folder for now "
+                     f"({parsed.scheme}:// is not supported yet: the ingest's and the compactor's writers place "
+                     "files in the table folders before they commit them, and every reader takes local paths; "
+                     "docs/design/delta-lake.md, step 7)")
 
 
 def load(path: str | os.PathLike | None = None, env: dict[str, str] | None = None) -> Config:

@@ -288,20 +288,24 @@ def file_stats(path: Path) -> str:
     return json.dumps({"numRecords": md.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls})
 
 
-def ensure_table(table_uri: str | Path, schema, partition_by: list[str]):
+def ensure_table(table_uri: str | Path, schema, partition_by: list[str], properties: dict[str, str] | None = None):
     """The Delta table at `table_uri`, created empty with `schema` (Arrow, partition
     columns included) when there is none yet; deletion vectors off (file-list readers
-    cannot express them). A concurrent creator wins: its table is returned."""
+    cannot express them). A concurrent creator wins: its table is returned.
+    `properties`: table properties to hold (log_properties: the log's bounds), set on an
+    existing table whose own differ."""
     dl = _deltalake()
     uri = str(table_uri)
     if not dl.DeltaTable.is_deltatable(uri):
         Path(uri).mkdir(parents=True, exist_ok=True)
         try:
             dl.DeltaTable.create(uri, schema, mode="error", partition_by=partition_by,
-                                 configuration={"delta.enableDeletionVectors": "false"})
+                                 configuration={"delta.enableDeletionVectors": "false", **(properties or {})})
         except dl.exceptions.DeltaError:
             if not dl.DeltaTable.is_deltatable(uri):
                 raise
+    elif properties:
+        set_properties(uri, properties)
     table = dl.DeltaTable(uri)
     have = {f.name for f in table.schema().fields}
     new = [f for f in dl.Schema.from_arrow(schema).fields if f.name not in have]
@@ -472,6 +476,93 @@ def version_files(table_uri: str | Path, version: int | None = None,
     return table.version(), [u.removeprefix("file://") for u in table.file_uris(partition_filters)]
 
 
+# ---- the log's bounds ----------------------------------------------------------------------
+# A table's _delta_log grows by one JSON file per commit (8,640 a day for the ingest at a
+# 10 s trigger). delta-rs writes a checkpoint (the table's state in one Parquet file) every
+# `delta.checkpointInterval` commits, and when it does, deletes the commit files and older
+# checkpoints older than `delta.logRetentionDuration` (`delta.enableExpiredLogCleanup`):
+# so the log holds about log retention x commit rate files, and time travel reaches back at
+# most that far (and only as far as VACUUM left the data files).
+def log_properties(checkpoint_interval: int, log_retention_hours: float) -> dict[str, str]:
+    """The table properties that bound a table's log ([lake] checkpoint_interval,
+    log_retention_hours); ValueError naming the key for a bad value."""
+    if isinstance(checkpoint_interval, bool) or not isinstance(checkpoint_interval, int) or checkpoint_interval < 1:
+        raise ValueError(f"config [lake] checkpoint_interval = {checkpoint_interval!r}: a whole number of commits >= 1")
+    if isinstance(log_retention_hours, bool) or not isinstance(log_retention_hours, (int, float)) \
+            or log_retention_hours < 1 or log_retention_hours != int(log_retention_hours):
+        raise ValueError(f"config [lake] log_retention_hours = {log_retention_hours!r}: a whole number of hours >= 1")
+    return {"delta.checkpointInterval": str(checkpoint_interval),
+            "delta.logRetentionDuration": f"interval {int(log_retention_hours)} hours",
+            "delta.enableExpiredLogCleanup": "true"}
+
+
+def set_properties(table_uri: str | Path, properties: dict[str, str]) -> dict[str, str]:
+    """Set the table properties of `properties` that the table holds otherwise (one
+    commit, none when all are equal); returns those set."""
+    dl = _deltalake()
+    table = dl.DeltaTable(str(table_uri))
+    have = table.metadata().configuration or {}
+    changed = {k: v for k, v in properties.items() if have.get(k) != v}
+    if changed:
+        table.alter.set_table_properties(changed, raise_if_not_exists=False)
+    return changed
+
+
+def _log_version(name: str) -> int | None:
+    head = name.split(".", 1)[0]
+    return int(head) if len(head) == 20 and head.isdigit() else None
+
+
+def log_status(table_uri: str | Path) -> dict:
+    """What a table's `_delta_log/` holds: the newest version, its files and bytes, the
+    last checkpoint (version and when), the oldest version the log can still rebuild and
+    the oldest still readable (its data files not vacuumed), and the bounds the table's
+    properties set (checkpoint interval, log retention; Delta's defaults when unset)."""
+    dl = _deltalake()
+    root = Path(table_uri)
+    log = root / "_delta_log"
+    commits: list[int] = []
+    checkpoints: list[int] = []
+    files = size = 0
+    for p in log.iterdir():
+        if not p.is_file():
+            continue
+        files += 1
+        size += p.stat().st_size
+        v = _log_version(p.name)
+        if v is None:
+            continue
+        if p.name.endswith(".json") and p.name.count(".") == 1:
+            commits.append(v)
+        elif ".checkpoint." in p.name:
+            checkpoints.append(v)
+    last = None
+    marker = log / "_last_checkpoint"
+    if marker.is_file():
+        try:
+            v = int(json.loads(marker.read_text())["version"])
+            when = dt.datetime.fromtimestamp(marker.stat().st_mtime, dt.UTC)
+            last = {"version": v, "at": when.strftime("%Y-%m-%dT%H:%M:%SZ")}
+        except (ValueError, KeyError, OSError):
+            last = None
+    table = dl.DeltaTable(str(root))
+    newest = table.version()
+    conf = table.metadata().configuration or {}
+    # the log rebuilds version v from a checkpoint at or before v, or from commit 0 on
+    have = set(commits)
+    starts = sorted(set(checkpoints) | ({0} if 0 in have else set()))
+    oldest_log = next((c for c in starts if all(v in have for v in range(c + 1, newest + 1))), newest)
+    lo, hi = oldest_log, newest  # oldest readable: VACUUM removes the oldest versions' files first
+    while lo < hi:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if _readable(str(root), mid) else (mid + 1, hi)
+    return {"version": newest, "log_files": files, "log_bytes": size, "commit_files": len(commits),
+            "checkpoints": len(checkpoints), "last_checkpoint": last,
+            "oldest_log_version": oldest_log, "oldest_readable_version": lo,
+            "checkpoint_interval": int(conf.get("delta.checkpointInterval", 100)),
+            "log_retention": conf.get("delta.logRetentionDuration", "interval 30 days (Delta's default)")}
+
+
 # ---- migration -----------------------------------------------------------------------------
 def _visible_parquet(table_dir: Path) -> tuple[list[Path], list[Path]]:
     """(the Parquet files today's readers read, those they skip): Spark and
@@ -490,7 +581,7 @@ def _rows_by(con, source: str, column: str) -> dict[str, int]:
 
 
 def convert_in_place(table_dir: str | Path, partition_columns: list[tuple[str, str]],
-                     transactions: dict[str, int] | None = None) -> dict:
+                     transactions: dict[str, int] | None = None, properties: dict[str, str] | None = None) -> dict:
     """Make a folder of today's lake layout (hive partitions, e.g. date=/hour=) a Delta
     table in place: one first commit lists the files that are there, nothing is rewritten
     or moved (only `_delta_log/` is added). `partition_columns`: [(name, Delta type), ...]
@@ -503,7 +594,9 @@ def convert_in_place(table_dir: str | Path, partition_columns: list[tuple[str, s
     remove the `_delta_log/` made (the folder is plain Parquet again) and raise ValueError
     naming the table and the partition. A folder that already is a table is only counted
     again (a rerun); unequal counts there mean files were added the old way since.
-    Deletion vectors are off on the table: file lists (the Go kernel) cannot express them."""
+    Deletion vectors are off on the table: file lists (the Go kernel) cannot express them.
+    `properties`: further table properties (log_properties), in the first commit; a table
+    that exists gets those it lacks (set_properties: one commit, none if all are there)."""
     import duckdb  # noqa: PLC0415  (start-up: duckdb)
 
     dl = _deltalake()
@@ -527,8 +620,10 @@ def convert_in_place(table_dir: str | Path, partition_columns: list[tuple[str, s
             dl.convert_to_deltalake(
                 str(root), mode="error", partition_strategy="hive",
                 partition_by=dl.Schema([dl.Field(name, kind) for name, kind in partition_columns]),
-                configuration={"delta.enableDeletionVectors": "false"},
+                configuration={"delta.enableDeletionVectors": "false", **(properties or {})},
                 commit_properties=dl.CommitProperties(app_transactions=txns or None))
+        elif properties:
+            set_properties(root, properties)
         duckdb_load_delta(con)
         after = _rows_by(con, "delta_scan('" + str(root).replace("'", "''") + "')", first)
     finally:

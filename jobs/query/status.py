@@ -25,8 +25,16 @@ def status(cfg) -> dict:
         parts = partitions(cfg.lake)
     except FileNotFoundError:
         return out
+    if not parts:
+        return out
+    from flowlake.pipelines.lake_read import lake_files  # noqa: PLC0415  (start-up: flowlake status only)
+
+    # the files a reader opens: a Delta table's current version (files a compaction replaced
+    # wait on disk for VACUUM and are no reader's), a Parquet lake's visible files
+    files = lake_files(cfg.lake, "flows", parts)[1]
     for p in parts:
-        n = sum(1 for f in p.rglob("*.parquet") if not any(s.startswith((".", "_")) for s in f.relative_to(p).parts))
+        prefix = str(p) + "/"
+        n = sum(1 for f in files if f.startswith(prefix))
         out["hours"] += 1
         out["files"] += n
         out["max_files_per_hour"] = max(out["max_files_per_hour"], n)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from flowlake.collectors import kafka_retention as topics
 
+from .. import lake_tables
 from . import disk, readers, spool, tiers, today_utc
 from .tiers import Tier, Unit
 
@@ -108,6 +109,29 @@ def execute(cfg, p: Plan) -> dict:
             log.error("retention: lake/flows: %s", exc)
             delta_units = []
         for unit in delta_units:
+            g = gone.setdefault(unit.tier, {"units": 0, "bytes": 0})
+            g["units"] += 1
+            g["bytes"] += unit.bytes
+            log.info("retention: removed %s %s (%d bytes): %s", unit.tier, unit.path, unit.bytes, unit.why)
+    # the other Delta tables (lake_writer.DELTA_STREAMS): their expired days by DELETE + VACUUM
+    # (their writers only append: no compactor to serialise with)
+    # (their writers only append: no compactor to serialise with); every pass VACUUMs each of
+    # them: files of days deleted a grace ago go
+    others = [u for u in p.expire if u not in delta_units and u.tier not in ("flows", readers.RETIRED)
+              and u.day is not None and (u.path.parent / "_delta_log").is_dir()]
+    for name in lake_tables.delta_tables(lake):
+        table = lake / name
+        if name == "flows":
+            continue
+        units = [u for u in others if u.path.parent == table]
+        retain = 0 if any(u in p.guard for u in units) else math.ceil(readers.grace_s(cfg) / 3600)
+        try:
+            tiers.remove_table_days(units or [Unit(name, table / "date=none", None, 0)], lake, retain)
+        except Exception as exc:  # noqa: BLE001  (a failed commit must not stop the other tiers; next pass retries)
+            log.error("retention: %s: %s", table, exc)
+            continue
+        delta_units += units
+        for unit in units:
             g = gone.setdefault(unit.tier, {"units": 0, "bytes": 0})
             g["units"] += 1
             g["bytes"] += unit.bytes

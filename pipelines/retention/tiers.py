@@ -85,7 +85,7 @@ def table_units(tier: str, table: Path) -> list[Unit]:
 
     by: dict[str, int] = {}
     for f in delta.version_files(table)[1]:
-        m = DATE_DIR.match(Path(f).parent.parent.name)
+        m = next((m for m in map(DATE_DIR.match, reversed(Path(f).parent.parts)) if m), None)  # date=D[/hour=H]
         if m:
             try:
                 size = os.stat(f).st_size
@@ -145,7 +145,7 @@ def lake_tiers(cfg, today: dt.date | None = None) -> list[Tier]:
     # the daily interface summary (mean/peak/p95 per day) is the 1h rollup's companion
     keyed.append(("rollup_1d", dated_units("rollup_1d", lake / "rollups" / "1d"), int(r.rollup_1h_days)))
     # exporter health history (a row per exporter and nfcapd file): a series like the 5m rollups
-    keyed.append(("exporter_health", dated_units("exporter_health", lake / "exporter_health"),
+    keyed.append(("exporter_health", table_units("exporter_health", lake / "exporter_health"),
                   int(r.rollup_5m_days)))
     # SNMP interface counters (collectors/snmp): a row per interface and poll
     keyed.append(("interface_counters", dated_units("interface_counters", lake / "interface_counters"),
@@ -162,7 +162,7 @@ def lake_tiers(cfg, today: dt.date | None = None) -> list[Tier]:
     reports = [u for table in sorted((lake / "reports").glob("*")) if table.is_dir()
                for u in dated_units("reports", table)]
     tiers.append(Tier("reports", "kept", reports))
-    tiers.append(Tier("active", "kept", dated_units("active", lake / "active")))
+    tiers.append(Tier("active", "kept", table_units("active", lake / "active")))
     return tiers
 
 

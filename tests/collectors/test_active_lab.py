@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+import lake_sql
 import nfcapd_capture
 from flowlake import impact_lab as lab
 from needs import require
@@ -42,7 +43,7 @@ def test_lab_bulk_impact_short(root, spark, cfg, tmp_path):
     iperf = bulk.where("dst_port = 5201 and bytes > 1000000").collect()
     assert iperf, "no iperf3 bulk flow in lake/reports/bulk_transfers"
     assert 0.3 < iperf[0].link_share <= 1.2  # a 50 Mbit/s bottleneck carries about 50 Mbit/s
-    flows = spark.read.parquet(str(tmp_path / "lake" / "flows"))
+    flows = spark.read.option("basePath", str(tmp_path / "lake" / "flows")).parquet(*lake_sql.files(tmp_path / "lake"))
     assert flows.where("dst_port = 5201 and proto = 6").count() >= 1
     assert fig["tests_loaded"] >= 3 and fig["tests_unloaded"] >= 3
     assert fig["rtt_loaded_ms"] > fig["rtt_unloaded_ms"]

@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
+import lake_sql  # noqa: E402
 from conftest import free_port, run  # noqa: E402
 from test_shipper import consume, decode  # noqa: E402
 
@@ -260,11 +261,10 @@ def test_ingest_keeps_the_history_in_the_lake(hcfg, exported, shipped, spark):
     from flowlake.pipelines import ingest
 
     ingest.run(hcfg, once=True)
-    lake = hcfg.lake / "exporter_health"
     con = duckdb.connect()
     got = con.execute(
         f"select exporter, observation_domain, count(*), sum(flows), sum(bytes), sum(sequence_failures), "
-        f"count(distinct source_file), min(date) from read_parquet('{lake}/**/*.parquet', hive_partitioning=true) "
+        f"count(distinct source_file), min(date) from {lake_sql.source(hcfg.lake, 'exporter_health')} "
         "group by all order by all").fetchall()
     listed = nfdump_exporters(shipped)  # rows: one per exporter and file that lists it
     files = {(r.address, r.domain): sum((r.address, r.domain) in v for v in listed.values()) for r in exported}
@@ -273,5 +273,5 @@ def test_ingest_keeps_the_history_in_the_lake(hcfg, exported, shipped, spark):
         for r in exported)
     assert ingest.counts(hcfg)["exporter_health"] == {"rows": sum(files.values()), "quarantined": 0}
     # the flows themselves landed too, as many as the health rows say
-    flows = con.execute(f"select exporter, count(*) from read_parquet('{hcfg.lake}/flows/**/*.parquet') group by all").fetchall()
+    flows = con.execute(f"select exporter, count(*) from {lake_sql.source(hcfg.lake)} group by all").fetchall()
     assert sorted(flows) == sorted((r.address, r.flows) for r in exported)

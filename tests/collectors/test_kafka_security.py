@@ -11,6 +11,8 @@ from flowlake.base.ports import free_port
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+import lake_sql
+
 from flowlake.base import config
 from flowlake.collectors import kafka as kafka_service
 
@@ -67,7 +69,7 @@ def test_sasl_ssl_listener(tmp_path, spark):
         assert p.flush(30) == 0
         ingest.run(cfg, once=True)
         n = duckdb.connect().execute(
-            f"select count(*) from read_parquet('{cfg.lake}/flows/**/*.parquet')").fetchone()[0]
+            f"select count(*) from {lake_sql.source(cfg.lake)}").fetchone()[0]
         assert n == 1
 
         bad = AdminClient({**conf, "sasl.password": "wrong"})

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
+import lake_sql
 from flowlake.base.ports import private_env
 from needs import require, sctp_unsupported
 
@@ -99,8 +101,14 @@ def _lake(smoke, sql: str, wait_for=None, timeout: float = 90.0):
     deadline = time.time() + timeout
     while True:
         try:
-            rows = duckdb.connect().execute(sql.replace("$LAKE", str(lake))).fetchall()
-        except duckdb.Error:
+            # $TABLE(name): the table's current files (tests/lake_sql.py; a Delta table is never globbed)
+            names = set(re.findall(r"\$TABLE\((\w+)\)", sql))
+            if any(not lake_sql.files(lake, n) for n in names):
+                raise LookupError  # nothing landed yet
+            for n in names:
+                sql = sql.replace(f"$TABLE({n})", lake_sql.source(lake, n))
+            rows = duckdb.connect().execute(sql).fetchall()
+        except (duckdb.Error, LookupError):
             rows = []
         if wait_for is None or wait_for(rows) or time.time() > deadline:
             return rows
@@ -136,8 +144,8 @@ def test_a_stop_between_commit_and_marker_publishes_once(smoke):
             if g not in c["markers"] and m.get("run_id", "").endswith("-" + crashed_attempt)]
     assert len(lost) == 1, lost  # the crashed attempt's third run: its marker came from the ledger
     marker = smoke["markers"][lost[0]]
-    rows = _lake(smoke, "select metric, count(*) from read_parquet('$LAKE/experiments/**/*.parquet', "
-                        f"hive_partitioning=true) where run_id = '{marker['run_id']}' group by metric",
+    rows = _lake(smoke, "select metric, count(*) from $TABLE(experiments) "
+                        f"where run_id = '{marker['run_id']}' group by metric",
                  lambda r: len(r) >= 6)
     assert rows and all(n == 1 for _, n in rows), rows  # one row per metric: published once
     from flowlake.schemas.experiments import METRICS
@@ -266,7 +274,7 @@ def test_results_land_in_lake_experiments(smoke):
     done = _runs(smoke)
     expected = sum(1 for m in done for k, v in m["metrics"].items() if v is not None and k in METRICS)
     rows = _lake(smoke, "select run_id, protocol, congestion_control, condition, metric, unit, frame_size, rate "
-                        "from read_parquet('$LAKE/experiments/**/*.parquet', hive_partitioning=true) "
+                        "from $TABLE(experiments) "
                         "where study = 'smoke'", lambda r: len(r) >= expected)
     assert len(rows) == expected  # one row per run and metric, none twice across the kill
     assert len({(r[0], r[4]) for r in rows}) == len(rows)
@@ -285,7 +293,7 @@ def test_results_land_in_lake_experiments(smoke):
 def test_flows_in_the_lake_match_what_the_runs_sent(smoke):
     (udp,) = _runs(smoke, "paced", "udp", "clean")
     (tcp,) = _runs(smoke, "bulk", "tcp", "clean", "cubic")
-    flows = "read_parquet('$LAKE/flows/**/*.parquet', hive_partitioning=true, union_by_name=true)"
+    flows = "$TABLE(flows)"
     sql = (f"select run_id, sum(packets), sum(bytes) from {flows} where run_id in ('{udp['run_id']}', "
            f"'{tcp['run_id']}') and src_addr = '10.77.1.1' and dst_addr = '10.77.1.2' and proto = %s "
            "group by run_id")
@@ -330,7 +338,7 @@ def test_probes_feed_the_path_models_job(smoke, spark, cfg):
     want = sum(len(m["probes"]) for m in probes)
     assert want == 2 * 5  # two message sizes, [probe] count = 5
     day = dt.datetime.fromtimestamp(probes[0]["start"], dt.timezone.utc).date()
-    active = _lake(smoke, "select count(*) from read_parquet('$LAKE/active/**/*.parquet', hive_partitioning=true) "
+    active = _lake(smoke, "select count(*) from $TABLE(active) "
                           "where parameters['study'] = 'smoke' and test_type = 'latency'", lambda r: r[0][0] >= want)
     assert active[0][0] == want
     ctx = JobContext(spark=spark, cfg=_LabConfig(cfg, smoke["home"] / "lake"), date=day)

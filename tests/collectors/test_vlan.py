@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 
+import lake_sql
 import nfcapd_capture
 from conftest import run
 from test_shipper import dump
@@ -131,10 +132,10 @@ def test_avro_and_flowbatch_carry_vlans_old_revision_messages_land_as_vlan_0(cap
     con = duckdb.connect()
     want = [(r["file_seq"], r["src_vlan"], r["dst_vlan"]) for r in dump(nf)]
     for fmt, path in files.items():
-        got = con.execute(f"select file_seq, src_vlan, dst_vlan from read_parquet('{cfg.lake}/flows/**/*.parquet') "
+        got = con.execute(f"select file_seq, src_vlan, dst_vlan from {lake_sql.source(cfg.lake)} "
                           "where source_file = ? order by file_seq", [path.name]).fetchall()
         assert got == want, f"{fmt}: the lake's VLANs equal the file's"
-    got = con.execute(f"select src_vlan, dst_vlan, count(*) from read_parquet('{cfg.lake}/flows/**/*.parquet') "
+    got = con.execute(f"select src_vlan, dst_vlan, count(*) from {lake_sql.source(cfg.lake)} "
                       "where source_file = 'old-rev1' group by all").fetchall()
     assert got == [(0, 0, 5)]
 

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
+import lake_sql  # noqa: E402
 from conftest import run  # noqa: E402
 from test_jobs import capture, day_traffic  # noqa: E402  (the nfdump cross-check's real nfcapd day)
 
@@ -91,7 +92,7 @@ def flowlake(*args: str, env: dict) -> subprocess.CompletedProcess:
 
 def lake_rows(lake: Path) -> list[tuple]:
     con = duckdb.connect()
-    return con.execute(f"select * from read_parquet('{lake}/flows/**/*.parquet', hive_partitioning=true) "
+    return con.execute(f"select * from {lake_sql.source(lake)} "
                        "order by all").fetchall()
 
 

@@ -111,6 +111,10 @@ def test_migrate_converts_in_place_counts_equal_and_reruns(home):
     table = deltalake.DeltaTable(str(flows))
     assert table.transaction_version("ingest-flows") == 4  # the last done batch: a replay of it is a no-op
     assert table.metadata().configuration.get("delta.enableDeletionVectors") == "false"
+    # the log's bounds ([lake]) are in the first commit: no extra version
+    conf, bounds = table.metadata().configuration, cfg.data["lake"]
+    assert conf.get("delta.checkpointInterval") == str(bounds["checkpoint_interval"])
+    assert conf.get("delta.logRetentionDuration") == f"interval {bounds['log_retention_hours']} hours"
     # the old layer went
     lake = home / "lake"
     assert not (lake / ".staging" / "flows").exists() and not (lake / ".retired" / "flows").exists()
