@@ -36,6 +36,10 @@ AS_PATH = pa.list_(pa.int64())
 TEXTS = pa.list_(pa.string())
 NO_NEXT_HOP = ("", "0.0.0.0", "::")
 RETRY_SECONDS = 5.0  # after the collector did not answer, tables go unrouted this long before trying again
+# A worker keeps the collector's answers this long and asks only for addresses new to it: a
+# flow's route may be this much older than its ingest (a withdraw reaches the lake this much
+# later); the answers are dropped all at once, so the cache holds at most this long's addresses.
+CACHE_SECONDS = 2.0
 
 
 class Routes:
@@ -55,6 +59,46 @@ class Routes:
         self.prefix = pa.array([*prefixes, ""], pa.string())
 
 
+ATTR_ARRAYS = ("as_path", "communities", "large", "next_hop", "origin")
+
+
+class _Answers:
+    """One exporter's answers kept for CACHE_SECONDS: per address its route's place (-1
+    none) in arrays that grow by each new answer (the Routes without their unknown entry)."""
+
+    def __init__(self):
+        empty = Routes([], np.zeros(0, np.int64), [])
+        self.known: dict[str, int] = {}
+        self.prefix = empty.prefix[:0]
+        self.attr_of = np.zeros(0, np.int64)
+        self.arrays = {k: getattr(empty, k)[:0] for k in ATTR_ARRAYS}
+        self.sets = 0
+        self._view = None
+
+    def add(self, routes: Routes) -> int:
+        """Append a fresh answer's routes; their first place here."""
+        base = len(self.prefix)
+        self.prefix = pa.concat_arrays([self.prefix, routes.prefix[:-1]])
+        self.attr_of = np.concatenate([self.attr_of, routes.attr_of[:-1] + self.sets])
+        for k in ATTR_ARRAYS:
+            self.arrays[k] = pa.concat_arrays([self.arrays[k], getattr(routes, k)[:-1]])
+        self.sets += routes.sets
+        self._view = None
+        return base
+
+    def view(self) -> Routes:
+        if self._view is None:
+            empty = Routes([], np.zeros(0, np.int64), [])
+            r = Routes.__new__(Routes)
+            r.n, r.sets = len(self.prefix), self.sets
+            r.attr_of = np.append(self.attr_of, self.sets)
+            r.prefix = pa.concat_arrays([self.prefix, empty.prefix])
+            for k in ATTR_ARRAYS:
+                setattr(r, k, pa.concat_arrays([self.arrays[k], getattr(empty, k)]))
+            self._view = r
+        return self._view
+
+
 class Lookup:
     """One worker process's connection to the collector (kept between tables), and the
     per-table lookup. `socket_path` '' = routing off: every row unknown."""
@@ -66,6 +110,8 @@ class Lookup:
         self.down_until = 0.0
         self.errors = 0
         self.requests = 0
+        self.answers: dict[str, _Answers] = {}
+        self.epoch = 0.0
 
     def _client(self):
         from pathlib import Path  # noqa: PLC0415  (only with routing on)
@@ -77,11 +123,33 @@ class Lookup:
         return self.client
 
     def batch(self, exporter: str, addrs: list[str]) -> tuple[Routes, np.ndarray]:
-        """(the distinct routes, per address its route's place or -1) from the exporter's table."""
+        """(routes, per address its route's place or -1) from the exporter's table: the answers
+        of the last CACHE_SECONDS, the collector asked for the addresses new to them."""
+        now = time.monotonic()
+        if now - self.epoch >= CACHE_SECONDS:
+            self.answers, self.epoch = {}, now
+        cache = self.answers.setdefault(exporter, _Answers())
+        get = cache.known.get
+        ids = np.fromiter((get(a, -2) for a in addrs), np.int64, len(addrs))
+        miss = np.flatnonzero(ids == -2)
+        if len(miss):
+            ask = [addrs[i] for i in miss] if len(miss) < len(addrs) else addrs
+            routes, index = self.ask(exporter, ask)
+            if routes is None:  # not answered: unknown, not kept
+                ids[miss] = -1
+            else:
+                base = cache.add(routes)
+                got = np.where(index >= 0, index + base, -1)
+                ids[miss] = got
+                cache.known.update(zip(ask, got.tolist(), strict=True))
+        return cache.view(), ids
+
+    def ask(self, exporter: str, addrs: list[str]) -> tuple[Routes | None, np.ndarray]:
+        """The collector's answer for these addresses (None: routing off or not answering)."""
         from flowlake.collectors.routing.service import RoutingUnavailable  # noqa: PLC0415  (start-up)
 
         def none():
-            return Routes([], np.zeros(0, np.int64), []), np.full(len(addrs), -1, np.int64)
+            return None, np.full(len(addrs), -1, np.int64)
 
         if not self.socket_path or not addrs or time.monotonic() < self.down_until:
             return none()
