@@ -165,7 +165,8 @@ def test_flows_get_the_routes_in_force_and_a_withdraw_reaches_the_lake(stack):
         a.announce(r["prefix"], r["as_path"], r["next_hop"], r["communities"], r["large"])
     specific = routes[-1]
     probe = str(ipaddress.ip_network(specific["prefix"]).network_address + 1)
-    wait(lambda: all(lookup_prefix(cfg, str(ipaddress.ip_network(r["prefix"])[-2])) == r["prefix"] for r in routes),
+    # network address + 1: the more specific is the upper half of its covering prefix
+    wait(lambda: all(lookup_prefix(cfg, str(ipaddress.ip_network(r["prefix"])[1])) == r["prefix"] for r in routes),
          30, "every announced route in the collector's table")
 
     ship(cfg, nf, "nfcapd.202604080000")
