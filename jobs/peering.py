@@ -63,7 +63,7 @@ def peering_traffic(flows: DataFrame) -> DataFrame:
 def peering_candidates(flows: DataFrame) -> DataFrame:
     """flows -> peering_candidates rows: destination ASes reached through transit."""
     t = (_routed(flows).where(F.size("path") >= 2)
-         .withColumn("origin_as", F.element_at("path", -1))
+         .withColumn("origin_as", F.try_element_at("path", F.lit(-1)))
          .withColumn("_bucket", (F.floor(F.unix_timestamp("time_start") / PEAK_SECONDS) * PEAK_SECONDS).cast("long")))
     totals = t.groupBy("origin_as").agg(
         F.count(F.lit(1)).alias("flows"), F.sum("packets").alias("packets"), F.sum("bytes").alias("bytes"),
