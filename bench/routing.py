@@ -22,11 +22,22 @@ Prints: encode time, load time (first byte to every path in the table, per route
 all), the collector's memory (Go heap in use after a GC, and its RSS), and the lookup rate
 over its socket (batches of 10,000 random addresses, JSON, one connection; per query and in
 the compact lookup_batch form).
+
+Then the routing context's cost at ingest (issue 33: at most 10 % of the ingest's CPU per
+flow), in the same run: the ingest task's own work (pipelines/flow_ingest.land_messages:
+FlowBatch decode, the lake columns, Parquet write; no Kafka) over --ingest-flows flows of
+one exporter whose destinations are drawn (Zipf-like, from --ingest-addresses addresses)
+from the loaded table and whose sources are local, with routing off (enrichment plan
+without routing; and no plan at all) and on (the same plan with the collector's socket),
+alternating three times; CPU = this process's plus, when on, the collector's (its share of
+the lookups). The verdict is on the medians. Figures on a shared machine are indicative:
+run it at idle priority (`/work/idle-run` here) and say so.
 """
 from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 import random
 import signal
 import socket
@@ -176,6 +187,84 @@ def lookup_rates(client: Client, groups: list[dict], n: int = 50000) -> tuple[fl
     return rates[0], rates[1]
 
 
+def _proc_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ingest_messages(groups: list[dict], n: int, addresses: int, exporter: str, per_message: int = 10000,
+                    seed: int = 5) -> list[bytes]:
+    """FlowBatch messages (Flow revision 3, as a shipper sends them) of n flows of one exporter:
+    destinations from the table's prefixes (a heavy tail over `addresses` distinct ones, one in
+    twenty outside every prefix), sources in 10.0.0.0/16."""
+    import numpy as np  # noqa: PLC0415  (bench start-up)
+    import pyarrow as pa  # noqa: PLC0415  (bench start-up)
+
+    from flowlake.schemas import messages  # noqa: PLC0415  (bench start-up)
+    from flowlake.schemas.flow import FLOW_REV3  # noqa: PLC0415  (bench start-up)
+
+    rng = random.Random(seed)
+    nets = [ipaddress.ip_network(p) for g in rng.sample(groups, min(len(groups), addresses))
+            for p in g["v4"][:1] + g["v6"][:1]]
+    pool = [str(net.network_address + rng.randrange(net.num_addresses)) for net in rng.choices(nets, k=addresses)]
+    pool[::20] = [f"10.255.{i // 256 % 256}.{i % 256}" for i in range(len(pool[::20]))]  # no route
+    npr = np.random.default_rng(seed)
+    dst = np.array(pool, dtype=object)[np.minimum(npr.zipf(1.3, n) - 1, addresses - 1)]
+    src = np.array([f"10.0.{i // 256}.{i % 256}" for i in range(4096)], dtype=object)[npr.integers(0, 4096, n)]
+    schema = messages.arrow_schema(FLOW_REV3)
+    t0 = 1_795_773_600_000
+    out = []
+    for i in range(0, n, per_message):
+        k = min(per_message, n - i)
+        cols = {"time_start": pa.array(np.full(k, t0 + i), pa.timestamp("ms", tz="UTC")),
+                "time_end": pa.array(np.full(k, t0 + i + 500), pa.timestamp("ms", tz="UTC")),
+                "exporter": pa.array([exporter] * k), "src_addr": pa.array(src[i:i + k].tolist()),
+                "dst_addr": pa.array(dst[i:i + k].tolist()), "source_file": pa.array(["bench"] * k),
+                "file_seq": pa.array(np.arange(i, i + k)), "proto": pa.array(np.full(k, 6, np.int32)),
+                "dst_port": pa.array(np.full(k, 443, np.int32)), "packets": pa.array(np.full(k, 3)),
+                "bytes": pa.array(np.full(k, 1500)), "sampling_rate": pa.array(np.ones(k, np.int32))}
+        arrays = [cols[f.name] if f.name in cols else (pa.nulls(k, f.type) if f.nullable else pa.array(
+            np.zeros(k, f.type.to_pandas_dtype()), f.type)) for f in schema]
+        table = pa.Table.from_arrays(arrays, schema=schema)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as w:
+            w.write_table(table)
+        out.append(messages.flow_batch_header(FLOW_REV3) + sink.getvalue().to_pybytes())
+    return out
+
+
+def ingest_cost(sock: Path, pid: int, msgs: list[bytes], flows: int, work: Path) -> None:
+    """The ingest task's CPU per flow with routing off and on, alternating (module docstring)."""
+    import statistics  # noqa: PLC0415  (bench start-up)
+
+    from flowlake.pipelines import flow_ingest  # noqa: PLC0415  (bench start-up)
+    from flowlake.pipelines.enrich import apply  # noqa: PLC0415  (bench start-up)
+
+    plans = {"no plan": None, "off": apply.Plan(key="bench-off"),
+             "on": apply.Plan(key="bench-on", routing_socket=str(sock))}
+    cpu: dict[str, list[float]] = {k: [] for k in plans}
+    for rnd in range(3):
+        for mode, plan in plans.items():
+            out = work / f"ingest-{mode}-{rnd}"
+            c0, g0, w0 = time.process_time(), _proc_cpu(pid), time.perf_counter()
+            res = flow_ingest.land_messages(((m, i, dict) for i, m in enumerate(msgs)), str(out), "b", 262144,
+                                            plan=plan)
+            seconds = time.perf_counter() - w0
+            mine, collector = time.process_time() - c0, _proc_cpu(pid) - g0
+            rows = sum(r["rows"] for r in res if r["kind"] == "file")
+            assert rows == flows, f"{mode}: {rows} rows landed of {flows}"
+            cpu[mode].append((mine + collector) / flows)
+            print(f"  round {rnd + 1} routing {mode:8s}: {flows / seconds:10,.0f} flows/s, CPU "
+                  f"{mine / flows * 1e6:.2f} us/flow here + {collector / flows * 1e6:.2f} in the collector")
+            subprocess.run(["rm", "-rf", str(out)], check=True)
+    med = {k: statistics.median(v) for k, v in cpu.items()}
+    share = (med["on"] - med["off"]) / med["on"]
+    print(f"ingest CPU per flow (median of 3): no plan {med['no plan'] * 1e6:.2f} us, routing off "
+          f"{med['off'] * 1e6:.2f} us, routing on {med['on'] * 1e6:.2f} us (collector included): routing's share "
+          f"of the ingest's CPU {share:.1%} (bound 10 %: {'met' if share <= 0.10 else 'NOT met'}); "
+          f"vs no plan at all {(med['on'] - med['no plan']) / med['on']:.1%}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--v4", type=int, default=1_000_000)
@@ -184,10 +273,13 @@ def main() -> None:
     ap.add_argument("--views", choices=("loc-rib", "all"), default="loc-rib")
     ap.add_argument("--via", choices=("bmp", "gobgp"), default="bmp")
     ap.add_argument("--tiny", action="store_true", help="20,000 IPv4 + 4,000 IPv6 per router")
+    ap.add_argument("--ingest-flows", type=int, default=1_048_576, help="flows for the ingest cost (0: skip it)")
+    ap.add_argument("--ingest-addresses", type=int, default=100_000, help="distinct destinations among them")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the speakers and the collector stop too
     if args.tiny:
         args.v4, args.v6 = 20_000, 4_000
+        args.ingest_flows = min(args.ingest_flows, 524_288)  # two row groups: the second meets the answers kept
 
     t0 = time.perf_counter()
     groups = table(args.v4, args.v6)
@@ -254,6 +346,12 @@ def main() -> None:
         one, compact = lookup_rates(client, groups)
         print(f"lookups over the socket (batches of 10,000, JSON): {one:,.0f}/s one query each, "
               f"{compact:,.0f}/s lookup_batch")
+        if args.ingest_flows:
+            exporter = sorted(expected)[0]
+            msgs = ingest_messages(groups, args.ingest_flows, args.ingest_addresses, exporter)
+            print(f"ingest: {args.ingest_flows:,} flows of exporter {exporter} in {len(msgs)} FlowBatch messages, "
+                  f"destinations from {args.ingest_addresses:,} addresses (Zipf-like)")
+            ingest_cost(sock, proc.pid, msgs, args.ingest_flows, work)
         client.close()
         for c in conns:
             c.close()

@@ -22,6 +22,8 @@ TYPES = {
     "map_string_string": ({"type": "map", "values": "string"}, "map<string,string>", "MAP(VARCHAR, VARCHAR)"),
     "array_double": ({"type": "array", "items": "double"}, "array<double>", "DOUBLE[]"),
     "array_int": ({"type": "array", "items": "int"}, "array<int>", "INTEGER[]"),
+    "array_long": ({"type": "array", "items": "long"}, "array<bigint>", "BIGINT[]"),
+    "array_string": ({"type": "array", "items": "string"}, "array<string>", "VARCHAR[]"),
 }
 
 
@@ -102,6 +104,8 @@ class Record:
             "map_string_string": T.MapType(T.StringType(), T.StringType()),
             "array_double": T.ArrayType(T.DoubleType()),
             "array_int": T.ArrayType(T.IntegerType()),
+            "array_long": T.ArrayType(T.LongType()),
+            "array_string": T.ArrayType(T.StringType()),
         }
         return T.StructType([T.StructField(f.name, spark_types[f.type], f.nullable, {"comment": _doc(f)})
                              for f in self.fields])

@@ -69,8 +69,27 @@ FLOW = Record(
               "0 a one-way record; 1 the initiator's half of a biflow (as recorded), 2 its reverse half "
               "(addresses, ports, interfaces, MACs, masks, AS and VLANs swapped, counted from the out counters)",
               nullable=True),
+        # revision 4 (issue 33): the routing context, filled at ingest from the exporter's BGP
+        # table (collectors/routing, BMP) as it stands when the flow is ingested. The shipper
+        # writes null; the ingest writes the explicit unknown (empty list, empty text) when no
+        # route matched or routing is off; null = landed before revision 4.
+        Field("dst_as_path", "array_long",
+              "AS path of the route to dst_addr, neighbour AS first, origin AS last (empty: no route)",
+              nullable=True),
+        Field("dst_communities", "array_string", "BGP communities of that route, as text 65401:10 (RFC 1997)",
+              nullable=True),
+        Field("dst_large_communities", "array_string",
+              "BGP large communities of that route, as text 64501:1:2 (RFC 8092)", nullable=True),
+        Field("dst_prefix", "string", "the prefix dst_addr matched in the routing table ('' = none)",
+              nullable=True),
+        Field("src_prefix", "string", "the prefix src_addr matched in the routing table ('' = none)",
+              nullable=True),
     ),
 )
+
+# Fields of the wire record the shipper leaves null and the ingest fills (revision 4's
+# routing context: pipelines/enrich/routing.py); the shipper knows every other field.
+FILLED_AT_INGEST = ("dst_as_path", "dst_communities", "dst_large_communities", "dst_prefix", "src_prefix")
 
 # Earlier revisions of the Flow record, oldest first, the current one last. Messages of an
 # earlier revision (still in Kafka after an upgrade) are recognised by their fingerprint and
@@ -78,7 +97,8 @@ FLOW = Record(
 # (pipelines/flow_messages.py). Never edit a revision once shipped: add one.
 FLOW_REV1 = Record(name=FLOW.name, namespace=FLOW.namespace, doc=FLOW.doc, fields=FLOW.fields[:19])
 FLOW_REV2 = Record(name=FLOW.name, namespace=FLOW.namespace, doc=FLOW.doc, fields=FLOW.fields[:21])
-FLOW_REVISIONS = (FLOW_REV1, FLOW_REV2, FLOW)
+FLOW_REV3 = Record(name=FLOW.name, namespace=FLOW.namespace, doc=FLOW.doc, fields=FLOW.fields[:40])
+FLOW_REVISIONS = (FLOW_REV1, FLOW_REV2, FLOW_REV3, FLOW)
 
 # The lake table adds the enrichment columns the ingest fills (schemas/enrich.py; null
 # on days written before them) and the partition columns derived from time_start (UTC).

@@ -65,6 +65,7 @@ def arrow_schema(record: Record):
         "int": pa.int32(), "long": pa.int64(), "double": pa.float64(), "string": pa.string(),
         "boolean": pa.bool_(), "bytes": pa.binary(), "timestamp_ms": pa.timestamp("ms", tz="UTC"),
         "date": pa.date32(), "array_int": pa.list_(pa.int32()),
+        "array_long": pa.list_(pa.int64()), "array_string": pa.list_(pa.string()),
     }
     missing = [f.name for f in record.fields if f.type not in types]
     if missing:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from flowlake.schemas import FLOWS_TABLE
 
-_UNKNOWN = {"string": "", "timestamp_ms": None, "array_int": None}
+_UNKNOWN = {"string": "", "timestamp_ms": None, "array_int": None, "array_long": [], "array_string": []}
 
 
 def lake_row(**given) -> tuple:

@@ -22,7 +22,7 @@ ARROW = {"int": pa.int32(), "long": pa.int64(), "double": pa.float64(), "string"
          "boolean": pa.bool_(), "bytes": pa.binary(), "timestamp_ms": pa.timestamp("ms", tz="UTC"),
          "date": pa.date32(), "map_string_double": pa.map_(pa.string(), pa.float64()),
          "map_string_string": pa.map_(pa.string(), pa.string()), "array_double": pa.list_(pa.float64()),
-         "array_int": pa.list_(pa.int32())}
+         "array_int": pa.list_(pa.int32()), "array_long": pa.list_(pa.int64()), "array_string": pa.list_(pa.string())}
 
 # Values chosen by column name so the dashboards' fixed filters (by=src, kind=daily, ...) match.
 VOCAB = {
@@ -48,6 +48,8 @@ VOCAB = {
 }
 # Tables whose `side` is not vlan_mix's in/out.
 SIDES = {"mpls_vrf_mix": ["mpls", "vrf_in", "vrf_out"]}
+# Tables whose `dimension` is not enriched_top's (schemas/peering.py).
+DIMENSIONS = {"peering_traffic": ["neighbour_as", "transit", "origin_as", "community", "provider"]}
 # Enrichment of the demo flows (schemas/enrich.py), by exporter and interface index.
 EXPORTER_NAMES = {"192.0.2.1": "border-1", "192.0.2.2": "border-2"}
 INTERFACES = {1: ("et-0/0/1", "Transit: Cogent 1-38", 100000, "external", "transit", "cogent"),
@@ -189,6 +191,8 @@ def write_reports(lake: Path, rows: int = 600, seed: int = 11) -> list[str]:
                 cols["class"] = [BEHAVIOUR_CLASSES[i % len(BEHAVIOUR_CLASSES)] for i in range(rows)]
             if name in SIDES:
                 cols["side"] = [SIDES[name][i % len(SIDES[name])] for i in range(rows)]
+            if name in DIMENSIONS:
+                cols["dimension"] = [DIMENSIONS[name][i % len(DIMENSIONS[name])] for i in range(rows)]
             data = {f.name: pa.array(cols[f.name], type=ARROW[f.type]) for f in fields}
             part = base / f"date={day.isoformat()}"
             part.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,12 @@ package main
 //	{"op":"lookup_batch","exporter":"192.0.2.1","addrs":["203.0.113.9", ...]}
 //	      -> {"router":..,"routes":[distinct routes],"index":[per address: its route's place in routes, -1: none]}
 //	      (the compact form for many addresses of one exporter: each route once)
+//	{"op":"lookup_columns","exporter":"192.0.2.1","addrs":["203.0.113.9", ...]}
+//	      -> {"router":..,"prefixes":[per distinct route],"attr":B64,"attrs":[distinct attribute sets:
+//	          {"as_path","communities","large_communities","next_hop","origin_as"}],"index":B64}
+//	      (the ingest's form: B64 = base64 of little-endian int32s: attr per route its set's place
+//	      in attrs, index per address its route's place in prefixes, -1 none; numbers, not
+//	      objects, so the client decodes a row group's answer without a JSON object per address)
 //	{"op":"dump","router":"127.0.0.1"}        -> {"paths":[every path of that router's table]}
 //	{"op":"gc"}                               -> the status after a garbage collection (bench/routing.py's memory figure)
 //
@@ -18,6 +24,8 @@ package main
 
 import (
 	"bufio"
+	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"log"
@@ -103,6 +111,13 @@ func (c *collector) answer(req request) any {
 		}
 		atomic.AddUint64(&c.lookups, uint64(len(req.Addrs)))
 		return out
+	case "lookup_columns":
+		out, err := c.lookupColumns(req.Exporter, req.Addrs)
+		if err != nil {
+			return map[string]string{"error": err.Error()}
+		}
+		atomic.AddUint64(&c.lookups, uint64(len(req.Addrs)))
+		return out
 	case "lookup_all":
 		addr, err := netip.ParseAddr(req.Addr)
 		if err != nil {
@@ -128,7 +143,7 @@ func (c *collector) answer(req request) any {
 		defer r.mu.RUnlock()
 		return map[string]any{"paths": r.dump()}
 	}
-	return map[string]string{"error": fmt.Sprintf("unknown op %q (status, lookup, lookup_batch, lookup_all, dump, gc)", req.Op)}
+	return map[string]string{"error": fmt.Sprintf("unknown op %q (status, lookup, lookup_batch, lookup_columns, lookup_all, dump, gc)", req.Op)}
 }
 
 func (c *collector) snapshot() []*router {
@@ -216,6 +231,92 @@ func (c *collector) lookupBatch(exporter string, addrs []string) (batchAnswer, e
 		}
 		out.Index[i] = j
 	}
+	return out, nil
+}
+
+type attrSet struct {
+	ASPath           []uint32 `json:"as_path"`
+	Communities      []string `json:"communities"`
+	LargeCommunities []string `json:"large_communities"`
+	NextHop          string   `json:"next_hop"`
+	OriginAS         uint32   `json:"origin_as"`
+}
+
+type columnsAnswer struct {
+	Router   string    `json:"router"`
+	Prefixes []string  `json:"prefixes"`
+	Attr     string    `json:"attr"`
+	Attrs    []attrSet `json:"attrs"`
+	Index    string    `json:"index"`
+}
+
+func int32s(v []int32) string {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+// lookupColumns: lookupBatch's answer as columns (the ingest's form, see the list above).
+func (c *collector) lookupColumns(exporter string, addrs []string) (columnsAnswer, error) {
+	out := columnsAnswer{Prefixes: []string{}, Attrs: []attrSet{}}
+	index := make([]int32, len(addrs))
+	var r *router
+	if exporter != "" {
+		r = c.tableFor(exporter)
+	} else if rs := c.snapshot(); len(rs) > 0 {
+		r = c.tableFor(rs[0].addr)
+	}
+	parsed := make([]netip.Addr, len(addrs))
+	for i, a := range addrs {
+		ip, err := netip.ParseAddr(a)
+		if err != nil {
+			return out, fmt.Errorf("addrs[%d] %q: not an IP address", i, a)
+		}
+		parsed[i] = ip.Unmap()
+	}
+	if r == nil {
+		for i := range index {
+			index[i] = -1
+		}
+		out.Index, out.Attr = int32s(index), int32s(nil)
+		return out, nil
+	}
+	type key struct {
+		p netip.Prefix
+		x path
+	}
+	routes := map[key]int32{}
+	sets := map[path]int32{}
+	var attrOf []int32
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out.Router = r.addr
+	for i, ip := range parsed {
+		p, x, ok := r.match(ip, netip.Addr{})
+		if !ok {
+			index[i] = -1
+			continue
+		}
+		k := key{p, x}
+		j, ok := routes[k]
+		if !ok {
+			j = int32(len(out.Prefixes))
+			routes[k] = j
+			out.Prefixes = append(out.Prefixes, p.String())
+			s, ok := sets[x]
+			if !ok {
+				s = int32(len(out.Attrs))
+				sets[x] = s
+				rt := r.route(p, x)
+				out.Attrs = append(out.Attrs, attrSet{rt.ASPath, rt.Communities, rt.LargeCommunities, rt.NextHop, rt.OriginAS})
+			}
+			attrOf = append(attrOf, s)
+		}
+		index[i] = j
+	}
+	out.Index, out.Attr = int32s(index), int32s(attrOf)
 	return out, nil
 }
 

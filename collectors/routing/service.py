@@ -38,6 +38,10 @@ class RoutingSettings:
     bmp_port: int
     max_routes_per_router: int
     hold_down_seconds: int
+    as_sources: list
+
+
+AS_SOURCES = ("flow", "routing", "geoip")
 
 
 def settings(cfg) -> RoutingSettings:
@@ -86,7 +90,18 @@ def check(cfg) -> RoutingSettings:
     if s.hold_down_seconds < 0:
         raise _config.ConfigError(f"[routing] hold_down_seconds = {s.hold_down_seconds}: expected >= 0")
     router_map(cfg)
+    as_sources(s)
     return s
+
+
+def as_sources(s: RoutingSettings) -> tuple[str, ...]:
+    """[routing] as_sources, checked: an ordered choice among flow, routing, geoip."""
+    got = tuple(str(x) for x in s.as_sources)
+    bad = [x for x in got if x not in AS_SOURCES]
+    if bad or not got or len(set(got)) != len(got):
+        raise _config.ConfigError(f"[routing] as_sources = {list(s.as_sources)!r}: expected an ordered list of "
+                                  f"distinct sources among {', '.join(AS_SOURCES)} (the first non-zero AS wins)")
+    return got
 
 
 def listen_address(s: RoutingSettings) -> str:

@@ -98,6 +98,7 @@ type Encoder struct {
 	Names   []string
 	Base    []string // Avro primitive of each field ("long", "string", ...)
 	Logical []string // its logical type ("timestamp-millis") or ""
+	Items   []string // an array's item type ("int", "long", "string"), else ""
 }
 
 // NewEncoder builds the field program from the schema JSON and its fingerprint (hex,
@@ -135,6 +136,7 @@ func NewEncoder(schemaJSON []byte, fingerprintHex string) (*Encoder, error) {
 			enc.fields = append(enc.fields, encField{id: fNull})
 			enc.Names = append(enc.Names, f.Name)
 			enc.Base, enc.Logical = append(enc.Base, base), append(enc.Logical, avroLogical(f.Type))
+			enc.Items = append(enc.Items, avroItems(f.Type))
 			continue
 		}
 		if k.id.optional() && !nullable {
@@ -149,9 +151,13 @@ func NewEncoder(schemaJSON []byte, fingerprintHex string) (*Encoder, error) {
 		if !k.string && !k.list && base != "int" && base != "long" {
 			return nil, fmt.Errorf("schema field %s: type %s, the shipper writes an int/long", f.Name, base)
 		}
+		if k.list && avroItems(f.Type) != "int" {
+			return nil, fmt.Errorf("schema field %s: items %s, the shipper writes an array of int", f.Name, avroItems(f.Type))
+		}
 		enc.fields = append(enc.fields, encField{id: k.id, nullable: nullable})
 		enc.Names = append(enc.Names, f.Name)
 		enc.Base, enc.Logical = append(enc.Base, base), append(enc.Logical, avroLogical(f.Type))
+		enc.Items = append(enc.Items, avroItems(f.Type))
 	}
 	return enc, nil
 }
@@ -189,6 +195,25 @@ func avroLogical(raw json.RawMessage) string {
 	var union []json.RawMessage
 	if json.Unmarshal(raw, &union) == nil && len(union) == 2 {
 		return avroLogical(union[1])
+	}
+	return ""
+}
+
+// avroItems is an array type's item type ("int", "long", "string"), inside a union too; "" otherwise.
+func avroItems(raw json.RawMessage) string {
+	var obj struct {
+		Type  string `json:"type"`
+		Items string `json:"items"`
+	}
+	if json.Unmarshal(raw, &obj) == nil {
+		if obj.Type == "array" {
+			return obj.Items
+		}
+		return ""
+	}
+	var union []json.RawMessage
+	if json.Unmarshal(raw, &union) == nil && len(union) == 2 {
+		return avroItems(union[1])
 	}
 	return ""
 }

@@ -46,9 +46,19 @@ const (
 	kindInt32                 // 4 bytes a value
 	kindString                // int32 offsets (n+1) and the bytes
 	kindList                  // list<int32>: int32 offsets (n+1) and the int32 items
+	// lists of another item type the shipper never fills (the routing columns of Flow
+	// revision 4, filled at ingest): always null, so their child arrays are empty
+	kindNullListLong   // list<int64>
+	kindNullListString // list<string>
 )
 
-var kindWidth = [...]int{kindInt64: 8, kindInt32: 4, kindString: 4, kindList: 4}
+var kindWidth = [...]int{kindInt64: 8, kindInt32: 4, kindString: 4, kindList: 4, kindNullListLong: 4,
+	kindNullListString: 4}
+
+// isList: the column is a list (int32 offsets in values).
+func (k colKind) isList() bool {
+	return k == kindList || k == kindNullListLong || k == kindNullListString
+}
 
 // colData is one column of a batch being gathered.
 type colData struct {
@@ -155,7 +165,11 @@ func NewBatchEncoder(enc *Encoder, perMsg int, codec string) (*BatchEncoder, err
 			t, b.kinds[i] = arrow.PrimitiveTypes.Int32, kindInt32
 		case enc.Base[i] == "long":
 			t, b.kinds[i] = arrow.PrimitiveTypes.Int64, kindInt64
-		case enc.Base[i] == "array": // mpls_labels; an unknown nullable array: null
+		case enc.Base[i] == "array" && enc.Items[i] == "long" && fd.id == fNull: // an unknown nullable array: null
+			t, b.kinds[i] = arrow.ListOf(arrow.PrimitiveTypes.Int64), kindNullListLong
+		case enc.Base[i] == "array" && enc.Items[i] == "string" && fd.id == fNull:
+			t, b.kinds[i] = arrow.ListOf(arrow.BinaryTypes.String), kindNullListString
+		case enc.Base[i] == "array" && enc.Items[i] == "int": // mpls_labels; an unknown nullable array: null
 			t, b.kinds[i] = arrow.ListOf(arrow.PrimitiveTypes.Int32), kindList
 		default:
 			return nil, fmt.Errorf("schema field %s: type %s has no Arrow column in the shipper", enc.Names[i], enc.Base[i])
@@ -197,7 +211,7 @@ func (b *BatchEncoder) batch() *colBatch {
 	for i := range c.cols {
 		col := &c.cols[i]
 		col.values, col.data, col.valid, col.nulls, col.constant, col.mixed = col.values[:0], col.data[:0], col.valid[:0], 0, "", false
-		if b.kinds[i] == kindString || b.kinds[i] == kindList {
+		if b.kinds[i] == kindString || b.kinds[i].isList() {
 			col.values = append(col.values, 0, 0, 0, 0) // offset of the first value
 		}
 	}
@@ -311,7 +325,7 @@ func (b *BatchEncoder) appendNull(col *colData, i int) {
 	switch b.kinds[i] {
 	case kindString:
 		col.values = binary.LittleEndian.AppendUint32(col.values, uint32(len(col.data)))
-	case kindList:
+	case kindList, kindNullListLong, kindNullListString:
 		col.values = binary.LittleEndian.AppendUint32(col.values, uint32(len(col.data)/4))
 	default:
 		col.values = append(col.values, make([]byte, kindWidth[b.kinds[i]])...)

@@ -137,6 +137,16 @@ func (w *ipcBatchWriter) recordBatch(c *colBatch, kinds []colKind, ids []fieldID
 		} else {
 			w.buffer(nil) // no nulls: no validity bitmap
 		}
+		if kinds[i] == kindNullListLong || kinds[i] == kindNullListString { // every list null: an empty child
+			w.buffer(col.values)
+			w.nodes = append(w.nodes, ipcSpan{0, 0})
+			w.buffer(nil) // the child's validity
+			if kinds[i] == kindNullListString {
+				w.buffer(zeroOffset) // its one offset
+			}
+			w.buffer(nil) // its values (bytes)
+			continue
+		}
 		if kinds[i] == kindList { // offsets, then the child: its node, no validity, the items
 			w.buffer(col.values)
 			w.nodes = append(w.nodes, ipcSpan{int64(len(col.data) / 4), 0})
@@ -155,6 +165,8 @@ func (w *ipcBatchWriter) recordBatch(c *colBatch, kinds []colKind, ids []fieldID
 	}
 	return w.body, w.message(n)
 }
+
+var zeroOffset = []byte{0, 0, 0, 0}
 
 type constColumn struct {
 	s         string

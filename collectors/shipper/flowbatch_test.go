@@ -25,7 +25,9 @@ func flowBatchFollowsSchema(t *testing.T, codec string) {
 		{"name":"time_start","type":{"type":"long","logicalType":"timestamp-millis"}},
 		{"name":"src_addr","type":"string"},{"name":"proto","type":"int"},{"name":"bytes","type":"long"},
 		{"name":"source_file","type":"string"},{"name":"file_seq","type":"long"},
-		{"name":"extra","type":["null","string"],"default":null},{"name":"exporter","type":"string"}]}`
+		{"name":"extra","type":["null","string"],"default":null},{"name":"exporter","type":"string"},
+		{"name":"path","type":["null",{"type":"array","items":"long"}],"default":null},
+		{"name":"comms","type":["null",{"type":"array","items":"string"}],"default":null}]}`
 	enc, err := NewEncoder([]byte(schema), "0102030405060708")
 	if err != nil {
 		t.Fatal(err)
@@ -73,7 +75,9 @@ func flowBatchFollowsSchema(t *testing.T, codec string) {
 		s := r.Schema()
 		wantTypes := []arrow.DataType{&arrow.TimestampType{Unit: arrow.Millisecond, TimeZone: "UTC"}, arrow.BinaryTypes.String,
 			arrow.PrimitiveTypes.Int32, arrow.PrimitiveTypes.Int64, arrow.BinaryTypes.String, arrow.PrimitiveTypes.Int64,
-			arrow.BinaryTypes.String, arrow.BinaryTypes.String}
+			arrow.BinaryTypes.String, arrow.BinaryTypes.String,
+			// unknown nullable arrays of other items (revision 4's routing columns): null, typed by their items
+			arrow.ListOf(arrow.PrimitiveTypes.Int64), arrow.ListOf(arrow.BinaryTypes.String)}
 		for i, f := range s.Fields() {
 			if !arrow.TypeEqual(f.Type, wantTypes[i]) || f.Name != enc.Names[i] {
 				t.Fatalf("column %d: %s %s", i, f.Name, f.Type)
@@ -97,6 +101,9 @@ func flowBatchFollowsSchema(t *testing.T, codec string) {
 				}
 				if !rec.Column(6).IsNull(i) || rec.Column(4).(*array.String).Value(i) != "spool/nfcapd.1" {
 					t.Fatal("extra must be null, source_file the file")
+				}
+				if !rec.Column(8).IsNull(i) || !rec.Column(9).IsNull(i) {
+					t.Fatal("path and comms must be null")
 				}
 				if e := rec.Column(7).(*array.String).Value(i); e != exporterOf(int(seq)) {
 					t.Fatalf("exporter %q for flow %d", e, seq)

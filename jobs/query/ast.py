@@ -80,9 +80,9 @@ class Text:
 
 @dataclass(frozen=True)
 class ListHas:
-    """the list column field holds value (nfdump's `mpls any N`)."""
+    """the list column field holds value (nfdump's `mpls any N`; `aspath N`, `community A:B`)."""
     field: str
-    value: int
+    value: int | str
 
 
 def either(fields, make) -> object:

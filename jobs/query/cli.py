@@ -108,6 +108,7 @@ def query(filter_text, start, end, stats, top_n, aggregate_keys, fmt, limit, cou
     [src|dst] ip in [ADDR, NET ...], [src|dst] port [COMP] N, [src|dst] port in [N ...],
     proto tcp|udp|icmp|icmp6|N, flags SAFRPU (all set; `not flags` = none set),
     [src|dst] as [COMP] N, as in [...], [in|out] if N, [src|dst] vlan N, router ip ADDR,
+    [dst] aspath N, community A:B or A:B:C (flowlake's routing extensions),
     bytes|packets|duration|bps|pps|bpp|tos [COMP] N (K/M/G = 1000-based; duration in ms),
     ipv4|ipv6, any; combined with and/&&, or/||, not/!, parentheses.
     COMP is one of = == < > <= >= eq lt gt le ge.

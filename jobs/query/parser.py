@@ -358,6 +358,32 @@ class _ToAst(Transformer):
     def mpls_any(self, _kw, _any, tok):
         return ast.ListHas("mpls_labels", _number(tok, "an MPLS label", MPLS_MAX))
 
+    def aspath(self, *args):
+        # flowlake's extension (nfdump 1.7.1 has no AS path): the AS number anywhere in the
+        # path of the route to the destination (dst_as_path); the lake keeps no path towards
+        # the source, so `src aspath` is refused rather than read as something else
+        toks = {t.type: t for t in args if t.type != "VALUE"}
+        d = toks.get("DIR")
+        if d is not None and str(d) != "dst":
+            raise _Bad("the lake keeps the AS path towards the destination only (dst_as_path): use "
+                       "`dst aspath N` (or `aspath N`); `src as N` compares the source's AS", d)
+        return ast.ListHas("dst_as_path", _number(args[-1], "an AS number", 2**32 - 1))
+
+    def community(self, _kw, tok):
+        # flowlake's extension: a standard community A:B (RFC 1997, each 0..65535) in
+        # dst_communities, or a large community A:B:C (RFC 8092, each 0..4294967295) in
+        # dst_large_communities; numbers are compared in their decimal text form
+        parts = str(tok).split(":")
+        if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts):
+            raise _Bad(f"'{tok}' is not a community: expected A:B (standard) or A:B:C (large), decimal numbers",
+                       tok)
+        limit = 65535 if len(parts) == 2 else 2**32 - 1
+        if any(int(p) > limit for p in parts):
+            raise _Bad(f"community '{tok}': each part of a {'standard' if len(parts) == 2 else 'large'} "
+                       f"community is 0..{limit}", tok)
+        text = ":".join(str(int(p)) for p in parts)
+        return ast.ListHas("dst_communities" if len(parts) == 2 else "dst_large_communities", text)
+
     def nip(self, *args):
         toks = {t.type: t for t in args if t.type != "VALUE"}
         net = _address(args[-1])

@@ -25,6 +25,10 @@ LATER_COLUMNS = {
     "icmp_type": ("INTEGER", "int"), "icmp_code": ("INTEGER", "int"), "src_addr_nat": ("VARCHAR", "string"),
     "dst_addr_nat": ("VARCHAR", "string"), "src_port_nat": ("INTEGER", "int"), "dst_port_nat": ("INTEGER", "int"),
     "nat_event": ("INTEGER", "int"), "biflow_half": ("INTEGER", "int"),
+    # revision 4 (issue 33): the routing context, filled at ingest
+    "dst_as_path": ("BIGINT[]", "array<bigint>"), "dst_communities": ("VARCHAR[]", "array<string>"),
+    "dst_large_communities": ("VARCHAR[]", "array<string>"), "dst_prefix": ("VARCHAR", "string"),
+    "src_prefix": ("VARCHAR", "string"),
 }
 # the address columns of revision 3: an absent one is nfdump's all-zero address
 ZERO_ADDRESS_COLUMNS = frozenset({"next_hop", "bgp_next_hop", "src_addr_nat", "dst_addr_nat"})
@@ -56,7 +60,8 @@ def to_sql(node) -> str:
     if isinstance(node, ast.Text):  # NULL (absent) matches nothing
         return f"coalesce(lower({_col(node.field)}) IN ({', '.join(_lit(v) for v in node.values)}), false)"
     if isinstance(node, ast.ListHas):
-        return f"coalesce(list_contains({_col(node.field)}, {int(node.value):d}), false)"
+        value = _lit(node.value) if isinstance(node.value, str) else f"{int(node.value):d}"
+        return f"coalesce(list_contains({_col(node.field)}, {value}), false)"
     if isinstance(node, ast.Flags):
         return f"(proto = 6 AND (tcp_flags & {node.mask:d}) = {node.mask:d})"
     if isinstance(node, ast.Family):

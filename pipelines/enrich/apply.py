@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 from flowlake.schemas import FLOW, Record, messages
 from flowlake.schemas.enrich import ENRICHMENT_FIELDS, ENRICHMENT_NAMES
 
-from . import classify, interfaces, mmdb, networks
+from . import classify, interfaces, mmdb, networks, routing
 from .answers import Answers, Recent
 
 _IF = ("name", "description", "speed", "boundary", "connectivity", "provider")
@@ -37,9 +37,16 @@ class Plan:
     directory: dict = field(default_factory=dict)
     refresh_dir: str = ""
     cache_entries: int = 200_000
+    # routing context (routing.py): the collector's socket ('' = routing off) and
+    # [routing] as_sources, the order in which src_as/dst_as take flow, routing, geoip
+    routing_socket: str = ""
+    as_sources: tuple = ("flow", "routing", "geoip")
 
 
 DICT = pa.dictionary(pa.int32(), pa.string())
+# string columns the ingest hands over as dictionary arrays: the enrichment's, and the
+# routing context's prefixes (each distinct route's prefix once: no per-row copy)
+DICT_NAMES = frozenset(ENRICHMENT_NAMES) | frozenset(routing.PREFIX_COLUMNS)
 
 
 def lake_schema() -> pa.Schema:
@@ -48,7 +55,7 @@ def lake_schema() -> pa.Schema:
     with a dictionary page; DuckDB and Spark read strings): the writer then takes the
     dictionary as it is instead of hashing every row's value (bench/ingest.py)."""
     plain = messages.arrow_schema(Record("FlowsFile", "flowlake.pipelines.lake", "lake file", FLOW.fields + ENRICHMENT_FIELDS))
-    return pa.schema([f.with_type(DICT) if f.name in ENRICHMENT_NAMES and pa.types.is_string(f.type) else f
+    return pa.schema([f.with_type(DICT) if f.name in DICT_NAMES and pa.types.is_string(f.type) else f
                       for f in plain])
 
 
@@ -73,6 +80,7 @@ class Enricher:
         self.exporters: list[str] = []
         self._exporter_names: tuple = (None, None)  # (a table's exporters, their names' dictionary)
         self.limit = max(1000, int(plan.cache_entries))
+        self.routing = routing.lookup_for(plan.routing_socket) if plan.routing_socket else None
 
     def close(self) -> None:
         for db in (self.asn, self.geo):
@@ -175,7 +183,7 @@ def _exporters(col) -> pa.DictionaryArray:
 
 
 # the wire columns enrichment reads
-KEY_COLUMNS = ("exporter", "input_if", "output_if", "src_addr", "dst_addr", "src_as", "dst_as")
+KEY_COLUMNS = ("exporter", "input_if", "output_if", "src_addr", "dst_addr", "src_as", "dst_as", "bgp_next_hop")
 
 
 def enrich_columns(cols: dict[str, pa.Array], e: Enricher) -> dict[str, pa.Array]:
@@ -187,13 +195,19 @@ def enrich_columns(cols: dict[str, pa.Array], e: Enricher) -> dict[str, pa.Array
     for side, ifcol in (("in", "input_if"), ("out", "output_if")):
         for name, arr in zip(_IF, _interface_columns(e, side, exporters, cols[ifcol])):
             out[f"{side}_if_{name}"] = arr
+    n = len(cols["src_addr"])
+    if e.routing is not None:
+        rt = routing.routing_columns(e.routing, cols, exporters)
+    else:
+        rt = routing.unknown_columns(n)
     for side in ("src", "dst"):
         asn, *rest = _address_columns(e, side, cols[f"{side}_addr"])
-        own = cols[f"{side}_as"]
-        # the router's own AS number when it exports one, the database's otherwise
-        out[f"{side}_as"] = pc.if_else(pc.equal(own, 0), asn, own)
+        # the first non-zero of [routing] as_sources: the router's export, the route's origin, the database
+        out[f"{side}_as"] = routing.pick_as(e.plan.as_sources, {
+            "flow": cols[f"{side}_as"], "routing": rt.pop(f"{side}_as_routing"), "geoip": asn})
         for name, arr in zip(_ADDR, rest):
             out[f"{side}_{name}"] = arr
+    out.update(rt)
     return out
 
 
@@ -211,9 +225,12 @@ def unenriched_table(table: pa.Table, schema: pa.Schema | None = None) -> pa.Tab
     n = table.num_rows
     zeros = pa.array(np.zeros(n, np.int32))
     empty = pa.DictionaryArray.from_arrays(zeros, pa.array([""], pa.string()))
+    routed = routing.unknown_columns(n)
     out = []
     for f in schema:
-        if f.name in table.column_names:
+        if f.name in routing.COLUMNS:  # routing off: explicitly unknown
+            out.append(routed[f.name])
+        elif f.name in table.column_names:
             out.append(table.column(f.name))
         else:
             out.append(empty if f.type == DICT else zeros.cast(f.type))

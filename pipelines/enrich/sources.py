@@ -196,8 +196,12 @@ class Sources:
 
     # ---- what tasks get ------------------------------------------------------------------
     def plan(self) -> Plan | None:
+        routing_socket, as_sources = self._routing()
         if not self.enabled:
-            return None
+            if not routing_socket:
+                return None  # no enrichment, no routing: every column unknown, AS numbers as exported
+            # routing without enrichment: the routing columns, the others unknown
+            return Plan(key="routing-only", routing_socket=routing_socket, as_sources=as_sources)
         self._refresh()
         parts = [self.state[k]["snapshot"] for k in FILES] + [repr(self.snmp["stat"]), repr(self.rules),
                                                               repr(sorted(self.static.items(), key=str))]
@@ -206,7 +210,15 @@ class Sources:
                     networks_path=self.state["networks"]["snapshot"], rules=self.rules,
                     directory=interfaces.directory(self.snmp["data"], self.static),
                     refresh_dir=str(interfaces.refresh_dir(self.cfg)),
-                    cache_entries=int(self.cfg.enrich.cache_entries))
+                    cache_entries=int(self.cfg.enrich.cache_entries),
+                    routing_socket=routing_socket, as_sources=as_sources)
+
+    def _routing(self) -> tuple[str, tuple[str, ...]]:
+        """([routing] enabled: the collector's socket, else ''; [routing] as_sources)."""
+        from flowlake.collectors.routing import service  # noqa: PLC0415  (start-up: only the driver)
+
+        s = service.check(self.cfg)
+        return (str(service.socket_path(self.cfg)) if s.enabled else ""), service.as_sources(s)
 
     def _write_status(self) -> None:
         sources = {k: {x: v for x, v in e.items() if x != "failed_stat"} for k, e in self.state.items()}

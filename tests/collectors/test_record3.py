@@ -32,7 +32,7 @@ from flowlake.collectors.traffic import api, lake_rows, model, record3
 from flowlake.collectors.traffic.exporter import wait_drained
 from flowlake.pipelines import hour_close, ingest
 from flowlake.schemas import FLOW, FLOWS_TABLE, avro, messages
-from flowlake.schemas.flow import FLOW_REV2, FLOW_REVISIONS
+from flowlake.schemas.flow import FLOW_REV2, FLOW_REV3, FLOW_REVISIONS
 
 START = dt.datetime(2026, 4, 8, 0, 0, tzinfo=dt.UTC)
 OLD_DAY = dt.date(2026, 4, 9)
@@ -41,7 +41,7 @@ KEYS = ("exporter", "time_start", "time_end", "src_addr", "dst_addr", "src_port"
 
 
 def rev3_names() -> list[str]:
-    return FLOW.names[21:]
+    return FLOW_REV3.names[21:]
 
 
 def model_capture(spool: Path, protocol: str):
@@ -242,14 +242,14 @@ def test_both_formats_land_revision_3_and_revision_2_messages_read_null(captures
 
 def test_revision_2_is_frozen_and_3_appends_the_contract_columns():
     assert avro.fingerprint(FLOW_REV2).hex() == "e0818c6619706bb5"
-    assert FLOW_REVISIONS[-2:] == (FLOW_REV2, FLOW) and FLOW.names[:21] == FLOW_REV2.names
+    assert FLOW_REVISIONS[-3:-1] == (FLOW_REV2, FLOW_REV3) and FLOW.names[:21] == FLOW_REV2.names
     contract = [("flow_direction", "int"), ("next_hop", "string"), ("bgp_next_hop", "string"), ("src_mask", "int"),
                 ("dst_mask", "int"), ("src_mac", "string"), ("dst_mac", "string"), ("mpls_labels", "array_int"),
                 ("ingress_vrf", "long"), ("egress_vrf", "long"), ("forwarding_status", "int"), ("icmp_type", "int"),
                 ("icmp_code", "int"), ("src_addr_nat", "string"), ("dst_addr_nat", "string"), ("src_port_nat", "int"),
                 ("dst_port_nat", "int"), ("nat_event", "int"), ("biflow_half", "int")]
-    assert [(f.name, f.type) for f in FLOW.fields[21:]] == contract
-    assert all(f.nullable and f.default is None for f in FLOW.fields[21:])
+    assert [(f.name, f.type) for f in FLOW_REV3.fields[21:]] == contract and FLOW.names[:40] == FLOW_REV3.names
+    assert all(f.nullable and f.default is None for f in FLOW_REV3.fields[21:])
 
 
 def conversations_pcap(path: Path, n: int) -> dict[tuple[str, int], tuple[int, int]]:
@@ -315,7 +315,7 @@ def test_the_fast_lake_path_lands_revision_3_as_the_pipeline_does(version):
     f, _ = model.generate(params, start, 3_600_000, 1500, seed=7, allow_v6=True)
     x = record3.draw(f, 7)
     table = lake_rows.lake_table(f, params, version=version, record3=x)
-    assert table.column_names == FLOW.names[:19] + ["src_vlan", "dst_vlan"] + FLOW.names[21:] + ["date", "hour"]
+    assert table.column_names == FLOW.names[:19] + ["src_vlan", "dst_vlan"] + FLOW_REV3.names[21:] + ["date", "hour"]
     names = rev3_names()
     ms = {"time_start", "time_end"}
     got = [{k: int(v.timestamp() * 1000) if k in ms else v for k, v in r.items()} for r in table.to_pylist()]

@@ -16,7 +16,7 @@ import difflib
 import re
 from pathlib import Path
 
-from flowlake.schemas.flow import FLOW
+from flowlake.schemas.flow import FILLED_AT_INGEST, FLOW
 
 SHIPPER = Path(__file__).resolve().parents[2] / "collectors" / "shipper"
 INTEGER = {"int", "long", "timestamp_ms"}
@@ -25,6 +25,8 @@ INTEGER = {"int", "long", "timestamp_ms"}
 def _schema_lines() -> list[str]:
     out = []
     for f in FLOW.fields:
+        if f.name in FILLED_AT_INGEST:  # the ingest fills them; the shipper writes null
+            continue
         kind = ("string" if f.type == "string" else "integer" if f.type in INTEGER
                 else "array" if f.type == "array_int" else f"unexpected type {f.type}")
         out.append(f"{f.name} {kind}")

@@ -604,7 +604,8 @@ def lake_from_nfdump(nfcapd_file: Path, lake: Path) -> int:
         for k, v in row.items():
             cols[k].append(v)
     arrow = {"int": pa.int32(), "long": pa.int64(), "string": pa.string(), "timestamp_ms": pa.timestamp("ms", tz="UTC"),
-             "array_int": pa.list_(pa.int32())}
+             "array_int": pa.list_(pa.int32()), "array_long": pa.list_(pa.int64()),
+             "array_string": pa.list_(pa.string())}
     # nfdump -o pipe prints no VLANs nor revision 3's fields: those columns stay null (not
     # read), as in a lake from before them
     table = pa.table({f.name: pa.array(cols[f.name] or [None] * len(lines), arrow[f.type]) for f in FLOW.fields})

@@ -32,7 +32,10 @@ def rev3(i: int) -> dict:
             "mpls_labels": [16 + j for j in range(i % 4 + 1)], "ingress_vrf": 2**32 - 1, "egress_vrf": 0,
             "forwarding_status": 130, "icmp_type": 8, "icmp_code": 0, "src_addr_nat": "198.18.0.7",
             "dst_addr_nat": "192.0.2.1", "src_port_nat": 65535, "dst_port_nat": 443, "nat_event": 1,
-            "biflow_half": 2}
+            "biflow_half": 2,
+            # revision 4 (issue 33; the ingest fills them, both wire formats carry them)
+            "dst_as_path": [64501, 4200000000][: i % 3], "dst_communities": ["65401:10"] if i % 4 else [],
+            "dst_large_communities": ["64501:1:2"], "dst_prefix": "2001:db8::/32", "src_prefix": ""}
 
 
 def test_both_formats_decode_to_the_same_table():
