@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import subprocess
 import sys
 import time
@@ -16,7 +17,7 @@ import click
 
 from flowlake.base import config as _config
 
-from . import stack, superset_cli
+from . import demo_site, stack, superset_cli
 from .collectors import nfcapd
 from .pipelines import ingest
 
@@ -46,13 +47,20 @@ def wait_for_lake(cfg, expect_flows: int, timeout: float, progress=None) -> dict
 @click.option("--date", "day", default=None, help="UTC day to model, YYYY-MM-DD [default: yesterday].")
 @click.option("--protocol", type=click.Choice(["v5", "v9", "ipfix"]), default="ipfix", show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--history-days", type=int, default=7, show_default=True,
+              help="Days of history at low volume before the day (rollups, growth and the forecast have days).")
+@click.option("--history-flows", type=int, default=20_000, show_default=True, help="Flows in each history day.")
 @click.option("--no-superset", is_flag=True, help="Skip Superset (reports only).")
-def demo(flows: int, day: str | None, protocol: str, seed: int, no_superset: bool) -> None:
+def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: int, history_flows: int,
+         no_superset: bool) -> None:
     """Run the main job end to end and leave the stack running.
 
     \b
+    0. the demo site (on the embedded defaults): MMDBs, networks, interface names and
+       rules, PingER regions, alert settings (flowlake/demo_site.py), as FLOWLAKE_CONFIG
     1. `flowlake up` (Kafka, ingest, shipper, nfcapd)
-    2. a day of border traffic from the traffic model, exported as real NetFlow
+    2. a week of history at low volume, then a day of border traffic from the traffic
+       model (flow record revision 3 included), exported as real NetFlow
     3. every flow shipped and streamed into the lake (counts checked)
     4. PingER-style pings and iperf3 throughput tests imported beside it
     5. its hours closed (compacted, rolled up) and the daily report jobs for that day
@@ -72,9 +80,24 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, no_superset: boo
         date = dt.date.fromisoformat(day)
     except ValueError:
         raise click.BadParameter(f"{day!r} is not a date like 2026-11-20", param_hint="--date") from None
+    if flows <= 0 or history_flows <= 0 or history_days < 0:
+        raise click.BadParameter("--flows and --history-flows must be positive, --history-days at least 0")
     demo_dir = cfg.path("demo", day)
     demo_dir.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
+
+    site_toml = None
+    if demo_site.own_config(cfg) is None:
+        console.rule("[bold]0. the demo site")
+        site_toml = demo_site.prepare(cfg)
+        os.environ["FLOWLAKE_CONFIG"] = str(site_toml)  # this process, its commands and the stack it starts
+        _config.reset()
+        cfg = _config.get()
+        console.print(f"demo settings: FLOWLAKE_CONFIG={site_toml} (export it to run flowlake commands as the demo)")
+    else:
+        console.print(f"[yellow]{cfg.source}: your own configuration; the demo site's files and settings are not "
+                      "applied (no names, networks or regions unless yours give them)")
+    days = [date - dt.timedelta(days=k) for k in range(history_days, 0, -1)]
 
     console.rule("[bold]1. stack up")
     try:
@@ -82,21 +105,31 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, no_superset: boo
     except (RuntimeError, TimeoutError) as exc:
         raise click.ClickException(str(exc)) from None
 
-    console.rule(f"[bold]2. a day of border traffic ({flows:,} flows, {protocol}) for {day}")
+    console.rule(f"[bold]2. {len(days)} days of history ({history_flows:,} flows each), then a day of border "
+                 f"traffic ({flows:,} flows, {protocol}) for {day}")
 
     already = nfcapd.received(cfg)["flows"]
+    target = (cfg.collector.bind if cfg.collector.bind != "0.0.0.0" else "127.0.0.1", cfg.collector.port)
+    total = history_flows * len(days) + flows
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as bar:
-        task = bar.add_task("exporting", total=flows)
-        traffic.generate_day(
-            target=(cfg.collector.bind if cfg.collector.bind != "0.0.0.0" else "127.0.0.1", cfg.collector.port),
-            start=dt.datetime.combine(date, dt.time(), dt.timezone.utc), duration_s=86400, flows=flows,
-            protocol=protocol, truth_path=demo_dir / "truth.json", active_dir=demo_dir / "active",
-            seed=seed, cfg=cfg, progress=lambda n: bar.update(task, completed=n))
-        bar.update(task, completed=flows)
+        task = bar.add_task("exporting", total=total)
+        sent = 0
+        for k, d in enumerate([*days, date]):
+            n = flows if d == date else history_flows
+            # history days: the same model at low volume, its own seed; their truth and active
+            # files beside the day's (demo/<day>/history/)
+            where = demo_dir if d == date else demo_dir / "history" / d.isoformat()
+            traffic.generate_day(
+                target=target, start=dt.datetime.combine(d, dt.time(), dt.timezone.utc), duration_s=86400, flows=n,
+                protocol=protocol, truth_path=where / "truth.json", active_dir=demo_dir / "active",
+                seed=seed + (len(days) - k) * 1000 if d != date else seed, params=demo_site.params(protocol, cfg),
+                cfg=cfg, progress=lambda m, base=sent: bar.update(task, completed=base + m))
+            sent += n
+        bar.update(task, completed=total)
         console.rule("[bold]3. shipping and streaming into the lake")
-        task2 = bar.add_task("in the lake", total=already + flows)
-        got = wait_for_lake(cfg, already + flows, timeout=max(600, flows / 2000),
+        task2 = bar.add_task("in the lake", total=already + total)
+        got = wait_for_lake(cfg, already + total, timeout=max(600, total / 2000),
                             progress=lambda n: bar.update(task2, completed=n))
     console.print(f"nfcapd received {got['received']:,} flows; the lake holds {got['lake']:,}")
 
@@ -115,10 +148,11 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, no_superset: boo
 
     console.rule(f"[bold]5. hour close and daily reports for {day}")
     # The stack's compactor waits compaction.settle_minutes after an hour's last file; the
-    # demo day is complete now, so close it at once: the capacity charts read its rollups.
-    res = subprocess.run([sys.executable, "-m", "flowlake.cli", "compact", "--date", day])
-    if res.returncode != 0:
-        raise click.ClickException("hour close (compaction and rollups) failed; see the log above")
+    # demo's days are complete now, so close them at once: the capacity charts read their rollups.
+    for d in [*days, date]:
+        res = subprocess.run([sys.executable, "-m", "flowlake.cli", "compact", "--date", d.isoformat()])
+        if res.returncode != 0:
+            raise click.ClickException(f"hour close (compaction and rollups) of {d} failed; see the log above")
     res = subprocess.run([sys.executable, "-m", "flowlake.cli", "jobs", "run", "--date", day, "--no-warm"])
     if res.returncode != 0:
         raise click.ClickException("the report jobs failed; see the log above")
@@ -134,7 +168,8 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, no_superset: boo
         url = creds["url"]
         console.print(f"Superset: [bold]{creds['url']}[/]  user [bold]{creds['username']}[/]  "
                       f"password [bold]{creds['password']}[/]")
-    summary = {"date": day, "flows_sent": flows, "nfcapd_received": got["received"], "lake_rows": got["lake"],
+    summary = {"date": day, "history_days": len(days), "flows_sent": total,
+               "config": str(site_toml or cfg.source), "nfcapd_received": got["received"], "lake_rows": got["lake"],
                "truth": str(demo_dir / "truth.json"), "superset": url,
                "seconds": round(time.monotonic() - t_start, 1)}
     click.echo(json.dumps(summary, indent=2))
