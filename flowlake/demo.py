@@ -153,7 +153,13 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
         res = subprocess.run([sys.executable, "-m", "flowlake.cli", "compact", "--date", d.isoformat()])
         if res.returncode != 0:
             raise click.ClickException(f"hour close (compaction and rollups) of {d} failed; see the log above")
-    res = subprocess.run([sys.executable, "-m", "flowlake.cli", "jobs", "run", "--date", day, "--no-warm"])
+    dns = demo_site.start_dns(cfg)  # the remote ends' names for remote_domains (their cache keeps them)
+    try:
+        res = subprocess.run([sys.executable, "-m", "flowlake.cli", "jobs", "run", "--date", day, "--no-warm"])
+    finally:
+        if dns is not None:
+            dns.terminate()
+            dns.wait(10)
     if res.returncode != 0:
         raise click.ClickException("the report jobs failed; see the log above")
 

@@ -8,6 +8,9 @@ Built at demo time under $FLOWLAKE_HOME/demo/site/, nothing downloaded:
 - networks.csv: the site's networks (the model draws local hosts from the first /16 of each
   local prefix), the PingER targets' sites and "internet" for the rest;
 - pinger_regions.csv: jobs/pinger_regions.example.csv (the model's probe and targets);
+- reverse DNS: Debian's dnsmasq on a loopback port ([rdns] server/port), synthesising a
+  PTR name for every remote address of the model (--synth-domain, one domain per /8 in its
+  country's TLD), started by the demo for its report jobs (`start_dns`);
 - flowlake.toml: the embedded defaults plus [exporters] names, interface names, aliases and
   speeds of the modelled routers, [[enrich.interface_rules]] that classify them, the files
   above, [active] interface_speeds, alert settings for a modelled day and a forecast over the
@@ -21,9 +24,13 @@ from __future__ import annotations
 
 import csv
 import shutil
+import socket
+import subprocess
+import time
 from pathlib import Path
 
 from flowlake.base import config as _config
+from flowlake.base.ports import free_port
 
 # The modelled routers (collectors/traffic/model.default_routers): uplink ifIndex 1, LAN 10-13.
 ROUTERS = {
@@ -55,7 +62,10 @@ LOCAL_NETWORKS = [
     ("198.51.100.0/24", "data-transfer", "internal", "main", "us-west", "research"),
     ("2001:db8::/32", "campus-v6", "internal", "main", "us-west", "it"),
 ]
-# The PingER targets' sites (jobs/pinger_regions.example.csv) and everything else.
+# The PingER targets' sites (jobs/pinger_regions.example.csv): AS number and country.
+COLLABORATORS = {"134.79.0.0/16": (3671, "US"), "131.225.0.0/16": (3152, "US"), "193.62.192.0/21": (786, "GB"),
+                 "192.88.7.0/24": (2907, "JP")}
+# The PingER targets' sites and everything else.
 REMOTE_NETWORKS = [
     ("134.79.0.0/16", "SLAC", "collaborator", "SLAC", "North America", ""),
     ("131.225.0.0/16", "FNAL", "collaborator", "FNAL", "North America", ""),
@@ -70,6 +80,38 @@ REMOTE_NETWORKS = [
 # instead of every first ssh client of the day; learnt from the first minutes only.
 ALERTS = {"watched_ports": [23], "talkers_learn_minutes": 10.0}
 FORECAST_MIN_DAYS = 7  # the demo's week of history (and its day): enough for a trend
+
+
+def _tld(cc: str) -> str:
+    return {"US": "com", "GB": "uk"}.get(cc, cc.lower())
+
+
+def dns_domains() -> list[tuple[str, str]]:
+    """(domain, address range) dnsmasq synthesises PTR names in: the model's remote hosts."""
+    out = [(f"isp{o}.flowlake-demo.{_tld(COUNTRIES[o % len(COUNTRIES)])}", f"{o}.0.0.0/8") for o in PUBLIC_FIRST]
+    out += [(f"v6-{k}.flowlake-demo.{_tld(COUNTRIES[(k * 5) % len(COUNTRIES)])}", f"2a00:{k:x}000::/20")
+            for k in range(16)]
+    out += [(f"site{k}.flowlake-demo.{_tld(cc)}", prefix) for k, (prefix, (_, cc)) in enumerate(COLLABORATORS.items())]
+    return out
+
+
+def start_dns(cfg) -> subprocess.Popen | None:
+    """dnsmasq answering [rdns] port on 127.0.0.1 (the demo's), no upstream; None when the
+    demo site's settings are not in use or dnsmasq is missing (names stay unknown)."""
+    exe = shutil.which("dnsmasq") or ("/usr/sbin/dnsmasq" if Path("/usr/sbin/dnsmasq").exists() else None)
+    if exe is None or cfg.rdns.server != "127.0.0.1" or cfg.source is None or cfg.source.parent != site_dir(cfg):
+        return None
+    log = cfg.path("log") / "demo-dnsmasq.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [exe, "--keep-in-foreground", "--conf-file=/dev/null", "--no-hosts", "--no-resolv", "--no-poll",
+           "--listen-address=127.0.0.1", "--bind-interfaces", f"--port={int(cfg.rdns.port)}", "--pid-file=",
+           "--local=/in-addr.arpa/", "--local=/ip6.arpa/", f"--log-facility={log}"]
+    cmd += [f"--synth-domain={domain},{net}" for domain, net in dns_domains()]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(0.5)
+    if proc.poll() is not None:
+        return None
+    return proc
 
 
 def site_dir(cfg) -> Path:
@@ -98,6 +140,8 @@ def mmdb_networks(local_prefixes) -> dict[str, tuple[dict, dict]]:
     for k in range(16):
         cc = COUNTRIES[(k * 5) % len(COUNTRIES)]
         out[f"2a00:{k:x}000::/20"] = _geo(30000 + k, f"demo v6 AS{30000 + k}", cc, f"{cc} city")
+    for prefix, (asn, cc) in COLLABORATORS.items():  # the PingER targets' sites (one outside the /8s above)
+        out[prefix] = _geo(asn, f"{prefix} site", cc, f"{cc} city")
     return out
 
 
@@ -158,7 +202,8 @@ def config_text(cfg, files: dict[str, Path]) -> str:
     lines += ["[active]", f"interface_speeds = {_toml(speeds)}", "",
               "[alerts]", *(f"{k} = {_toml(v)}" for k, v in ALERTS.items()), "",
               "[rollups]", f"forecast_min_days = {FORECAST_MIN_DAYS}", "",
-              "[pinger]", f"regions = {_toml(str(files['regions']))}", ""]
+              "[pinger]", f"regions = {_toml(str(files['regions']))}", "",
+              "[rdns]", "server = '127.0.0.1'", f"port = {free_port(socket.SOCK_DGRAM)}", ""]
     return "\n".join(lines)
 
 
