@@ -26,19 +26,35 @@ def _yesterday() -> str:
     return (dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=1)).isoformat()
 
 
-def wait_for_lake(cfg, expect_flows: int, timeout: float, progress=None) -> dict:
-    """Until the lake holds every flow nfcapd received (all files rotated and shipped)."""
+def wait_for_lake(cfg, expect_flows: int, timeout: float, progress=None, extra_rows: int = 0,
+                  since: tuple[int, int] = (0, 0)) -> dict:
+    """Until the lake holds every flow nfcapd received (all files rotated and shipped).
+
+    extra_rows: rows the lake holds beyond the records sent (a biflow of flow record
+    revision 3 lands as two rows); since: (received, lake rows) before the sending, so rows
+    of earlier runs do not count. Exact when every datagram arrived; when some were lost
+    (received < expected), each lost record may have been a biflow, so the lake is complete
+    once it holds at least what is left and has not grown for two rotations and triggers."""
     deadline = time.monotonic() + timeout
+    settle = 2 * (float(cfg.collector.rotate_seconds) + float(cfg.spark.trigger_seconds))
+    last, changed = None, time.monotonic()
     while True:
         received = nfcapd.received(cfg)["flows"]
         rows = ingest.counts(cfg)["flows"]["rows"]
         if progress:
             progress(rows)
-        if received >= expect_flows * 0.999 and rows == received:
-            return {"received": received, "lake": rows}
+        if rows != last:
+            last, changed = rows, time.monotonic()
+        if received >= expect_flows * 0.999:
+            lost = max(0, expect_flows - received)
+            want = received - since[0] + extra_rows
+            if rows - since[1] == want or (lost and rows - since[1] >= want - lost
+                                           and time.monotonic() - changed >= settle):
+                return {"received": received, "lake": rows}
         if time.monotonic() > deadline:
             raise click.ClickException(
-                f"timed out: nfcapd received {received:,} flows, lake holds {rows:,}; see `flowlake status`")
+                f"timed out: nfcapd received {received:,} flows, lake holds {rows:,}"
+                + (f" (+{extra_rows:,} rows of biflows expected)" if extra_rows else "") + "; see `flowlake status`")
         time.sleep(2)
 
 
@@ -109,29 +125,33 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
                  f"traffic ({flows:,} flows, {protocol}) for {day}")
 
     already = nfcapd.received(cfg)["flows"]
+    already_rows = ingest.counts(cfg)["flows"]["rows"]
     target = (cfg.collector.bind if cfg.collector.bind != "0.0.0.0" else "127.0.0.1", cfg.collector.port)
     total = history_flows * len(days) + flows
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as bar:
         task = bar.add_task("exporting", total=total)
-        sent = 0
+        sent = extra = 0
         for k, d in enumerate([*days, date]):
             n = flows if d == date else history_flows
             # history days: the same model at low volume, its own seed; their truth and active
             # files beside the day's (demo/<day>/history/)
             where = demo_dir if d == date else demo_dir / "history" / d.isoformat()
-            traffic.generate_day(
+            truth = traffic.generate_day(
                 target=target, start=dt.datetime.combine(d, dt.time(), dt.timezone.utc), duration_s=86400, flows=n,
                 protocol=protocol, truth_path=where / "truth.json", active_dir=demo_dir / "active",
                 seed=seed + (len(days) - k) * 1000 if d != date else seed, params=demo_site.params(protocol, cfg),
                 cfg=cfg, progress=lambda m, base=sent: bar.update(task, completed=base + m))
             sent += n
+            extra += (truth.get("record3") or {}).get("biflows", 0)  # one more lake row each
         bar.update(task, completed=total)
         console.rule("[bold]3. shipping and streaming into the lake")
-        task2 = bar.add_task("in the lake", total=already + total)
+        task2 = bar.add_task("in the lake", total=already_rows + total + extra)
         got = wait_for_lake(cfg, already + total, timeout=max(600, total / 2000),
-                            progress=lambda n: bar.update(task2, completed=n))
-    console.print(f"nfcapd received {got['received']:,} flows; the lake holds {got['lake']:,}")
+                            progress=lambda n: bar.update(task2, completed=n), extra_rows=extra,
+                            since=(already, already_rows))
+    console.print(f"nfcapd received {got['received']:,} flows; the lake holds {got['lake']:,} rows "
+                  f"({extra:,} biflows: two rows each)")
 
     console.rule("[bold]4. active results")
     active_files = sorted((demo_dir / "active").rglob("*")) if (demo_dir / "active").exists() else []
@@ -174,7 +194,7 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
         url = creds["url"]
         console.print(f"Superset: [bold]{creds['url']}[/]  user [bold]{creds['username']}[/]  "
                       f"password [bold]{creds['password']}[/]")
-    summary = {"date": day, "history_days": len(days), "flows_sent": total,
+    summary = {"date": day, "history_days": len(days), "flows_sent": total, "biflows": extra,
                "config": str(site_toml or cfg.source), "nfcapd_received": got["received"], "lake_rows": got["lake"],
                "truth": str(demo_dir / "truth.json"), "superset": url,
                "seconds": round(time.monotonic() - t_start, 1)}
