@@ -114,7 +114,8 @@ def finish(cfg, console, demo_dir, dates: list, no_superset: bool) -> str | None
 @click.command()
 @click.option("--flows", type=int, default=1_000_000, show_default=True, help="Flows in the modelled day.")
 @click.option("--date", "day", default=None, help="UTC day to model, YYYY-MM-DD [default: yesterday].")
-@click.option("--protocol", type=click.Choice(["v5", "v9", "ipfix"]), default="ipfix", show_default=True)
+# v9 by default: nfcapd 1.7.1 drops IPFIX forwardingStatus (collectors/traffic/record3.NFCAPD_DROPS), v9 keeps it
+@click.option("--protocol", type=click.Choice(["v5", "v9", "ipfix"]), default="v9", show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--history-days", type=int, default=7, show_default=True,
               help="Days of history at low volume before the day (rollups, growth and the forecast have days).")
