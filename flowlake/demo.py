@@ -188,12 +188,13 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
         sent = extra = 0
         for k, d in enumerate([*days, date]):
             n = flows if d == date else history_flows
-            # history days: the same model at low volume, its own seed; their truth and active
-            # files beside the day's (demo/<day>/history/)
+            # history days: the same model at low volume, its own seed, their truth beside the
+            # day's (demo/<day>/history/); active tests (pings, iperf3) for the day only
             where = demo_dir if d == date else demo_dir / "history" / d.isoformat()
             truth = traffic.generate_day(
                 target=target, start=dt.datetime.combine(d, dt.time(), dt.timezone.utc), duration_s=86400, flows=n,
-                protocol=protocol, truth_path=where / "truth.json", active_dir=demo_dir / "active",
+                protocol=protocol, truth_path=where / "truth.json",
+                active_dir=demo_dir / "active" if d == date else None,  # ~1,250 files a day: the day's only
                 seed=seed + (len(days) - k) * 1000 if d != date else seed, params=demo_site.params(protocol, cfg),
                 cfg=cfg, progress=lambda m, base=sent: bar.update(task, completed=base + m))
             sent += n
