@@ -129,8 +129,9 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
     0. the demo site (on the embedded defaults): MMDBs, networks, interface names and
        rules, PingER regions, alert settings (flowlake/demo_site.py), as FLOWLAKE_CONFIG
     1. `flowlake up` (Kafka, ingest, shipper, nfcapd)
-    2. a week of history at low volume, then a day of border traffic from the traffic
-       model (flow record revision 3 included), exported as real NetFlow
+    2. a week of history at low volume (rollups of the model's flows, written directly),
+       then a day of border traffic from the traffic model (flow record revision 3
+       included), exported as real NetFlow
     3. every flow shipped and streamed into the lake (counts checked)
     4. PingER-style pings and iperf3 throughput tests imported beside it
     5. its hours closed (compacted, rolled up) and the daily report jobs for that day
@@ -175,30 +176,26 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
     except (RuntimeError, TimeoutError) as exc:
         raise click.ClickException(str(exc)) from None
 
-    console.rule(f"[bold]2. {len(days)} days of history ({history_flows:,} flows each), then a day of border "
-                 f"traffic ({flows:,} flows, {protocol}) for {day}")
+    console.rule(f"[bold]2. {len(days)} days of history ({history_flows:,} flows a day, rollups only), then a day "
+                 f"of border traffic ({flows:,} flows, {protocol}) for {day}")
+    if days:
+        t_hist = time.monotonic()
+        hist = demo_site.write_history(cfg, days[0], len(days), history_flows, seed=seed + 1000)
+        console.print(f"history {days[0]} .. {days[-1]}: {hist['flows']:,} modelled flows as rollups "
+                      f"({hist['1d']:,} daily rows) in {time.monotonic() - t_hist:.1f} s")
 
     already = nfcapd.received(cfg)["flows"]
     already_rows = ingest.counts(cfg)["flows"]["rows"]
     target = (cfg.collector.bind if cfg.collector.bind != "0.0.0.0" else "127.0.0.1", cfg.collector.port)
-    total = history_flows * len(days) + flows
+    total = flows
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console) as bar:
         task = bar.add_task("exporting", total=total)
-        sent = extra = 0
-        for k, d in enumerate([*days, date]):
-            n = flows if d == date else history_flows
-            # history days: the same model at low volume, its own seed, their truth beside the
-            # day's (demo/<day>/history/); active tests (pings, iperf3) for the day only
-            where = demo_dir if d == date else demo_dir / "history" / d.isoformat()
-            truth = traffic.generate_day(
-                target=target, start=dt.datetime.combine(d, dt.time(), dt.timezone.utc), duration_s=86400, flows=n,
-                protocol=protocol, truth_path=where / "truth.json",
-                active_dir=demo_dir / "active" if d == date else None,  # ~1,250 files a day: the day's only
-                seed=seed + (len(days) - k) * 1000 if d != date else seed, params=demo_site.params(protocol, cfg),
-                cfg=cfg, progress=lambda m, base=sent: bar.update(task, completed=base + m))
-            sent += n
-            extra += (truth.get("record3") or {}).get("biflows", 0)  # one more lake row each
+        truth = traffic.generate_day(
+            target=target, start=dt.datetime.combine(date, dt.time(), dt.timezone.utc), duration_s=86400, flows=flows,
+            protocol=protocol, truth_path=demo_dir / "truth.json", active_dir=demo_dir / "active", seed=seed,
+            params=demo_site.params(protocol, cfg), cfg=cfg, progress=lambda m: bar.update(task, completed=m))
+        extra = (truth.get("record3") or {}).get("biflows", 0)  # one more lake row each
         bar.update(task, completed=total)
         console.rule("[bold]3. shipping and streaming into the lake")
         task2 = bar.add_task("in the lake", total=already_rows + total + extra)
@@ -212,7 +209,7 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
         console.print(f"[yellow]nfcapd received {got['received'] - already:,} of {total:,} flows: "
                       f"{total + already - got['received']:,} were lost on the way (UDP datagrams dropped: a "
                       "loaded machine or a small socket buffer); the reports cover what arrived")
-    url = finish(cfg, console, demo_dir, [*days, date], no_superset)
+    url = finish(cfg, console, demo_dir, [date], no_superset)
     summary = {"date": day, "history_days": len(days), "flows_sent": total, "biflows": extra,
                "config": str(site_toml or cfg.source), "nfcapd_received": got["received"], "lake_rows": got["lake"],
                "truth": str(demo_dir / "truth.json"), "superset": url,

@@ -3,8 +3,10 @@ every modelled router and interface named and classified, every modelled address
 demo MMDBs and networks, and the settings accepted by the readers the stack uses."""
 from __future__ import annotations
 
+import datetime as dt
 import ipaddress
 
+import duckdb
 import maxminddb
 import numpy as np
 
@@ -58,3 +60,21 @@ def test_every_modelled_address_has_a_country_an_asn_and_a_network(tmp_path, mon
                 assert name and (name != "internet") == (local or name in ("SLAC", "FNAL", "EMBL-EBI",
                                                                              "remote collaborator")), (a, name)
     assert np.unique([d for d, _ in demo_site.dns_domains()]).size == len(demo_site.dns_domains())
+
+
+def test_history_is_rollups_of_the_modelled_days(tmp_path, monkeypatch):
+    """`flowlake demo`'s week before the day: rollups of each day (the hour close's SQL over
+    the model's flows), volume growing, every modelled router in them; no raw flows."""
+    monkeypatch.setenv("FLOWLAKE_HOME", str(tmp_path / "home"))
+    cfg = _config.load(_config.DEFAULTS_FILE)
+    got = demo_site.write_history(cfg, dt.date(2026, 11, 20), 3, 1500, seed=2)
+    assert got["flows"] == sum(int(1500 * (1 + 0.5 * d / 2)) for d in range(3)) and got["1d"] > 0
+    assert sorted(p.name for p in (cfg.lake / "rollups" / "1d").iterdir()) == [
+        "date=2026-11-20", "date=2026-11-21", "date=2026-11-22"]
+    glob = str(cfg.lake / "rollups" / "1h" / "*" / "*.parquet")
+    per_day = duckdb.sql(f"SELECT CAST(date AS VARCHAR) d, sum(flows) FROM read_parquet('{glob}', "
+                         "hive_partitioning = true) GROUP BY 1 ORDER BY 1").fetchall()
+    assert [int(n) for _, n in per_day] == [1500, 1875, 2250], per_day
+    exporters = duckdb.sql(f"SELECT DISTINCT exporter FROM read_parquet('{glob}')").fetchall()
+    assert {e for (e,) in exporters} == {r.address for r in model.default_routers()}
+    assert not (cfg.lake / "flows").exists()
