@@ -32,6 +32,19 @@ OUT = REPO / "test-output"
 # Smaller than `make demo` (1M flows, 20k a history day), same command and code path.
 FLOWS, HISTORY_FLOWS = 60_000, 3_000
 UNKNOWN = ("(unknown)", "unknown")
+# What the demo does not show yet, by dashboard (issue 37): these charts must still show "No
+# results" (the day a change fills one, this test fails: take it out of here).
+# - capacity: no snmpd serves the modelled routers' counters (the poller stamps wall time,
+#   the demo's day is in the past: counters of the day need a clock the model and the
+#   poller share);
+# - experiments: no `flowlake lab run` (root, network namespaces, minutes per study).
+KNOWN_GAPS = {
+    "capacity": {"SNMP counters - utilisation per interface (5 min)",
+                 "SNMP counters - daily peak and 95th percentile per interface",
+                 "Flow coverage per interface and hour (flow bytes / counter bytes)",
+                 "Flow coverage per interface (day)"},
+    "experiments": "every chart",
+}
 
 HOLDERS = """() => Array.from(document.querySelectorAll('[data-test="dashboard-component-chart-holder"]')).map(e => ({
   title: (e.querySelector('[data-test="editable-title"]') || e).innerText.trim(),
@@ -121,12 +134,14 @@ def test_demo_dashboard_shows_data(demo, slug):
                 titles[sid] = page.request.get(f"{creds['url']}/api/v1/chart/{sid}").json()["result"]["slice_name"]
         browser.close()
     assert charts, f"{slug}: no charts"
-    problems = []
+    problems, gaps = [], KNOWN_GAPS.get(slug, set())
     for c in charts:
+        gap = gaps == "every chart" or c["title"] in gaps
         if c["errors"]:
             problems.append(f"{c['title']}: {c['errors']}")
-        if "No results" in c["text"]:
-            problems.append(f"{c['title']}: No results")
+        if ("No results" in c["text"]) != gap:
+            problems.append(f"{c['title']}: " + ("a known gap shows data now: take it out of KNOWN_GAPS" if gap
+                                                 else "No results"))
     for form, body in answers:
         title = titles.get((form.get("form_data") or {}).get("slice_id"), "?")
         for result in body.get("result") or []:
