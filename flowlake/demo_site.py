@@ -23,6 +23,7 @@ it starts, and prints it.
 from __future__ import annotations
 
 import csv
+import logging
 import shutil
 import socket
 import subprocess
@@ -152,6 +153,8 @@ def write_mmdbs(out: Path, local_prefixes) -> tuple[Path, Path]:
     from mmdb_writer import MMDBWriter  # noqa: PLC0415  (start-up: only the demo writes databases)
     from netaddr import IPSet  # noqa: PLC0415  (start-up: mmdb-writer's network type)
 
+    # mmdb-writer logs every network placed inside another at INFO (the PingER sites in their /8)
+    logging.getLogger("mmdb_writer").setLevel(logging.WARNING)
     nets = mmdb_networks(local_prefixes)
     paths = []
     for k, layout in enumerate(("GeoLite2-ASN", "GeoLite2-City")):
