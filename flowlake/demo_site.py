@@ -78,11 +78,8 @@ REMOTE_NETWORKS = [
 
 # Alerts on a modelled day: new talkers only on telnet (no modelled service uses it, only the
 # scanners probe it), so the Alerts dashboard shows the scanners and the fan-in burst
-# instead of every first ssh client of the day; learnt from the first minutes only. The demo
-# exports a day in minutes, so one nfcapd rotation holds hours of flow time and the alerts'
-# intervals (flow time) are hours long: the fan-in burst's packet rate is averaged over them
-# (measured: no fan-in alert at fan_in_min_pps 50). Its sources and z-score still stand out.
-ALERTS = {"watched_ports": [23], "talkers_learn_minutes": 10.0, "fan_in_min_pps": 0.1}
+# instead of every first ssh client of the day; learnt from the first minutes only.
+ALERTS = {"watched_ports": [23], "talkers_learn_minutes": 10.0}
 FORECAST_MIN_DAYS = 7  # the demo's week of history (and its day): enough for a trend
 
 
