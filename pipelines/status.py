@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from .alerts import attacks as ddos_attacks
 from .alerts import notify_status
 from .alerts import service as alerts_service
 from .enrich import status as enrich
@@ -22,7 +23,8 @@ def sections(cfg) -> dict:
     return {"retention": report.status_summary(cfg),
             "notify": _guarded(notify_status.status, cfg, Exception),
             "enrich": _guarded(enrich.status, cfg),
-            "alerts": _guarded(alerts_service.status, cfg, Exception, enabled=True)}
+            "alerts": _guarded(alerts_service.status, cfg, Exception, enabled=True),
+            "attacks": _guarded(ddos_attacks.status, cfg, Exception, enabled=True, open=[], ended_last_hour=0)}
 
 
 def ingest_table(lag: dict):
@@ -42,6 +44,8 @@ def render(console, st: dict) -> None:
     console.print(ingest_table(st["counts"].get("ingest", {})))
     if "open_by_severity" in st["alerts"] or not st["alerts"].get("enabled"):
         alerts_service.print_status(console, st["alerts"])
+    if "attacks" in st:
+        ddos_attacks.print_status(console, st["attacks"])
     if "error" not in st["enrich"]:
         enrich.print_status(console, st["enrich"])
     report.render_status(console, st["retention"])
