@@ -31,8 +31,8 @@ KINDS = {"ntp-amplification": ("amplification", "host"), "syn-flood": ("syn", "h
 class Attack:
     name: str
     kind: str                 # one of KINDS
-    start_hour: float         # in the model day (ModelParams.window places it)
-    minutes: float
+    start_hour: float         # in the model day (ModelParams.window places it in a shorter run)
+    minutes: float            # how long it lasts (not scaled with a run shorter than a day)
     pps: float                # real packets/s to the victim (the ramp's end value; a carpet bomb's whole /24)
     sources: int = 200
     packet_bytes: int = 468
@@ -63,7 +63,8 @@ def attack_flows(rng, start_ms: int, duration_ms: int, params, pools, events: li
     for a in getattr(params, "attacks", []) or []:
         if a.kind not in KINDS:
             raise ValueError(f"attack {a.name}: kind {a.kind!r}, one of {', '.join(KINDS)}")
-        t0, t1 = params.window(start_ms, duration_ms, a.start_hour, a.minutes)
+        t0, _ = params.window(start_ms, duration_ms, a.start_hour, a.minutes)
+        t1 = min(t0 + int(a.minutes * 60_000), start_ms + duration_ms)  # real minutes, however short the run
         step = max(100, int(a.record_seconds * 1000))
         slots = np.arange(t0, t1, step, dtype=np.int64)
         if len(slots) == 0:
