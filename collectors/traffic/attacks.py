@@ -44,12 +44,12 @@ class Attack:
 
 def default_attacks() -> list[Attack]:
     """The four of issue 36, above and below [ddos]'s default thresholds (20k pps per host,
-    100k pps per /24, baseline floor 5k pps)."""
+    100k pps per /24, baseline floor 10k pps)."""
     return [Attack("ntp-amplification", "ntp-amplification", 10.0, 4, 60_000, sources=300, packet_bytes=468, router=2),
             Attack("syn-flood-web", "syn-flood", 12.0, 3, 80_000, sources=2000, packet_bytes=60, router=0),
             Attack("carpet-bomb", "carpet-bomb", 14.5, 3, 300_000, sources=400, packet_bytes=512, router=1,
                    victim="198.51.100.0/24"),
-            Attack("slow-ramp", "ramp", 16.0, 20, 2_000, sources=50, packet_bytes=300, router=0)]
+            Attack("slow-ramp", "ramp", 16.0, 20, 2_000, sources=50, packet_bytes=300, router=0, above=False)]
 
 
 def attack_flows(rng, start_ms: int, duration_ms: int, params, pools, events: list, m) -> list[np.ndarray]:
@@ -151,5 +151,7 @@ def score(attacks: list[dict], events: list[dict], slack_ms: int = 120_000) -> d
             "precision": tp / len(attacks) if attacks else 1.0, "recall": len(found) / len(want) if want else None,
             "ttd_s": ttd, "missed": [want[i]["name"] for i in range(len(want)) if i not in found],
             "false": sorted({a["victim"] for a in fp})[:10],
-            "below_opened": [e["name"] for e in below if any(a["victim"] == e["victim"] for a in attacks)],
+            "below_opened": [e["name"] for e in below if any(a["victim"] == e["victim"]
+                                                             and e["start_ms"] <= a["started"] <= e["end_ms"]
+                                                             for a in attacks)],
             "classes": {want[i]["name"]: (want[i]["attack_class"], a["attack_class"]) for i, a in found.items()}}

@@ -71,9 +71,10 @@ class DdosSettings:
     prefix_v4: int = 24
     prefix_v6: int = 64
     prefix_min_hosts: int = 16
+    min_sources: int = 5
     baseline_factor: float = 10.0
-    baseline_min_pps: float = 5000.0
-    baseline_min_bps: float = 2e8
+    baseline_min_pps: float = 10000.0
+    baseline_min_bps: float = 5e8
     baseline_minutes: float = 60.0
     warmup_minutes: float = 10.0
     max_tracked: int = 100000
@@ -90,7 +91,7 @@ class DdosSettings:
         except (TypeError, ValueError) as exc:
             raise DdosConfigError(f"config [ddos]: {exc}") from None
         return cls(thresholds, parse_overrides(d.overrides), float(d.window_seconds), ports,
-                   int(d.prefix_length_v4), int(d.prefix_length_v6), int(d.prefix_min_hosts),
+                   int(d.prefix_length_v4), int(d.prefix_length_v6), int(d.prefix_min_hosts), int(d.min_sources),
                    float(d.baseline_factor), float(d.baseline_min_pps), float(d.baseline_min_bps),
                    float(d.baseline_minutes), float(d.warmup_minutes), int(d.max_tracked),
                    float(d.end_after_seconds), float(d.lake_update_seconds), float(cfg.alerts.critical_factor))
@@ -210,6 +211,16 @@ def _col(f: pa.Table, name: str, dtype, fill) -> np.ndarray:
                         fill).to_numpy(zero_copy_only=False).astype(dtype)
 
 
+def _codes(f: pa.Table, name: str) -> np.ndarray:
+    """A text column as integer codes (null: -1), for counting distinct values."""
+    if name not in f.column_names or f.num_rows == 0:
+        return np.full(f.num_rows, -1, dtype=np.int64)
+    c = f[name].combine_chunks()
+    if pa.types.is_dictionary(c.type):
+        c = c.cast(pa.string())
+    return pc.fill_null(c.dictionary_encode().indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
 def class_masks(proto: np.ndarray, sport: np.ndarray, dport: np.ndarray, flags: np.ndarray, amp_ports) -> np.ndarray:
     """(len(CLASSES), n) booleans: is each flow in each class (CLASSES' order)."""
     udp = proto == 17
@@ -324,6 +335,7 @@ class DdosDetector(Detector):
         pk, by = np.nan_to_num(pk, posinf=0.0), np.nan_to_num(by, posinf=0.0)
         masks = class_masks(_col(sub, "proto", np.int64, 0), _col(sub, "src_port", np.int64, -1),
                             _col(sub, "dst_port", np.int64, -1), _col(sub, "tcp_flags", np.int64, 0), self.s.amp_ports)
+        src = _codes(sub, "src_addr")
         # interval totals per destination and class (cheap, vectorised): who could reach a threshold
         ncodes = len(names) + 1
         tot_pk = np.vstack([np.bincount(codes, weights=pk * masks[c], minlength=ncodes) for c in range(len(CLASSES))])
@@ -340,20 +352,21 @@ class DdosDetector(Detector):
         hits: dict[str, dict] = {}
         for code in cand.tolist():
             idx = order[bounds[code]:bounds[code + 1]]
-            rates = self._rates(iv, ts[idx], te[idx], pk[idx], by[idx], masks[:, idx])
+            rates = self._rates(iv, ts[idx], te[idx], pk[idx], by[idx], masks[:, idx], src[idx])
             addr = local[code]
             got = self._over(names[code], addr, rates, prefix=False, warm=warm, at_ms=iv.start_ms)
             if got:
                 hits[names[code]] = {**got, "scope": "host", "rows": rows[idx], "hosts": 1, "addr": addr}
         # carpet bombs: the same per prefix, for traffic spread over many hosts
-        self._carpets(iv, names, local, codes, ts, te, pk, by, masks, rows, hits)
+        self._carpets(iv, names, local, codes, ts, te, pk, by, masks, rows, hits, src)
         self._learn(iv, names, local, tot_pk, tot_by, hits)
         return hits
 
-    def _rates(self, iv, ts, te, pk, by, masks) -> dict:
+    def _rates(self, iv, ts, te, pk, by, masks, src) -> dict:
         pkb, byb, flb = self._bins(iv, ts, te, pk, by, masks)
+        sources = [len(np.unique(src[masks[c]])) for c in range(len(CLASSES))]
         return {"pps": self._peak(pkb), "bps": self._peak(byb) * 8.0, "flows": self._peak(flb),
-                "packets": pkb.sum(axis=1), "bytes": byb.sum(axis=1)}
+                "packets": pkb.sum(axis=1), "bytes": byb.sum(axis=1), "sources": sources}
 
     def _over(self, victim: str, addr, rates: dict, prefix: bool, warm: bool, at_ms: int) -> dict | None:
         """The most specific class over a threshold: {class, metric, value, threshold, reason, rates}."""
@@ -361,12 +374,14 @@ class DdosDetector(Detector):
         base = None if prefix or not warm else self._baseline(victim, at_ms)
         for c, cls in enumerate(CLASSES):
             best = None
+            if rates["sources"][c] < self.s.min_sources:  # one big transfer is not a flood
+                continue
             for m in METRICS:
                 v = float(rates[m][c])
                 t = self.s.threshold(f"{p}threshold_{m}", addr, cls)
                 if t > 0 and v >= t and (best is None or v / t > best[0]):
                     best = (v / t, m, v, t, f"{m} >= {t:g} (absolute)")
-            if base is not None and best is None:
+            if base is not None and best is None and cls != "total":  # legitimate totals swing too much
                 for m, floor in (("pps", self.s.baseline_min_pps), ("bps", self.s.baseline_min_bps)):
                     b = base[m][c]
                     t = max(floor, self.s.baseline_factor * b)
@@ -379,7 +394,7 @@ class DdosDetector(Detector):
                         "threshold": best[3], "reason": best[4], "rates": rates}
         return None
 
-    def _carpets(self, iv, names, local, codes, ts, te, pk, by, masks, rows, hits) -> None:
+    def _carpets(self, iv, names, local, codes, ts, te, pk, by, masks, rows, hits, src) -> None:
         pfx_of = {}
         cache = self._prefix_cache
         if len(cache) > 500_000:
@@ -411,7 +426,7 @@ class DdosDetector(Detector):
         for p in cand.tolist():
             sel = np.flatnonzero(pc_ == p)
             net = ipaddress.ip_network(prefixes[p])
-            rates = self._rates(iv, ts[sel], te[sel], pk[sel], by[sel], masks[:, sel])
+            rates = self._rates(iv, ts[sel], te[sel], pk[sel], by[sel], masks[:, sel], src[sel])
             got = self._over(prefixes[p], net.network_address, rates, prefix=True, warm=False, at_ms=iv.start_ms)
             if not got:
                 continue

@@ -155,20 +155,23 @@ def test_carpet_bomb_and_baseline(ddos_cfg):
     det = detector(ddos_cfg, prefix_min_hosts=16)
     t = T0
     # a /24 carpet: 250 hosts x 1000 pps, each far below the host thresholds and floor, 250k together
-    rows = [r for h in range(1, 251) for r in flood(f"198.51.100.{h}", 1000, t, 10, sources=2, proto=17,
+    rows = [r for h in range(1, 251) for r in flood(f"198.51.100.{h}", 1000, t, 10, sources=8, proto=17,
                                                      src_port=53, tcp_flags=0)]
     found = {f.subject: f for f in run(det, rows, t)}
     assert set(found) == {"198.51.100.0/24"}
     assert det.open["198.51.100.0/24"]["scope"] == "prefix" and det.open["198.51.100.0/24"]["hosts"] == 250
-    # baseline: a host used to 300 pps learns it; 4000 pps (under every absolute threshold, under the
-    # 5000 floor) stays quiet, 8000 (over the floor, > 10 x 300) opens
+    # baseline: hosts used to 300 and 2500 pkt/s learn it; 15k (under the 20k absolute threshold, over
+    # the 10k floor) is an attack on the first (> 10 x 300), not on the second (< 10 x 2500)
     det2 = detector(ddos_cfg)
     t2 = t + 3_600_000
+    udp = {"proto": 17, "tcp_flags": 0, "dst_port": 5000}  # the baseline judges the attack classes, not the total
     for k in range(120):
-        assert not run(det2, flood("10.7.0.1", 300, t2 + k * 10_000, 10, sources=5), t2 + k * 10_000)
+        ts = t2 + k * 10_000
+        quiet = flood("10.7.0.1", 300, ts, 10, sources=5, **udp) + flood("10.7.0.2", 2500, ts, 10, sources=5, **udp)
+        assert not run(det2, quiet, ts)
     t3 = t2 + 120 * 10_000
-    assert not run(det2, flood("10.7.0.1", 4000, t3, 10, sources=5), t3)
-    got = run(det2, flood("10.7.0.1", 8000, t3 + 10_000, 10, sources=5), t3 + 10_000)
+    both = flood("10.7.0.1", 15_000, t3, 10, sources=5, **udp) + flood("10.7.0.2", 15_000, t3, 10, sources=5, **udp)
+    got = run(det2, both, t3)
     assert [f.subject for f in got] == ["10.7.0.1"]
     assert "baseline" in det2.open["10.7.0.1"]["threshold"]
 
