@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from . import lake_tables
+from .alerts import attacks as ddos_attacks
 from .alerts import notify_status
 from .alerts import service as alerts_service
 from .enrich import status as enrich
@@ -24,7 +25,8 @@ def sections(cfg) -> dict:
             "notify": _guarded(notify_status.status, cfg, Exception),
             "enrich": _guarded(enrich.status, cfg),
             "alerts": _guarded(alerts_service.status, cfg, Exception, enabled=True),
-            "lake_logs": _guarded(lake_tables.log_status, cfg, Exception)}
+            "lake_logs": _guarded(lake_tables.log_status, cfg, Exception),
+            "attacks": _guarded(ddos_attacks.status, cfg, Exception, enabled=True, open=[], ended_last_hour=0)}
 
 
 def ingest_table(lag: dict):
@@ -44,6 +46,8 @@ def render(console, st: dict) -> None:
     console.print(ingest_table(st["counts"].get("ingest", {})))
     if "open_by_severity" in st["alerts"] or not st["alerts"].get("enabled"):
         alerts_service.print_status(console, st["alerts"])
+    if "attacks" in st:
+        ddos_attacks.print_status(console, st["attacks"])
     if "error" not in st["enrich"]:
         enrich.print_status(console, st["enrich"])
     report.render_status(console, st["retention"])

@@ -19,7 +19,7 @@ ALERTS = Record(
     fields=(
         Field("id", "string", "alert id (12 hex digits), what `flowlake alerts show|ack|snooze` take"),
         Field("detector", "string", "scan, fan_in, interface_volume, exporter_volume, exporter_silent, "
-                                    "new_talker or blocklist"),
+                                    "new_talker, blocklist or ddos (an attack of lake/attacks, issue 36)"),
         Field("subject", "string", "what the alert is about: an address (bare, for a host), a prefix, "
                                    "an interface (exporter/ifIndex/in|out) or an exporter address"),
         Field("state", "string", "open, acknowledged, snoozed or resolved"),

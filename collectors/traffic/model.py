@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import sys
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -311,6 +312,7 @@ class ModelParams:
         TeleSession("tele-immersion-am", 9.0, 45, 2, peer_targets=(2, 3)),
         TeleSession("tele-immersion-pm", 15.0, 90, 3, peer_targets=(0, 1, 2))])
     quiet: list = field(default_factory=list)  # Quiet periods (none by default)
+    attacks: list = field(default_factory=list)  # volumetric attacks (collectors/traffic/attacks.py; none by default)
     ping: PingModel = field(default_factory=PingModel)
 
     def as_dict(self) -> dict:
@@ -783,8 +785,13 @@ def generate(params: ModelParams, start_ms: int, duration_ms: int, n_flows: int,
     if n_bg < 0:
         raise ValueError(f"{n_flows} flows are fewer than the events need ({len(bulk) + len(special) + len(tele)}): "
                          "ask for more flows")
+    # attacks (issue 36) come on top of n_flows: their own generator, so the normal day is unchanged
+    from .attacks import attack_flows  # noqa: PLC0415  (only when the model is drawn)
+
+    attacks = attack_flows(np.random.default_rng([seed, 36]), start_ms, duration_ms, params, pools, events,
+                           sys.modules[__name__])
     flows = np.concatenate([background(rng, n_bg, start_ms, duration_ms, params, pools, allow_v6),
-                            bulk, special, tele])
+                            bulk, special, tele, *attacks])
     flows = flows[np.argsort(flows["t_end"], kind="stable")]
     for q in params.quiet:
         t0, t1 = params.window(start_ms, duration_ms, q.start_hour, q.minutes)

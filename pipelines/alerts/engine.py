@@ -27,9 +27,15 @@ log = logging.getLogger(__name__)
 
 
 def detectors_from_config(cfg) -> list[Detector]:
-    return [ScanDetector.from_config(cfg), FanInDetector.from_config(cfg), InterfaceVolumeDetector.from_config(cfg),
-            ExporterVolumeDetector.from_config(cfg), SilentDetector.from_config(cfg),
-            NewTalkerDetector.from_config(cfg), BlocklistDetector.from_config(cfg)]
+    out = [] if not cfg.alerts.enabled else [
+        ScanDetector.from_config(cfg), FanInDetector.from_config(cfg), InterfaceVolumeDetector.from_config(cfg),
+        ExporterVolumeDetector.from_config(cfg), SilentDetector.from_config(cfg),
+        NewTalkerDetector.from_config(cfg), BlocklistDetector.from_config(cfg)]
+    if cfg.ddos.enabled:  # issue 36: volumetric attacks, on the same decoded stream (ddos.py)
+        from .ddos import DdosDetector  # noqa: PLC0415  (only with [ddos] enabled)
+
+        out.append(DdosDetector.from_config(cfg))
+    return out
 
 
 def sinks_from_config(cfg) -> list:

@@ -26,8 +26,9 @@ def status_file(cfg):
 
 
 def start(cfg) -> int | None:
-    """Start the service unless [alerts] enabled = false; healthy once it wrote its status."""
-    if not cfg.alerts.enabled:
+    """Start the service unless both [alerts] and [ddos] are disabled (with only [ddos] enabled
+    it runs the DDoS detector alone); healthy once it wrote its status."""
+    if not (cfg.alerts.enabled or cfg.ddos.enabled):
         return None
     proc = managed(cfg)
     if proc.running():
@@ -170,4 +171,4 @@ class Alerts(ModuleComponent):
     section = "alerts"
 
     def enabled(self) -> bool:
-        return self.settings.enabled
+        return self.settings.enabled or bool(self.cfg.ddos.enabled)  # [ddos] runs in this service too

@@ -118,7 +118,7 @@ def test_jobs_run_refills_the_emptied_cache(superset, cfg):
 @pytest.mark.browser
 @pytest.mark.parametrize("slug", ["daily-operations", "flow-sizes", "active-vs-passive", "capacity", "collection",
                                   "pinger-regions", "behaviour-classes", "experiments", "border",
-                                  "traffic-by-network", "alerts"])
+                                  "traffic-by-network", "alerts", "attacks"])
 def test_dashboard_renders_every_chart(page, superset, slug, figure):
     expected = superset["provision"]["dashboards"][slug]
     page.requested.clear()
