@@ -8,5 +8,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ingest": ("flowlake.pipelines.ingest:ingest", "Stream flows.v1/active.v1 from Kafka into the lake."),
     "compact": ("flowlake.pipelines.hour_close:compact_cmd", "Close the lake's hours: compaction and rollups."),
     "alerts": ("flowlake.pipelines.alerts.cli:alerts", "Alerts of the live detectors: list, show, ack, snooze."),
+    "mitigation": ("flowlake.pipelines.mitigation.cli:mitigation", "BGP mitigation of attacks (RTBH, flowspec): list, announce, withdraw."),
     "notify": ("flowlake.pipelines.alerts.notify_cli:notify", "Alert notifications (webhook, e-mail): `notify test` checks [notify]."),
 }

@@ -8,6 +8,7 @@ from rich.table import Table
 from .alerts import notify_status
 from .alerts import service as alerts_service
 from .enrich import status as enrich
+from .mitigation import service as mitigation
 from .retention import report
 
 
@@ -22,7 +23,8 @@ def sections(cfg) -> dict:
     return {"retention": report.status_summary(cfg),
             "notify": _guarded(notify_status.status, cfg, Exception),
             "enrich": _guarded(enrich.status, cfg),
-            "alerts": _guarded(alerts_service.status, cfg, Exception, enabled=True)}
+            "alerts": _guarded(alerts_service.status, cfg, Exception, enabled=True),
+            "mitigation": _guarded(mitigation.status, cfg, Exception)}
 
 
 def ingest_table(lag: dict):
@@ -45,6 +47,10 @@ def render(console, st: dict) -> None:
     if "error" not in st["enrich"]:
         enrich.print_status(console, st["enrich"])
     report.render_status(console, st["retention"])
+    if "error" in st.get("mitigation", {}):
+        console.print(f"[bold red]mitigation: status unavailable: {st['mitigation']['error']}[/]")
+    elif st.get("mitigation"):
+        mitigation.print_status(console, st["mitigation"])
     if "error" in st["notify"]:
         console.print(f"[bold red]notifications: status unavailable: {st['notify']['error']}[/]")
     else:
