@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from flowlake.base.component import ModuleComponent
 from flowlake.base.process import Managed, python_argv, wait_until
@@ -30,6 +30,21 @@ from . import policy, store
 log = logging.getLogger(__name__)
 TICK_S = 1.0
 FAMILIES = {"ipv4", "ipv6", "ipv4-flowspec", "ipv6-flowspec"}
+
+
+@dataclass(frozen=True)
+class MitigationSettings:
+    """The [ddos] keys of the mitigation's policy (the speaker's: collectors/bgp/speaker.py)."""
+    enabled: bool
+    mitigation: str
+    blackhole_community: str
+    blackhole_next_hop: str
+    blackhole_next_hop_v6: str
+    flowspec_rate_bytes: float
+    allow_list: list
+    max_announcements: int
+    min_duration_seconds: float
+    hold_down_minutes: float
 
 
 def wanted(cfg) -> bool:
@@ -356,6 +371,8 @@ class Mitigation(ModuleComponent):
     """The mitigation loop ([ddos] enabled and mitigation dry-run, rtbh or flowspec)."""
     name = "mitigation"
     stop_timeout = 30.0
+    settings_type = MitigationSettings
+    section = "ddos"
     functions = sys.modules[__name__]
 
     def enabled(self) -> bool:
