@@ -261,10 +261,15 @@ class Loop:
         self._save()
         return True
 
-    def drain(self, timeout: float = 10.0) -> None:
-        """At the end: wait for the writer, then write what is left."""
+    def drain(self, timeout: float = 25.0) -> None:
+        """At the end: wait for the writer, then write what is left (a writer still busy
+        keeps its events pending in the ledger: the next start writes them)."""
         if self._writer is not None:
             self._writer.join(timeout)
+            if self._writer.is_alive():
+                log.warning("mitigation events: the lake write did not finish in %.0f s; kept for the next start",
+                            timeout)
+                return
         with self._lock:
             batch = list(self.ledger["pending"])
         if batch:

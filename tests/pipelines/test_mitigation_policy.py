@@ -3,13 +3,15 @@ routes and configuration (collectors/bgp/speaker.py), without a speaker: the saf
 the hold-down, max_announcements and the operator's overrides on hand-made attacks."""
 from __future__ import annotations
 
+import io
 import ipaddress
 
 import pytest
+from rich.console import Console
 
 from flowlake.base import config
 from flowlake.collectors.bgp import speaker
-from flowlake.pipelines.mitigation import policy
+from flowlake.pipelines.mitigation import policy, service
 
 NOW = 1_800_000_000.0
 
@@ -120,3 +122,16 @@ def test_speaker_config_takes_no_routes_and_does_not_listen(tmp_path):
     assert 'neighbor-address = "192.0.2.254"' in text and "remote-port = 179" in text
     for fam in speaker.FAMILIES:
         assert f'afi-safi-name = "{fam}"' in text
+
+
+def test_status_lines_show_session_routes_and_attacks_open():
+    st = {"enabled": True, "mode": "rtbh", "running": True, "neighbor": "192.0.2.254", "in_force": 1,
+          "max_announcements": 10, "attacks_open": 3,
+          "session": {"state": "active", "reason": "BGP session with 192.0.2.254 port 179 is active"},
+          "announcements": [{"method": "rtbh", "route": "192.0.2.10/32", "origin": "auto", "attack_ids": ["a1"],
+                             "since": "2026-11-28T10:00:00Z", "delivered": False, "failed": "session down"}]}
+    out = io.StringIO()
+    service.print_status(Console(file=out, width=200), st)
+    text = out.getvalue()
+    assert "Mitigation (rtbh): BGP session with 192.0.2.254 active; 1 announcements in force (max 10)" in text
+    assert "attacks open 3" in text and "rtbh 192.0.2.10/32 (auto, a1" in text and "not delivered: session down" in text
