@@ -23,6 +23,8 @@ REGISTRY: tuple[str, ...] = (
     "flowlake.retention_service:Retention",
     "flowlake.pipelines.hour_close:Compactor",
     "flowlake.pipelines.alerts.service:Alerts",
+    "flowlake.collectors.bgp.speaker:Speaker",          # issue 36: the BGP speaker (gobgpd), before the loop
+    "flowlake.pipelines.mitigation.service:Mitigation",  # issue 36: the mitigation loop
     "flowlake.jobs.query.service:QueryServer",
     "flowlake.superset_cli:Superset",
     "flowlake.metrics:Metrics",               # last up, first down: it reads the others

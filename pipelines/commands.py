@@ -9,5 +9,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compact": ("flowlake.pipelines.hour_close:compact_cmd", "Close the lake's hours: compaction and rollups."),
     "alerts": ("flowlake.pipelines.alerts.cli:alerts", "Alerts of the live detectors: list, show, ack, snooze."),
     "attacks": ("flowlake.pipelines.alerts.attacks_cli:attacks", "Volumetric attacks (DDoS) the detector recorded: list, show."),
+    "mitigation": ("flowlake.pipelines.mitigation.cli:mitigation", "BGP mitigation of attacks (RTBH, flowspec): list, announce, withdraw."),
     "notify": ("flowlake.pipelines.alerts.notify_cli:notify", "Alert notifications (webhook, e-mail): `notify test` checks [notify]."),
 }

@@ -10,6 +10,7 @@ from .alerts import attacks as ddos_attacks
 from .alerts import notify_status
 from .alerts import service as alerts_service
 from .enrich import status as enrich
+from .mitigation import service as mitigation
 from .retention import report
 
 
@@ -26,7 +27,8 @@ def sections(cfg) -> dict:
             "enrich": _guarded(enrich.status, cfg),
             "alerts": _guarded(alerts_service.status, cfg, Exception, enabled=True),
             "lake_logs": _guarded(lake_tables.log_status, cfg, Exception),
-            "attacks": _guarded(ddos_attacks.status, cfg, Exception, enabled=True, open=[], ended_last_hour=0)}
+            "attacks": _guarded(ddos_attacks.status, cfg, Exception, enabled=True, open=[], ended_last_hour=0),
+            "mitigation": _guarded(mitigation.status, cfg, Exception)}
 
 
 def ingest_table(lag: dict):
@@ -52,6 +54,10 @@ def render(console, st: dict) -> None:
         enrich.print_status(console, st["enrich"])
     report.render_status(console, st["retention"])
     lake_tables.render(console, st)
+    if "error" in st.get("mitigation", {}):
+        console.print(f"[bold red]mitigation: status unavailable: {st['mitigation']['error']}[/]")
+    elif st.get("mitigation"):
+        mitigation.print_status(console, st["mitigation"])
     if "error" in st["notify"]:
         console.print(f"[bold red]notifications: status unavailable: {st['notify']['error']}[/]")
     else:

@@ -56,6 +56,9 @@ class GoBGP:
     api_port: int = 0
     neighbors: list[Neighbor] = field(default_factory=list)
     bmp: list[BmpServer] = field(default_factory=list)
+    families: tuple[str, ...] = ("ipv4-unicast", "ipv6-unicast")  # add "ipv4-flowspec" etc. for flowspec tests
+    passive: bool = False  # wait for the neighbours to connect (a router flowlake's speaker opens the session to)
+    idle_hold_s: int = 0   # > 0: gobgpd's idle-hold-time-after-reset (its default, 30 s, delays a refused peer's retry)
     proc: subprocess.Popen | None = None
 
     def __post_init__(self):
@@ -70,11 +73,14 @@ class GoBGP:
         lines = ["[global.config]", f"  as = {self.asn}", f'  router-id = "{self.router_id}"', f"  port = {self.port}",
                  f'  local-address-list = ["{self.address}"]']
         for n in self.neighbors:
+            passive = ["    passive-mode = true"] if self.passive else []
             lines += ["[[neighbors]]", "  [neighbors.config]", f'    neighbor-address = "{n.address}"',
                       f"    peer-as = {n.asn}", "  [neighbors.transport.config]", f"    remote-port = {n.port}",
-                      f'    local-address = "{self.address}"', "  [neighbors.timers.config]",
-                      "    connect-retry = 1", "    hold-time = 9", "    keepalive-interval = 3"]
-            for afi in ("ipv4-unicast", "ipv6-unicast"):
+                      f'    local-address = "{self.address}"', *passive,
+                      "  [neighbors.timers.config]", "    connect-retry = 1", "    hold-time = 9",
+                      "    keepalive-interval = 3"] + ([f"    idle-hold-time-after-reset = {self.idle_hold_s}"]
+                                                        if self.idle_hold_s else [])
+            for afi in self.families:
                 lines += ["  [[neighbors.afi-safis]]", "    [neighbors.afi-safis.config]",
                           f'      afi-safi-name = "{afi}"']
         for b in self.bmp:
