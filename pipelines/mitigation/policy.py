@@ -216,6 +216,14 @@ def plan(attacks: list[dict], now: float, rules: Rules, overrides: dict, routes:
             status[aid] = f"refused: {why}"
             refused.append((aid, str(net), why))
             continue
+        if rules.method == "rtbh" and net.num_addresses > 1:
+            # a carpet bomb's victim is a prefix: blackholing it drops every host in it, the
+            # attacker's goal; flowspec (destination + class) or an operator's announce instead
+            why = (f"rtbh of {net} would blackhole its {net.num_addresses:,} addresses "
+                   "(a carpet bomb: use [ddos] mitigation = flowspec, or `flowlake mitigation announce`)")
+            status[aid] = f"refused: {why}"
+            refused.append((aid, str(net), why))
+            continue
         w = suppressed(aid, net, overrides, now)
         if w is not None:
             status[aid] = f"withdrawn by the operator ({w.get('user') or 'operator'}: {w.get('reason') or 'no reason'})"

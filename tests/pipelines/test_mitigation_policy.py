@@ -135,3 +135,14 @@ def test_status_lines_show_session_routes_and_attacks_open():
     text = out.getvalue()
     assert "Mitigation (rtbh): BGP session with 192.0.2.254 active; 1 announcements in force (max 10)" in text
     assert "attacks open 3" in text and "rtbh 192.0.2.10/32 (auto, a1" in text and "not delivered: session down" in text
+
+
+def test_a_carpet_bomb_is_never_blackholed_whole():
+    """A prefix victim (the detector's carpet bomb): RTBH would drop every host in it, the
+    attacker's goal, so it is refused with the reason; flowspec takes destination + class."""
+    bomb = attack("bomb", "192.0.2.128/25", cls="udp")
+    p = run([bomb])
+    assert p.wanted == {} and "would blackhole its 128 addresses" in p.status["bomb"]
+    assert [r[0] for r in p.refused] == ["bomb"]
+    p = run([bomb], r=rules(mode="flowspec"))
+    assert len(p.wanted) == 1 and "192.0.2.128/25" in next(iter(p.wanted))
