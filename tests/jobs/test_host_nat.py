@@ -107,7 +107,7 @@ def engine(request, monkeypatch, cfg):
 def host_json(*args: str) -> dict:
     res = CliRunner().invoke(main, ["host", *args, "--format", "json"], catch_exceptions=False)
     assert res.exit_code == 0, res.output
-    return json.loads(res.output)
+    return json.loads(res.stdout)
 
 
 def test_translations_of_a_public_address_in_a_window(nat_lake, engine):

@@ -363,7 +363,7 @@ def test_job_run_writes_fits(spark, cfg, tmp_path):
     from types import SimpleNamespace
 
     c = Cfg()
-    c.lake = str(lake)
+    c.lake = lake  # a Path, as config.load gives it
     # few bootstrap replicates: the test checks plumbing, the p-value is tested above
     c.powerlaw = SimpleNamespace(min_tail=50, bootstrap_replicates=4, top_apps=2, ccdf_points=20)
     ctx = JobContext(spark=spark, cfg=c, date=date)

@@ -631,25 +631,25 @@ def engine_env(request, monkeypatch, cfg):
 def test_cli_query_json_equals_nfdump(lake, nf_file, engine_env):
     res = _cli("query", "proto tcp and dst port 22", "--format", "json", "--limit", "0")
     assert res.exit_code == 0, res.output
-    got = json.loads(res.output)
+    got = json.loads(res.stdout)
     want = nfdump_records(nf_file, "proto tcp and dst port 22")
     assert Counter((r["src_addr"], r["dst_addr"], r["src_port"], r["dst_port"], "TCP", r["packets"], r["bytes"])
                    for r in got) == want
     assert got[0]["time_start"].endswith("Z")
     # --limit caps, --from/--to prune
-    assert len(json.loads(_cli("query", "any", "--format", "json", "--limit", "5").output)) == 5
+    assert len(json.loads(_cli("query", "any", "--format", "json", "--limit", "5").stdout)) == 5
     res = _cli("query", "any", "--format", "json", "--limit", "0", "--from", "2026-11-25T10:00:30",
                "--to", "2026-11-25T10:01:00")
-    rows = json.loads(res.output)
+    rows = json.loads(res.stdout)
     assert rows and all("2026-11-25T10:00:30" <= r["time_start"] < "2026-11-25T10:01:00" for r in rows)
-    assert len(json.loads(_cli("query", "any", "--format", "json", "--from", "2026-11-26").output)) == 0
+    assert len(json.loads(_cli("query", "any", "--format", "json", "--from", "2026-11-26").stdout)) == 0
 
 
 @pytest.mark.integration
 def test_cli_stats_and_errors(lake, nf_file, engine_env):
     res = _cli("query", "any", "--stats", "srcip/bytes", "-n", "3", "--format", "json")
     assert res.exit_code == 0, res.output
-    top3 = json.loads(res.output)["srcip/bytes"]
+    top3 = json.loads(res.stdout)["srcip/bytes"]
     assert [(r["val"], r["bytes"]) for r in top3] == [(w[0], w[3]) for w in nfdump_stats(nf_file, "srcip/bytes")[:3]]
     bad = _cli("query", "dst port foo")
     assert bad.exit_code == 2 and "^^^" in bad.output and "foo" in bad.output
@@ -666,7 +666,7 @@ def test_cli_aggregate_csv(lake, nf_file, engine_env):
 
     res = _cli("query", "proto udp", "-A", "srcip,dstport", "--format", "csv")
     assert res.exit_code == 0, res.output
-    got = {(r["srcip"], int(r["dstport"])): int(r["bytes"]) for r in csv.DictReader(io.StringIO(res.output))}
+    got = {(r["srcip"], int(r["dstport"])): int(r["bytes"]) for r in csv.DictReader(io.StringIO(res.stdout))}
     want = Counter()
     for k in nfdump_records(nf_file, "proto udp").elements():
         want[(k[0], k[3])] += k[6]
@@ -677,7 +677,7 @@ def test_cli_aggregate_csv(lake, nf_file, engine_env):
 def test_cli_host_profile(lake, nf_file, engine_env):
     res = _cli("host", "198.51.100.66", "--format", "json")
     assert res.exit_code == 0, res.output
-    prof = json.loads(res.output)
+    prof = json.loads(res.stdout)
     want = nfdump_records(nf_file, "ip 198.51.100.66")
     assert prof["flows"] == sum(want.values()) == 40
     assert prof["peers"] == 40 and prof["bytes_out"] == sum(k[6] for k in want.elements())
@@ -766,7 +766,7 @@ def test_progress_goes_to_stderr_only(lake, nf_file):
     assert len(json.loads(once.stdout)) == sum(nfdump_records(nf_file).values())
     quiet = _cli("query", "any", "--format", "json", "--limit", "3")
     # no progress: only the counting rule's line (issue 34), named from the config
-    assert quiet.stderr.startswith("counted with [site] count_at = ") and quiet.stderr.count("\n") == 1, quiet.stderr
+    assert quiet.stderr.startswith("counted with [query] count_at = ") and quiet.stderr.count("\n") == 1, quiet.stderr
     assert len(json.loads(quiet.stdout)) == 3
 
 
