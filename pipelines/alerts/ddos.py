@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 CLASSES = ATTACK_CLASSES  # most specific first: the attack's class is the first one over its threshold
 METRICS = ("pps", "bps", "flows")
 KEYS = tuple(f"threshold_{m}" for m in METRICS) + tuple(f"prefix_threshold_{m}" for m in METRICS)
+MAX_BINS = 300  # at most this many 1 s bins per interval (see _bins)
 BIN_MS = 1000
 TOP = 10
 
@@ -265,6 +266,15 @@ class DdosDetector(Detector):
               masks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per class, per 1 s bin of the interval: packets, bytes, new flows of these flows."""
         start, end = iv.start_ms, max(iv.end_ms, iv.start_ms + BIN_MS)
+        if len(ts):  # only the bins the flows cover (an interval after a gap can span days)
+            first_ms = int(ts.min())
+            if first_ms > start:
+                start += (first_ms - start) // BIN_MS * BIN_MS  # on the interval's bin edges
+            end = max(min(end, int(np.maximum(te, ts).max()) + 1), start + BIN_MS)
+        if end - start > MAX_BINS * BIN_MS:
+            # the bins are a flows x bins matrix: a backlog's interval (a stack back after
+            # days: 5.9 M bins took 22 GiB) is measured over its last MAX_BINS seconds
+            start = end - MAX_BINS * BIN_MS
         nb = int(math.ceil((end - start) / BIN_MS))
         edges = start + BIN_MS * np.arange(nb + 1, dtype=np.int64)
         s = np.clip(ts, start, end)

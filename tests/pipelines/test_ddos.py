@@ -271,3 +271,14 @@ def test_detector_in_the_engine_feeds_the_alert_channels(ddos_cfg):
                    now_ms=T0 + 10_000)
     assert [(e["detector"], e["subject"], e["event"]) for e in rec.events] == [("ddos", "10.1.2.3", "opened")]
     assert "amplification attack on 10.1.2.3" in rec.events[0]["summary"]
+
+
+def test_an_interval_spanning_days_is_binned_over_its_flows(ddos_cfg):
+    """The first file after a gap (a stack back after days) spans days: the detector bins only
+    the seconds its flows cover (at most MAX_BINS), not every second of the interval (that
+    was a flows x 5.9 M bins matrix, 22 GiB, in the test run), and still finds the flood."""
+    det = detector(ddos_cfg, baseline_factor=0.0)
+    days = 30 * 86400
+    rows = flood("10.1.2.3", 50_000, T0, 10, proto=17, src_port=123, tcp_flags=0)
+    got = det.evaluate(Interval("f", T0 - days * 1000, T0 + 10_000, flows(rows)))
+    assert {f.subject for f in got} == {"10.1.2.3"}, "the flood at the interval's end is found"
