@@ -14,19 +14,12 @@ from flowlake.base import delta
 from flowlake.schemas.messages import arrow_schema
 from flowlake.schemas.mitigations import MITIGATIONS
 
+# the detector's and the loop's shared files (the contract lives with the detector)
+from ..alerts.attacks import attacks_file, mitigations_file, state_dir  # noqa: F401  (re-exported)
+
 MAX_PENDING = 10000  # events kept for the lake while it cannot be written (the oldest dropped past this)
 
 
-def state_dir(cfg) -> Path:
-    return cfg.path("state", "ddos")
-
-
-def attacks_file(cfg) -> Path:
-    return state_dir(cfg) / "attacks.json"
-
-
-def mitigations_file(cfg) -> Path:
-    return state_dir(cfg) / "mitigations.json"
 
 
 def overrides_file(cfg) -> Path:
