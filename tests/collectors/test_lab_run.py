@@ -105,9 +105,12 @@ def _lake(smoke, sql: str, wait_for=None, timeout: float = 90.0):
             names = set(re.findall(r"\$TABLE\((\w+)\)", sql))
             if any(not lake_sql.files(lake, n) for n in names):
                 raise LookupError  # nothing landed yet
+            # each try lists the table's current files anew (a snapshot kept from the first
+            # try would never see the rows still arriving)
+            query = sql
             for n in names:
-                sql = sql.replace(f"$TABLE({n})", lake_sql.source(lake, n))
-            rows = duckdb.connect().execute(sql).fetchall()
+                query = query.replace(f"$TABLE({n})", lake_sql.source(lake, n))
+            rows = duckdb.connect().execute(query).fetchall()
         except (duckdb.Error, LookupError):
             rows = []
         if wait_for is None or wait_for(rows) or time.time() > deadline:
