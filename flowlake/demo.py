@@ -17,7 +17,7 @@ import click
 
 from flowlake.base import config as _config
 
-from . import demo_site, stack, superset_cli
+from . import demo_attack, demo_site, stack, superset_cli
 from .collectors import nfcapd
 from .pipelines import ingest
 
@@ -132,7 +132,8 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
     2. a week of history at low volume (rollups of the model's flows, written directly),
        then a day of border traffic from the traffic model (flow record revision 3
        included), exported as real NetFlow
-    3. every flow shipped and streamed into the lake (counts checked)
+    3. every flow shipped and streamed into the lake (counts checked); then an NTP
+       amplification in real time: its attack record and the mitigation's dry-run decision
     4. PingER-style pings and iperf3 throughput tests imported beside it
     5. its hours closed (compacted, rolled up) and the daily report jobs for that day
     6. Superset provisioned and started: open the printed URL
@@ -209,10 +210,12 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
         console.print(f"[yellow]nfcapd received {got['received'] - already:,} of {total:,} flows: "
                       f"{total + already - got['received']:,} were lost on the way (UDP datagrams dropped: a "
                       "loaded machine or a small socket buffer); the reports cover what arrived")
+    console.rule("[bold]3b. an attack (Attacks dashboard; the mitigation in dry-run)")
+    attack = demo_attack.show(cfg, console, protocol)
     url = finish(cfg, console, demo_dir, [date], no_superset)
     summary = {"date": day, "history_days": len(days), "flows_sent": total, "biflows": extra,
                "config": str(site_toml or cfg.source), "nfcapd_received": got["received"], "lake_rows": got["lake"],
-               "truth": str(demo_dir / "truth.json"), "superset": url,
+               "truth": str(demo_dir / "truth.json"), "superset": url, "attack": attack,
                "seconds": round(time.monotonic() - t_start, 1)}
     click.echo(json.dumps(summary, indent=2))
     console.print("The stack keeps running: `flowlake status`, `flowlake query ...`, `flowlake down` to stop.")
