@@ -161,7 +161,8 @@ def tap_argv(cfg) -> list[str]:
     return [str(SHIPPER.binary), "sflow-tap", "--bind", c.bind, "--port", str(c.sflow_port),
             "--dir", str(tap_state_file(cfg).parent), "--lake", str(cfg.lake),
             "--snmp-interfaces", str(cfg.path("state", "snmp", "interfaces.json")),
-            "--flush", f"{int(c.sflow_flush_seconds)}s"]
+            "--flush", f"{int(c.sflow_flush_seconds)}s",
+            "--keep", f"{int(cfg.sampling.keep_minutes)}m"]  # its corrections (sflowfix/), as the sampling tap's
 
 
 def tap_status(cfg) -> dict:
