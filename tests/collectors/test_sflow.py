@@ -657,3 +657,55 @@ def test_discard_and_multiple_codes_forwarding_status(sflow, tmp_path):
     assert counts == {AGENT: {"completed": {"forwarding status from an sFlow discard code": 5,
                                             "output interface from an sFlow multiple-interfaces code": 2},
                               "not_completed": {}}}, counts
+
+
+def test_traffic_model_sflow_agents(sflow, tmp_path):
+    """The traffic model's sFlow agents (collectors/traffic/sflow.py, what `flowlake demo`
+    sends) through the real sfcapd and sFlow tap: the tap counts every datagram and sample
+    sent, none lost; every flow row is a sample of a model flow scaled once by the agent's
+    rate, bytes at layer 3 exactly the flow's mean packet times the rate; the ports' last
+    counter samples in lake/interface_counters equal what the samples stand for (rate x
+    frame length, frames rebuilt from the rows), and sflow_agent_health has the agent's rows."""
+    import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: pyarrow)
+
+    from flowlake.collectors.traffic import api, model  # noqa: PLC0415  (start-up: numpy, scipy)
+    from flowlake.collectors.traffic import sflow as encoder  # noqa: PLC0415  (start-up: numpy)
+    from flowlake.collectors.traffic.gaps import _addr  # noqa: PLC0415  (the model's address text)
+
+    cfg, comp = sflow
+    agent_addr, rate, ports = "10.255.0.9", 8, (49, 1, 2)
+    now = int(time.time() * 1000)
+    flows, _ = model.generate(api.params_for("ipfix", cfg), now - 600_000, 600_000, 400, seed=3)
+    agent = encoder.Agent(agent_addr, 2, rate, ports)
+    sent = encoder.send(("127.0.0.1", comp.port()), [agent], flows, seconds=4, counter_every_s=2)[agent_addr]
+    time.sleep(0.5)
+    tap = _tap(cfg)
+    a = tap["agents"][f"{agent_addr}/2"]
+    assert (a["datagrams"], a["lost"], a["flow_samples"], a["counter_samples"]) == (
+        sent["datagrams"], 0, sent["flow_samples"], sent["counter_samples"]), (a, sent)
+    assert a["rates"] == {str(rate): sent["flow_samples"]} and a["bad"] == {}, a
+    rows = _flows(cfg, comp)
+    assert len(rows) == sent["flow_samples"] > 50, (len(rows), sent)
+    l3 = {}
+    for fl in flows:
+        key = (_addr(fl, "src"), _addr(fl, "dst"), int(fl["proto"]))
+        l3.setdefault(key, set()).add(max(int(fl["bytes"]) // max(int(fl["packets"]), 1), 40))
+    octets = {p: [0, 0] for p in ports}
+    for r in rows:
+        assert (r["exporter"], r["sampling_rate"], r["packets"]) == (agent_addr, rate, rate), r
+        assert r["bytes"] % rate == 0 and r["bytes"] // rate in l3[(r["src_addr"], r["dst_addr"], r["proto"])], r
+        frame = r["bytes"] // rate + 14 + (4 if r["src_vlan"] else 0) + 4
+        octets[r["input_if"]][0] += rate * frame
+        octets[r["output_if"]][1] += rate * frame
+    files = sorted((cfg.lake / "interface_counters").glob("date=*/sflow_*.parquet"))
+    counters = [r for f in files for r in pq.read_table(f).to_pylist() if r["exporter"] == agent_addr]
+    last = {}
+    for r in sorted(counters, key=lambda r: r["sys_uptime_cs"]):
+        last[r["if_index"]] = r
+    assert sorted(last) == sorted(ports), counters
+    assert {p: [last[p]["in_octets_counter"], last[p]["out_octets_counter"]] for p in ports} == octets
+    assert all(r["speed_mbps"] == 10_000 and r["oper_status"] == 1 for r in counters)
+    health = [r for f in sorted((cfg.lake / "sflow_agent_health").glob("date=*/*.parquet"))
+              for r in pq.read_table(f).to_pylist() if r["agent"] == agent_addr]
+    assert sum(r["datagrams"] for r in health) == sent["datagrams"] and {r["sampling_rates"] for r in health} == {
+        str(rate)}, health
