@@ -154,6 +154,9 @@ def lake_tiers(cfg, today: dt.date | None = None) -> list[Tier]:
     # DDoS attacks (by the day they started) and the mitigation's events (issue 36): Delta tables
     for name in ("attacks", "mitigations"):
         keyed.append((name, table_units(name, lake / name), int(getattr(r, f"{name}_days"))))
+    # the sFlow tap's agent health rows (collectors/shipper/sflowlake.go); its counters are interface_counters'
+    keyed.append(("sflow_agent_health", dated_units("sflow_agent_health", lake / "sflow_agent_health"),
+                  int(r.sflow_agent_health_days)))
     tiers = []
     for name, units, keep in keyed:
         t = Tier(name, limit_text(keep), units)
