@@ -108,7 +108,7 @@ def _string_buffers(arr: pa.Array) -> tuple[bytes, bytes]:
     bufs = arr.buffers()
     offsets = np.frombuffer(bufs[1], "<i4", count=len(arr) + 1, offset=arr.offset * 4)
     first, last = int(offsets[0]), int(offsets[-1])
-    data = bufs[2].to_pybytes()[first:last] if bufs[2] is not None else b""
+    data = bufs[2].slice(first, last - first).to_pybytes() if bufs[2] is not None else b""
     return (offsets - first).astype("<i4").tobytes(), data
 
 
@@ -176,6 +176,8 @@ class Lookup:
         if now - self.epoch >= CACHE_SECONDS:
             self.answers, self.epoch = {}, now
         cache = self.answers.setdefault(exporter, _Answers())
+        if addrs.type != pa.string():
+            addrs = addrs.cast(pa.string())
         if len(cache.keys):
             pos = pc.index_in(addrs, value_set=cache.keys)
             hit = pc.is_valid(pos).to_numpy(zero_copy_only=False)
