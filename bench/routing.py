@@ -332,7 +332,9 @@ def main() -> None:
                       neighbors=[Neighbor("127.0.0.12", 64512, pb)])
             b = GoBGP(work / "b", 64512, "10.0.0.2", "127.0.0.12", port=pb,
                       neighbors=[Neighbor("127.0.0.11", 64501, pa)], bmp=[BmpServer("127.0.0.1", port, "local-rib")])
-            speakers = [a.start(), b.start()]
+            for s in (a, b):  # in the list before it starts: one that starts but never answers is stopped too
+                speakers.append(s)
+                s.start(timeout=300)  # a loaded box: gobgpd answers late
             while not b.established("127.0.0.11"):
                 time.sleep(0.2)
             start = time.perf_counter()
@@ -375,7 +377,8 @@ def main() -> None:
             c.close()
     finally:
         for s in speakers:
-            s.stop()
+            if s.proc is not None:
+                s.stop()
         proc.terminate()
         proc.wait(10)
         shutil.rmtree(work, ignore_errors=True)
