@@ -196,10 +196,7 @@ def compact_old_days(cfg, *, counters: bool, today=None) -> dict[str, list[str]]
     Returns the days merged per table."""
     import datetime as dt  # noqa: PLC0415  (only this pass)
 
-    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
-    import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: pyarrow)
-
-    from flowlake.base.lake_files import replace_partition  # noqa: PLC0415  (start-up: flowlake status)
+    from flowlake.base.lake_files import merge_old_days  # noqa: PLC0415  (start-up: flowlake status)
     from flowlake.schemas.messages import arrow_schema  # noqa: PLC0415  (start-up: pyarrow)
     from flowlake.schemas.sflow import SFLOW_AGENT_HEALTH  # noqa: PLC0415  (start-up)
 
@@ -208,26 +205,9 @@ def compact_old_days(cfg, *, counters: bool, today=None) -> dict[str, list[str]]
     today = today or dt.datetime.now(dt.UTC).date()
     schema = arrow_schema(SFLOW_AGENT_HEALTH)
     schema = schema.remove(schema.get_field_index("date"))
-    root = health_dir(cfg)
-    done: dict[str, list[str]] = {"sflow_agent_health": [], "interface_counters": []}
-    for part in sorted(root.glob("date=*")) if root.is_dir() else []:
-        try:
-            day = dt.date.fromisoformat(part.name.split("=", 1)[1])
-        except ValueError:
-            continue
-        files = sorted(p for p in part.glob("*.parquet") if not p.name.startswith("."))
-        if day >= today - dt.timedelta(days=1) or len(files) < 2:
-            continue  # the tap still writes yesterday's last interval after midnight
-        table = pa.concat_tables(pq.read_table(f, schema=schema) for f in files)
-        table = table.sort_by([("agent", "ascending"), ("sub_agent", "ascending"), ("interval_start", "ascending")])
-
-        def produce(staging, table=table):
-            staging.mkdir(parents=True)
-            pq.write_table(table, staging / "merged.parquet", compression="zstd")
-            return table.num_rows
-
-        replace_partition(root, day, produce)
-        done["sflow_agent_health"].append(day.isoformat())
+    done = {"sflow_agent_health": merge_old_days(health_dir(cfg), schema, ["agent", "sub_agent", "interval_start"],
+                                                 today),
+            "interface_counters": []}
     if counters:
         done["interface_counters"] = store.compact_old_days(cfg, today)
     return done
