@@ -9,10 +9,10 @@ import io
 import json
 import os
 import shutil
-import time
 
 import pytest
 from rich.console import Console
+from test_ddos_stack import _wait  # the stack tests' one wait (tests/pipelines)
 
 from flowlake import components, demo_attack
 from flowlake.base import config
@@ -23,16 +23,6 @@ from flowlake.pipelines.mitigation import service as mitigation
 from flowlake.pipelines.mitigation import store
 
 pytestmark = pytest.mark.integration
-
-
-def _wait(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def test_the_demo_attack_is_recorded_and_dry_run_decides(kafka, flowlake_home, monkeypatch):
