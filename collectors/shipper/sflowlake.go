@@ -7,7 +7,9 @@
 // one Parquet file per agent into lake/interface_counters/date=D/ with exactly the SNMP
 // poller's schema (schemas/snmp.py INTERFACE_COUNTERS, collectors/snmp/store.py), so the
 // interface_capacity job (utilisation, daily p95, flow coverage) reads sFlow-only agents
-// as it reads polled ones. The exporter is the agent address (the flows' exporter);
+// as it reads polled ones. if_name is the port name record (0:1005, host-sflow and Open
+// vSwitch send it beside the generic counters), else the interface's last one, else ""
+// (unknown). The exporter is the agent address (the flows' exporter);
 // the previous raw values are kept per agent, sub-agent and ifIndex. sFlow has 32-bit
 // packet, error and discard counters and 64-bit octet counters: deltas wrap at those
 // widths. An agent restart (its uptime going back, or the counter sample's sequence

@@ -5,7 +5,9 @@
 // sub-agent id, the sender it came from, datagrams, datagrams lost (gaps in the datagram
 // sequence numbers), sequence restarts (an agent rebooting), samples by kind, the sampling
 // rates of its flow samples and the samples its own buffers dropped. Malformed datagrams
-// are counted with the reason. State: DIR/sflow.json, rewritten every second.
+// are counted with the reason. State: DIR/sflow.json, rewritten every second. Discarded
+// packet samples (0:5), which sfcapd skips, become flow records in nfcapd files of the
+// tap's own in the spool (sflowdrops.go).
 package main
 
 import (
