@@ -467,7 +467,7 @@ def test_open_vswitch_live_agent(sflow, tmp_path):
     scaled packets and layer-3 bytes of that stream agree with iperf3's count within the
     5-sigma binomial bound from N and the packet count; the exporter is OVS's agent
     address; the last counter sample of the sending port equals the kernel's own counters
-    of that port once the traffic stopped."""
+    of that port once the traffic stopped, and its rows name the port (if_name)."""
     import json as _json  # noqa: PLC0415  (only this test)
     import os  # noqa: PLC0415  (only this test)
 
@@ -554,6 +554,8 @@ def test_open_vswitch_live_agent(sflow, tmp_path):
     last = max(rows, key=lambda r: r["sys_uptime_cs"])
     # OVS's counters of a port are the kernel's (rx on the veth = in to the bridge); every packet unicast
     assert (last["in_octets_counter"], last["in_ucast_pkts_counter"]) == (rx_bytes, rx_packets), (last, rx_bytes)
+    # OVS sends each port's name (counter record 0:1005) beside its counters: the rows' if_name
+    assert {r["if_name"] for r in rows} == {ports[0]}, rows
 
 
 def _sample(seq: int, rate: int, frame: bytes, *, inp: int = 5, out: int = 6, expanded: tuple | None = None,
