@@ -65,6 +65,25 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.unit)
         elif "integration" not in names:
             item.add_marker(pytest.mark.integration)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _heaviest_modules_first(items)
+
+
+# Weight of a module for the parallel run's order: xdist (--dist loadfile) hands whole modules
+# to workers in collection order, so the long ones go first and the short ones fill the tail.
+_WEIGHT = {"slow": 8, "root": 4, "e2e": 4, "browser": 4, "integration": 2}
+
+
+def _heaviest_modules_first(items) -> None:
+    weight: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        module = item.nodeid.split("::", 1)[0]
+        names = {m.name for m in item.iter_markers()}
+        weight[module] = weight.get(module, 0) + max((_WEIGHT.get(n, 0) for n in names), default=0)
+        first.setdefault(module, i)
+    # same order in every worker (xdist checks that the collections agree)
+    items.sort(key=lambda item: (-weight[item.nodeid.split("::", 1)[0]], first[item.nodeid.split("::", 1)[0]]))
 
 
 def _is_unit(item) -> bool:
@@ -218,11 +237,17 @@ FIGURES: list[str] = []
 
 
 @pytest.fixture
-def figure():
+def figure(request):
     def add(line: str) -> None:
         print("\n" + line)
-        FIGURES.append(line)
+        # through the test's report: a parallel run's workers send it to the controller
+        request.node.user_properties.append(("figure", line))
     return add
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "teardown":
+        FIGURES.extend(v for k, v in report.user_properties if k == "figure")
 
 
 def pytest_terminal_summary(terminalreporter):
