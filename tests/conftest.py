@@ -55,6 +55,7 @@ def pytest_unconfigure(config):
         _GUARD.child_log.unlink(missing_ok=True)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     """Unmarked tests are unit tests; e2e, browser and root tests are integration tests too
     (so `-m "not integration"` leaves them all out). Markers come from the module or the
@@ -66,24 +67,38 @@ def pytest_collection_modifyitems(config, items):
         elif "integration" not in names:
             item.add_marker(pytest.mark.integration)
     if os.environ.get("PYTEST_XDIST_WORKER"):
-        _heaviest_modules_first(items)
+        _parallel_groups(items)
 
 
-# Weight of a module for the parallel run's order: xdist (--dist loadfile) hands whole modules
-# to workers in collection order, so the long ones go first and the short ones fill the tail.
-_WEIGHT = {"slow": 8, "root": 4, "e2e": 4, "browser": 4, "integration": 2}
+# The parallel run (make test: pytest-xdist, --dist loadgroup) hands whole groups to its
+# workers in collection order: a group is a module, except modules that share one service
+# started once per process and read what the modules before them left there, in file order.
+SHARED = {
+    "superset": ("tests/hub/test_superset.py", "tests/hub/test_superset_browser.py",
+                 "tests/hub/test_superset_delta.py", "tests/hub/test_superset_swap.py"),
+}
+# A test's weight by its markers (slow: over ~30 s alone): the heaviest groups go first so
+# the short ones fill the end of the run.
+_WEIGHT = {"slow": 30, "root": 10, "e2e": 10, "browser": 10, "integration": 3}
 
 
-def _heaviest_modules_first(items) -> None:
+def _parallel_groups(items) -> None:
+    module_group = {m: g for g, modules in SHARED.items() for m in modules}
     weight: dict[str, int] = {}
     first: dict[str, int] = {}
+    groups = []
     for i, item in enumerate(items):
         module = item.nodeid.split("::", 1)[0]
+        group = module_group.get(module, module)
+        groups.append(group)
         names = {m.name for m in item.iter_markers()}
-        weight[module] = weight.get(module, 0) + max((_WEIGHT.get(n, 0) for n in names), default=0)
-        first.setdefault(module, i)
-    # same order in every worker (xdist checks that the collections agree)
-    items.sort(key=lambda item: (-weight[item.nodeid.split("::", 1)[0]], first[item.nodeid.split("::", 1)[0]]))
+        weight[group] = weight.get(group, 0) + max((_WEIGHT.get(n, 0) for n in names), default=0)
+        first.setdefault(group, i)
+        item.add_marker(pytest.mark.xdist_group(group))
+    # the same order in every worker (xdist checks that the collections agree); a shared
+    # group's modules keep their file order
+    order = sorted(range(len(items)), key=lambda i: (-weight[groups[i]], first[groups[i]], i))
+    items[:] = [items[i] for i in order]
 
 
 def _is_unit(item) -> bool:
