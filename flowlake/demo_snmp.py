@@ -121,9 +121,10 @@ class Agent:
         (self.dir / "snmpd.conf").write_text("\n".join(conf) + "\n")
         (self.dir / "persistent").mkdir(exist_ok=True)
         env = {**os.environ, "SNMP_PERSISTENT_DIR": str(self.dir / "persistent"), "MIBS": "", "MIBDIRS": "/nonexistent"}
-        # -I -ifTable,ifXTable: not the host's own interfaces; the pass_persist program serves those tables
+        # -I: not the host's own interfaces (the pass_persist program serves those tables),
+        # no SMUX port (tcp 199: the second agent's would clash)
         cmd = [snmpd_path(), "-f", "-C", "-c", str(self.dir / "snmpd.conf"), "-Lf", str(self.dir / "snmpd.log"),
-               "-I", "-ifTable,ifXTable", f"udp:{self.exporter}:{self.port}"]
+               "-I", "-ifTable,ifXTable,smux", f"udp:{self.exporter}:{self.port}"]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      env=env, start_new_session=True)
         deadline = time.monotonic() + timeout
