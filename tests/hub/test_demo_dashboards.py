@@ -36,13 +36,15 @@ UNKNOWN = ("(unknown)", "unknown")
 # results" (the day a change fills one, this test fails: take it out of here).
 # - experiments: no `flowlake lab run` (root, network namespaces, minutes per study).
 # - peering: the demo's routers send no BMP (no gobgpd per modelled router yet), so no flow
-#   carries an AS path.
-# - attacks' "Open attacks": the demo's NTP amplification is over (and its attack closed)
-#   before anyone opens the dashboard; the closed attack and its mitigation show.
+#   carries an AS path; only the origin AS (from the demo MMDB) and interface providers show.
+# - attacks: the demo's NTP amplification is over (its attack closed, the mitigation a dry
+#   run) before anyone opens the dashboard; the closed attack and the decision show.
 KNOWN_GAPS = {
     "experiments": "every chart",
-    "peering": "every chart",
-    "attacks": {"Open attacks"},
+    "peering": {"Traffic by neighbour AS (bytes, whole day)", "Traffic by transit provider (bytes, whole day)",
+                "Traffic by community (whole day)", "Share of traffic per exit path (whole day)",
+                "Peering candidates: destination ASes reached through transit"},
+    "attacks": {"Open attacks", "Mitigations in force"},
 }
 
 HOLDERS = """() => Array.from(document.querySelectorAll('[data-test="dashboard-component-chart-holder"]')).map(e => ({
