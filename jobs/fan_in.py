@@ -11,6 +11,8 @@ from pyspark.sql import functions as F
 from flowlake.pipelines.security_rules import MAD_TO_SIGMA, MEANAD_TO_SIGMA, FanInRule, robust_scale  # noqa: F401 (one definition)
 from flowlake.schemas.security import FAN_IN
 
+from . import common
+
 NAME = "fan_in"
 TABLES = (FAN_IN,)
 
@@ -43,4 +45,5 @@ def find_fan_in(flows: DataFrame, min_sources: int = 10, min_z: float = 3.5, sam
 
 def run(ctx) -> None:
     rule = FanInRule.from_config(ctx.cfg)
-    ctx.write(find_fan_in(ctx.flows(), rule.min_sources, rule.min_z, ctx.cfg.security.sample_size), FAN_IN.name)
+    flows = common.site_flows(ctx)  # each flow once by [site] count_at (issue 34)
+    ctx.write(find_fan_in(flows, rule.min_sources, rule.min_z, ctx.cfg.security.sample_size), FAN_IN.name)
