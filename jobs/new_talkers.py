@@ -49,7 +49,8 @@ def new_talkers(today: DataFrame, history: DataFrame, history_days: int) -> Data
     role = F.when(F.size("roles") > 1, "both").otherwise(F.element_at("roles", 1))
     return (per.join(seen, "address", "left_anti")
             .withColumn("role", role).withColumn("history_days", F.lit(history_days).cast("int"))
-            .select(*[n for n in NEW_TALKERS.names if n not in ("date", "count_at")]).orderBy(F.desc("flows"), "address"))
+            .select(*[n for n in NEW_TALKERS.names if n not in ("date", "count_at")])
+            .orderBy(F.desc("flows"), "address"))
 
 
 def run(ctx) -> None:
