@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/routing.py                 # 2 routers x (1,000,000 IPv4 + 200,000 IPv6)
     .venv/bin/python bench/routing.py --tiny          # 2 x (20,000 + 4,000): a minute's check
-    .venv/bin/python bench/routing.py --via gobgp     # through real speakers (below)
+    .venv/bin/python bench/routing.py --via gobgp     # through real speakers (below; 1 router, 1.2M routes)
 
 The table is generated (seeded): Internet-shaped prefix lengths (IPv4 mostly /24; IPv6
 mostly /48, inside /32 allocations of the RIRs' blocks), prefixes grouped by origin AS (a few
@@ -20,8 +20,8 @@ sends its Loc-RIB by BMP to the collector (one router; slower: two BGP speakers'
 
 Prints: encode time, load time (first byte to every path in the table, per router and for
 all), the collector's memory (Go heap in use after a GC, and its RSS), and the lookup rate
-over its socket (batches of 10,000 random addresses, JSON, one connection; per query and in
-the compact lookup_batch form).
+over its socket (batches of 10,000 random addresses, one connection; JSON per query, the
+compact lookup_batch form, and lookup_packed, the ingest's form).
 
 Then the routing context's cost at ingest (issue 33: at most 10 % of the ingest's CPU per
 flow), in the same run: the ingest task's own work (pipelines/flow_ingest.land_messages:
@@ -39,6 +39,7 @@ import argparse
 import ipaddress
 import os
 import random
+import shutil
 import signal
 import socket
 import struct
@@ -169,22 +170,33 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
-def lookup_rates(client: Client, groups: list[dict], n: int = 50000) -> tuple[float, float]:
-    """Lookups per second over the socket: one query object per address (`lookup`), and the
-    compact form (`lookup_batch`: addresses of one exporter, each distinct route once)."""
+def lookup_rates(client: Client, groups: list[dict], sock: Path, n: int = 50000) -> tuple[float, float, float]:
+    """Lookups per second over the socket: one query object per address (`lookup`), the
+    compact form (`lookup_batch`: addresses of one exporter, each distinct route once), and
+    the ingest's packed form (`lookup_packed`, pipelines/enrich/routing.py's request)."""
+    import pyarrow as pa  # noqa: PLC0415  (bench start-up)
+
+    from flowlake.pipelines.enrich import routing as routing_enrich  # noqa: PLC0415  (bench start-up)
+
     rng = random.Random(7)
     nets = [ipaddress.ip_network(p) for g in groups[:5000] for f in ("v4", "v6") for p in g[f]]
     addrs = [str(net.network_address + rng.randrange(net.num_addresses)) for net in rng.choices(nets, k=n)]
     rates = []
-    for batch in (False, True):
+    for form in ("lookup", "lookup_batch", "lookup_packed"):
+        packed = routing_enrich.Lookup(str(sock), timeout=120)
         t0 = time.perf_counter()
         for i in range(0, n, 10000):
             chunk = addrs[i:i + 10000]
-            res = (client.lookup_batch("127.0.0.41", chunk) if batch
+            if form == "lookup_packed":
+                routes, index = packed.ask("127.0.0.41", pa.array(chunk))
+                assert routes is not None and (index >= 0).all(), "a generated address found no route"
+                continue
+            res = (client.lookup_batch("127.0.0.41", chunk) if form == "lookup_batch"
                    else client.lookup([{"addr": a, "exporter": "127.0.0.41"} for a in chunk]))
             assert all(r and r["prefix"] for r in res), "a generated address found no route"
         rates.append(n / (time.perf_counter() - t0))
-    return rates[0], rates[1]
+        packed.close()
+    return rates[0], rates[1], rates[2]
 
 
 def _proc_cpu(pid: int) -> float:
@@ -263,6 +275,8 @@ def ingest_cost(sock: Path, pid: int, msgs: list[bytes], flows: int, work: Path)
           f"{med['off'] * 1e6:.2f} us, routing on {med['on'] * 1e6:.2f} us (collector included): routing's share "
           f"of the ingest's CPU {share:.1%} (bound 10 %: {'met' if share <= 0.10 else 'NOT met'}); "
           f"vs no plan at all {(med['on'] - med['no plan']) / med['on']:.1%}")
+    print(f"ingest CPU-s per million flows: routing off {med['off'] * 1e6:.2f}, on {med['on'] * 1e6:.2f} "
+          f"(on/off {med['on'] / med['off']:.2f}x)")
 
 
 def main() -> None:
@@ -318,11 +332,17 @@ def main() -> None:
                       neighbors=[Neighbor("127.0.0.12", 64512, pb)])
             b = GoBGP(work / "b", 64512, "10.0.0.2", "127.0.0.12", port=pb,
                       neighbors=[Neighbor("127.0.0.11", 64501, pa)], bmp=[BmpServer("127.0.0.1", port, "local-rib")])
-            speakers = [a.start(), b.start()]
+            for s in (a, b):  # in the list before it starts: one that starts but never answers is stopped too
+                speakers.append(s)
+                s.start(timeout=300)  # a loaded box: gobgpd answers late
             while not b.established("127.0.0.11"):
                 time.sleep(0.2)
             start = time.perf_counter()
-            a.cli("mrt", "inject", "global", str(mrt))
+            for attempt in range(3):  # gobgp's client gives up connecting on a loaded box ("context deadline exceeded")
+                res = a.cli("mrt", "inject", "global", str(mrt), timeout=3600, check=attempt == 2)  # minutes
+                if res.returncode == 0:
+                    break
+                print(f"gobgp mrt inject failed ({res.stderr.strip()}): again")
             print(f"gobgp mrt inject: {time.perf_counter() - start:.1f} s")
             expected = {"127.0.0.1": args.v4 + args.v6}
             conns = []
@@ -343,9 +363,9 @@ def main() -> None:
         print(f"all {len(expected)} routers loaded in {max(done.values()):.1f} s: {st['routes']:,} prefixes, "
               f"{st['paths']:,} paths; memory: Go heap {heap / 2**20:,.0f} MiB "
               f"({heap / max(st['paths'], 1):.0f} B/path), RSS {rss_bytes(proc.pid) / 2**20:,.0f} MiB")
-        one, compact = lookup_rates(client, groups)
-        print(f"lookups over the socket (batches of 10,000, JSON): {one:,.0f}/s one query each, "
-              f"{compact:,.0f}/s lookup_batch")
+        one, compact, packed = lookup_rates(client, groups, sock)
+        print(f"lookups over the socket (batches of 10,000): {one:,.0f}/s one query each (JSON), "
+              f"{compact:,.0f}/s lookup_batch (JSON), {packed:,.0f}/s lookup_packed (the ingest's form)")
         if args.ingest_flows:
             exporter = sorted(expected)[0]
             msgs = ingest_messages(groups, args.ingest_flows, args.ingest_addresses, exporter)
@@ -357,9 +377,11 @@ def main() -> None:
             c.close()
     finally:
         for s in speakers:
-            s.stop()
+            if s.proc is not None:
+                s.stop()
         proc.terminate()
         proc.wait(10)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -239,10 +239,23 @@ def end_offsets(cfg, consumer, topic: str, isolation: str, settle: float = 5.0,
     after that holds it back for good, and its records are not readable anyway.
     The queries go through `consumer`, which then has the topic's metadata to start from.
     """
-    from confluent_kafka import Consumer, TopicPartition  # noqa: PLC0415  (start-up: confluent_kafka)
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition  # noqa: PLC0415  (start-up: confluent_kafka)
+
+    # a topic just made (or a broker under load) answers "not leader" / "leader not
+    # available" until its partitions' leaders are elected: retried within `timeout`
+    transient = {KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                 KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TRANSPORT}
 
     def ends(c) -> dict[int, int]:
-        return {tp.partition: c.get_watermark_offsets(tp, timeout=timeout)[1] for tp in tps}
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return {tp.partition: c.get_watermark_offsets(tp, timeout=timeout)[1] for tp in tps}
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                if err is None or err.code() not in transient or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     parts = consumer.list_topics(topic, timeout=timeout).topics[topic].partitions
     tps = [TopicPartition(topic, p) for p in parts]

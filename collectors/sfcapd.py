@@ -161,7 +161,8 @@ def tap_argv(cfg) -> list[str]:
     return [str(SHIPPER.binary), "sflow-tap", "--bind", c.bind, "--port", str(c.sflow_port),
             "--dir", str(tap_state_file(cfg).parent), "--lake", str(cfg.lake),
             "--snmp-interfaces", str(cfg.path("state", "snmp", "interfaces.json")),
-            "--flush", f"{int(c.sflow_flush_seconds)}s"]
+            "--flush", f"{int(c.sflow_flush_seconds)}s",
+            "--keep", f"{int(cfg.sampling.keep_minutes)}m"]  # its corrections (sflowfix/), as the sampling tap's
 
 
 def tap_status(cfg) -> dict:
@@ -179,6 +180,37 @@ def tap_status(cfg) -> dict:
     for a in (doc.get("agents") or {}).values():
         a.pop("interval", None)
     return doc
+
+
+def health_dir(cfg) -> Path:
+    return Path(cfg.lake) / "sflow_agent_health"
+
+
+def compact_old_days(cfg, *, counters: bool, today=None) -> dict[str, list[str]]:
+    """The daily merge of what the sFlow tap writes (one file per flush: 1,440 a day with
+    the default 60 s): each day before yesterday of lake/sflow_agent_health becomes one file
+    (swapped whole, as the SNMP poller's merge does); with counters (an sFlow-only site:
+    no SNMP poller, whose own daily merge would otherwise do it), lake/interface_counters
+    too, by the SNMP poller's own merge (collectors/snmp/store.py compact_old_days). Run
+    by every retention pass; a day already merged holds one file and is left alone.
+    Returns the days merged per table."""
+    import datetime as dt  # noqa: PLC0415  (only this pass)
+
+    from flowlake.base.lake_files import merge_old_days  # noqa: PLC0415  (start-up: flowlake status)
+    from flowlake.schemas.messages import arrow_schema  # noqa: PLC0415  (start-up: pyarrow)
+    from flowlake.schemas.sflow import SFLOW_AGENT_HEALTH  # noqa: PLC0415  (start-up)
+
+    from .snmp import store  # noqa: PLC0415  (start-up: pyarrow)
+
+    today = today or dt.datetime.now(dt.UTC).date()
+    schema = arrow_schema(SFLOW_AGENT_HEALTH)
+    schema = schema.remove(schema.get_field_index("date"))
+    done = {"sflow_agent_health": merge_old_days(health_dir(cfg), schema, ["agent", "sub_agent", "interval_start"],
+                                                 today),
+            "interface_counters": []}
+    if counters:
+        done["interface_counters"] = store.compact_old_days(cfg, today)
+    return done
 
 
 def spool_usage(cfg=None) -> dict:

@@ -17,7 +17,7 @@ import click
 
 from flowlake.base import config as _config
 
-from . import demo_site, stack, superset_cli
+from . import demo_attack, demo_sflow, demo_site, stack, superset_cli
 from .collectors import nfcapd
 from .pipelines import ingest
 
@@ -63,9 +63,10 @@ def wait_for_lake(cfg, expect_flows: int, timeout: float, progress=None, extra_r
         time.sleep(2)
 
 
-def finish(cfg, console, demo_dir, dates: list, no_superset: bool) -> str | None:
+def finish(cfg, console, demo_dir, dates: list, no_superset: bool, before_superset=None) -> str | None:
     """Steps 4-6 once the lake holds the demo's flows: active results, hour close of every
-    date, the daily reports of the last one, Superset. Returns Superset's URL (None: skipped)."""
+    date, the daily reports of the last one, Superset. Returns Superset's URL (None: skipped).
+    before_superset: called once the reports are written (the demo's sFlow agents finish)."""
     day = dates[-1].isoformat()
     console.rule("[bold]4. active results")
     active_files = sorted((demo_dir / "active").rglob("*")) if (demo_dir / "active").exists() else []
@@ -96,6 +97,8 @@ def finish(cfg, console, demo_dir, dates: list, no_superset: bool) -> str | None
             dns.wait(10)
     if res.returncode != 0:
         raise click.ClickException("the report jobs failed; see the log above")
+    if before_superset is not None:
+        before_superset()
 
     url = None
     if not no_superset:
@@ -132,8 +135,10 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
     2. a week of history at low volume (rollups of the model's flows, written directly),
        then a day of border traffic from the traffic model (flow record revision 3
        included), exported as real NetFlow
-    3. every flow shipped and streamed into the lake (counts checked)
-    4. PingER-style pings and iperf3 throughput tests imported beside it
+    3. every flow shipped and streamed into the lake (counts checked); then an NTP
+       amplification in real time: its attack record and the mitigation's dry-run decision
+    4. PingER-style pings and iperf3 throughput tests imported beside it (and two sFlow
+       agents send to sfcapd in the background: flowlake/demo_sflow.py)
     5. its hours closed (compacted, rolled up) and the daily report jobs for that day
     6. Superset provisioned and started: open the printed URL
 
@@ -209,10 +214,13 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
         console.print(f"[yellow]nfcapd received {got['received'] - already:,} of {total:,} flows: "
                       f"{total + already - got['received']:,} were lost on the way (UDP datagrams dropped: a "
                       "loaded machine or a small socket buffer); the reports cover what arrived")
-    url = finish(cfg, console, demo_dir, [date], no_superset)
+    console.rule("[bold]3b. an attack (Attacks dashboard; the mitigation in dry-run)")
+    attack = demo_attack.show(cfg, console, protocol)
+    sflow = demo_sflow.Sender(cfg, console).start()  # sFlow v5 agents, in the background during steps 4-5
+    url = finish(cfg, console, demo_dir, [date], no_superset, before_superset=sflow.wait)
     summary = {"date": day, "history_days": len(days), "flows_sent": total, "biflows": extra,
                "config": str(site_toml or cfg.source), "nfcapd_received": got["received"], "lake_rows": got["lake"],
-               "truth": str(demo_dir / "truth.json"), "superset": url,
+               "truth": str(demo_dir / "truth.json"), "superset": url, "attack": attack,
                "seconds": round(time.monotonic() - t_start, 1)}
     click.echo(json.dumps(summary, indent=2))
     console.print("The stack keeps running: `flowlake status`, `flowlake query ...`, `flowlake down` to stop.")

@@ -26,6 +26,7 @@ Tiers and keys ([retention] in flowlake.toml, FLOWLAKE_RETENTION_<KEY>; 0 days =
   flows        lake/flows/date=D older than flows_days (the flows' own date)
   quarantine   lake/quarantine/* older than quarantine_days
   rollup_1m/5m/1h  lake/rollups/<res>/date=D older than rollup_<res>_days
+  attacks, mitigations  lake/attacks|mitigations/date=D older than attacks_days, mitigations_days
   reports, active  kept
 Disk guard: above disk_high_water_pct used, the oldest expendable data goes too (spool
 files already in the lake, then raw flow days that have rollups); below disk_floor_pct

@@ -58,6 +58,21 @@ def one_pass(cfg) -> None:
             run.execute(cfg, p)
     except Exception:  # one bad pass must not end the service
         log.exception("retention pass failed")
+    merge_sflow_days(cfg)
+
+
+def merge_sflow_days(cfg) -> None:
+    """The sFlow tap's files merged per day (sflow_agent_health; interface_counters where
+    no SNMP poller runs to merge them: an sFlow-only site)."""
+    from flowlake.collectors import sfcapd  # noqa: PLC0415  (start-up: only the pass needs it)
+
+    try:
+        merged = sfcapd.compact_old_days(cfg, counters=not components.get(cfg, "snmp").enabled())
+        for table, days in merged.items():
+            for day in days:
+                log.info("merged the files of %s, %s", table, day)
+    except Exception:  # one bad merge must not end the service
+        log.exception("merging the sFlow tap's daily files failed")
 
 
 def serve(cfg) -> None:

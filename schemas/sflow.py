@@ -12,7 +12,8 @@ SFLOW_AGENT_HEALTH = Record(
     name="sflow_agent_health",
     namespace="flowlake.pipelines.lake",
     doc=("sFlow agent health: `lake/sflow_agent_health/date=YYYY-MM-DD/`, one row per sFlow agent address, "
-         "sub-agent and tap interval (written by the sFlow tap), partitioned by the UTC date of interval_start."),
+         "sub-agent and tap interval (written by the sFlow tap), partitioned by the UTC date of interval_start; "
+         "days before yesterday merged into one file, kept [retention] sflow_agent_health_days."),
     fields=(
         Field("interval_start", "timestamp_ms", "start of the interval (the agent's first datagram in it, or the "
                                                 "previous interval's end)", "ms since epoch"),

@@ -46,6 +46,8 @@ VOCAB = {
     "reason_name": ["ACL deny", "bad TTL", "policer", "unroutable"],
     "value_label": ["label 16004", "label 24001", "vrf 7", "(none)"],  # mpls_vrf_mix
     "attack_class": ["amplification", "syn", "udp", "total"], "scope": ["host", "prefix"],  # lake/attacks
+    "action": ["announce", "withdraw", "failed", "dry-run-announce"], "method": ["rtbh", "flowspec"],  # mitigations
+    "origin": ["auto", "operator"],
 }
 # Tables whose `side` is not vlan_mix's in/out.
 SIDES = {"mpls_vrf_mix": ["mpls", "vrf_in", "vrf_out"]}

@@ -11,12 +11,18 @@ package main
 //	{"op":"lookup_batch","exporter":"192.0.2.1","addrs":["203.0.113.9", ...]}
 //	      -> {"router":..,"routes":[distinct routes],"index":[per address: its route's place in routes, -1: none]}
 //	      (the compact form for many addresses of one exporter: each route once)
-//	{"op":"lookup_columns","exporter":"192.0.2.1","addrs":["203.0.113.9", ...]}
-//	      -> {"router":..,"prefixes":[per distinct route],"attr":B64,"attrs":[distinct attribute sets:
-//	          {"as_path","communities","large_communities","next_hop","origin_as"}],"index":B64}
-//	      (the ingest's form: B64 = base64 of little-endian int32s: attr per route its set's place
-//	      in attrs, index per address its route's place in prefixes, -1 none; numbers, not
-//	      objects, so the client decodes a row group's answer without a JSON object per address)
+//	{"op":"lookup_packed","exporter":"192.0.2.1","offsets":B64,"data":B64}
+//	      -> {"router":..,"index":B64,"prefix_offsets":B64,"prefix_data":B64,"attr":B64,
+//	          "as_path_offsets":B64,"as_path":B64,"communities_offsets":B64,"community_offsets":B64,
+//	          "community_data":B64,"large_offsets":B64,"large_string_offsets":B64,"large_data":B64,
+//	          "next_hop_offsets":B64,"next_hop_data":B64,"origin":B64}
+//	      (the ingest's form, issue 33's CPU bound: no JSON value per address or per route.
+//	      B64 = base64 of little-endian arrays in Arrow's layout: the addresses as a string
+//	      column (int32 offsets, n+1, and their text bytes); index int32 per address, its
+//	      route's place, -1 none; per distinct route its prefix (a string column) and attr,
+//	      int32, its attribute set's place; per distinct attribute set the AS path (int32
+//	      list offsets into uint32 AS numbers), communities and large communities (int32 list
+//	      offsets into a string column), next hop (a string column) and origin AS (uint32))
 //	{"op":"dump","router":"127.0.0.1"}        -> {"paths":[every path of that router's table]}
 //	{"op":"gc"}                               -> the status after a garbage collection (bench/routing.py's memory figure)
 //
@@ -24,7 +30,6 @@ package main
 
 import (
 	"bufio"
-	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -50,6 +55,8 @@ type request struct {
 	Addrs    []string `json:"addrs"`
 	Exporter string   `json:"exporter"`
 	Router   string   `json:"router"`
+	Offsets  []byte   `json:"offsets"` // lookup_packed: the addresses as an Arrow string column
+	Data     []byte   `json:"data"`
 }
 
 func (c *collector) serveAPI(ln net.Listener) {
@@ -111,12 +118,16 @@ func (c *collector) answer(req request) any {
 		}
 		atomic.AddUint64(&c.lookups, uint64(len(req.Addrs)))
 		return out
-	case "lookup_columns":
-		out, err := c.lookupColumns(req.Exporter, req.Addrs)
+	case "lookup_packed":
+		addrs, err := unpackStrings(req.Offsets, req.Data)
 		if err != nil {
 			return map[string]string{"error": err.Error()}
 		}
-		atomic.AddUint64(&c.lookups, uint64(len(req.Addrs)))
+		out, err := c.lookupPacked(req.Exporter, addrs)
+		if err != nil {
+			return map[string]string{"error": err.Error()}
+		}
+		atomic.AddUint64(&c.lookups, uint64(len(addrs)))
 		return out
 	case "lookup_all":
 		addr, err := netip.ParseAddr(req.Addr)
@@ -143,7 +154,7 @@ func (c *collector) answer(req request) any {
 		defer r.mu.RUnlock()
 		return map[string]any{"paths": r.dump()}
 	}
-	return map[string]string{"error": fmt.Sprintf("unknown op %q (status, lookup, lookup_batch, lookup_columns, lookup_all, dump, gc)", req.Op)}
+	return map[string]string{"error": fmt.Sprintf("unknown op %q (status, lookup, lookup_batch, lookup_packed, lookup_all, dump, gc)", req.Op)}
 }
 
 func (c *collector) snapshot() []*router {
@@ -234,40 +245,64 @@ func (c *collector) lookupBatch(exporter string, addrs []string) (batchAnswer, e
 	return out, nil
 }
 
-type attrSet struct {
-	ASPath           []uint32 `json:"as_path"`
-	Communities      []string `json:"communities"`
-	LargeCommunities []string `json:"large_communities"`
-	NextHop          string   `json:"next_hop"`
-	OriginAS         uint32   `json:"origin_as"`
+// strCol: texts in Arrow's string layout (little-endian int32 offsets, n+1, and the bytes).
+type strCol struct {
+	off  []byte
+	data []byte
+	n    int32
 }
 
-type columnsAnswer struct {
-	Router   string    `json:"router"`
-	Prefixes []string  `json:"prefixes"`
-	Attr     string    `json:"attr"`
-	Attrs    []attrSet `json:"attrs"`
-	Index    string    `json:"index"`
+func newStrCol() *strCol { return &strCol{off: make([]byte, 4, 1024)} }
+
+func (s *strCol) add(t string) {
+	s.data = append(s.data, t...)
+	s.off = binary.LittleEndian.AppendUint32(s.off, uint32(len(s.data)))
+	s.n++
 }
 
-func int32s(v []int32) string {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
+// unpackStrings: the addresses of a lookup_packed request (one string over the data: the
+// addresses are substrings of it, not one allocation each).
+func unpackStrings(offsets, data []byte) ([]string, error) {
+	if len(offsets) < 4 || len(offsets)%4 != 0 {
+		return nil, fmt.Errorf("offsets: %d bytes, expected n+1 little-endian int32s", len(offsets))
 	}
-	return base64.StdEncoding.EncodeToString(b)
+	text := string(data)
+	n := len(offsets)/4 - 1
+	out := make([]string, n)
+	prev := binary.LittleEndian.Uint32(offsets)
+	for i := 0; i < n; i++ {
+		next := binary.LittleEndian.Uint32(offsets[4*(i+1):])
+		if next < prev || int(next) > len(text) {
+			return nil, fmt.Errorf("offsets[%d] = %d: outside the %d bytes of data", i+1, next, len(text))
+		}
+		out[i] = text[prev:next]
+		prev = next
+	}
+	return out, nil
 }
 
-// lookupColumns: lookupBatch's answer as columns (the ingest's form, see the list above).
-func (c *collector) lookupColumns(exporter string, addrs []string) (columnsAnswer, error) {
-	out := columnsAnswer{Prefixes: []string{}, Attrs: []attrSet{}}
-	index := make([]int32, len(addrs))
-	var r *router
-	if exporter != "" {
-		r = c.tableFor(exporter)
-	} else if rs := c.snapshot(); len(rs) > 0 {
-		r = c.tableFor(rs[0].addr)
-	}
+type packedAnswer struct {
+	Router          string `json:"router"`
+	Index           []byte `json:"index"`
+	PrefixOffsets   []byte `json:"prefix_offsets"`
+	PrefixData      []byte `json:"prefix_data"`
+	Attr            []byte `json:"attr"`
+	ASPathOffsets   []byte `json:"as_path_offsets"`
+	ASPath          []byte `json:"as_path"`
+	CommOffsets     []byte `json:"communities_offsets"`
+	CommStrOffsets  []byte `json:"community_offsets"`
+	CommData        []byte `json:"community_data"`
+	LargeOffsets    []byte `json:"large_offsets"`
+	LargeStrOffsets []byte `json:"large_string_offsets"`
+	LargeData       []byte `json:"large_data"`
+	NextHopOffsets  []byte `json:"next_hop_offsets"`
+	NextHopData     []byte `json:"next_hop_data"`
+	Origin          []byte `json:"origin"`
+}
+
+// lookupPacked: lookupBatch's answer as Arrow-layout columns (the ingest's form, see the list above).
+func (c *collector) lookupPacked(exporter string, addrs []string) (packedAnswer, error) {
+	var out packedAnswer
 	parsed := make([]netip.Addr, len(addrs))
 	for i, a := range addrs {
 		ip, err := netip.ParseAddr(a)
@@ -276,47 +311,77 @@ func (c *collector) lookupColumns(exporter string, addrs []string) (columnsAnswe
 		}
 		parsed[i] = ip.Unmap()
 	}
-	if r == nil {
-		for i := range index {
-			index[i] = -1
-		}
-		out.Index, out.Attr = int32s(index), int32s(nil)
-		return out, nil
+	var r *router
+	if exporter != "" {
+		r = c.tableFor(exporter)
+	} else if rs := c.snapshot(); len(rs) > 0 {
+		r = c.tableFor(rs[0].addr)
 	}
-	type key struct {
-		p netip.Prefix
-		x path
-	}
-	routes := map[key]int32{}
-	sets := map[path]int32{}
-	var attrOf []int32
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	out.Router = r.addr
-	for i, ip := range parsed {
-		p, x, ok := r.match(ip, netip.Addr{})
-		if !ok {
-			index[i] = -1
-			continue
+	index := make([]byte, 4*len(addrs))
+	prefixes, nextHops := newStrCol(), newStrCol()
+	comms, commLists := newStrCol(), []byte{0, 0, 0, 0}
+	large, largeLists := newStrCol(), []byte{0, 0, 0, 0}
+	var attr, asPath, asLists, origin []byte
+	asLists = []byte{0, 0, 0, 0}
+	nPath := uint32(0)
+	if r != nil {
+		type key struct {
+			p netip.Prefix
+			x path
 		}
-		k := key{p, x}
-		j, ok := routes[k]
-		if !ok {
-			j = int32(len(out.Prefixes))
-			routes[k] = j
-			out.Prefixes = append(out.Prefixes, p.String())
-			s, ok := sets[x]
+		routes := map[key]int32{}
+		sets := map[path]int32{}
+		r.mu.RLock()
+		defer r.mu.RUnlock()
+		out.Router = r.addr
+		for i, ip := range parsed {
+			p, x, ok := r.match(ip, netip.Addr{})
 			if !ok {
-				s = int32(len(out.Attrs))
-				sets[x] = s
-				rt := r.route(p, x)
-				out.Attrs = append(out.Attrs, attrSet{rt.ASPath, rt.Communities, rt.LargeCommunities, rt.NextHop, rt.OriginAS})
+				binary.LittleEndian.PutUint32(index[4*i:], ^uint32(0))
+				continue
 			}
-			attrOf = append(attrOf, s)
+			k := key{p, x}
+			j, ok := routes[k]
+			if !ok {
+				j = prefixes.n
+				routes[k] = j
+				prefixes.add(p.String())
+				s, ok := sets[x]
+				if !ok {
+					s = int32(len(sets))
+					sets[x] = s
+					rt := r.route(p, x)
+					for _, as := range rt.ASPath {
+						asPath = binary.LittleEndian.AppendUint32(asPath, as)
+					}
+					nPath += uint32(len(rt.ASPath))
+					asLists = binary.LittleEndian.AppendUint32(asLists, nPath)
+					for _, cm := range rt.Communities {
+						comms.add(cm)
+					}
+					commLists = binary.LittleEndian.AppendUint32(commLists, uint32(comms.n))
+					for _, cm := range rt.LargeCommunities {
+						large.add(cm)
+					}
+					largeLists = binary.LittleEndian.AppendUint32(largeLists, uint32(large.n))
+					nextHops.add(rt.NextHop)
+					origin = binary.LittleEndian.AppendUint32(origin, rt.OriginAS)
+				}
+				attr = binary.LittleEndian.AppendUint32(attr, uint32(s))
+			}
+			binary.LittleEndian.PutUint32(index[4*i:], uint32(j))
 		}
-		index[i] = j
+	} else {
+		for i := range parsed {
+			binary.LittleEndian.PutUint32(index[4*i:], ^uint32(0))
+		}
 	}
-	out.Index, out.Attr = int32s(index), int32s(attrOf)
+	out.Index, out.Attr, out.Origin = index, attr, origin
+	out.PrefixOffsets, out.PrefixData = prefixes.off, prefixes.data
+	out.ASPathOffsets, out.ASPath = asLists, asPath
+	out.CommOffsets, out.CommStrOffsets, out.CommData = commLists, comms.off, comms.data
+	out.LargeOffsets, out.LargeStrOffsets, out.LargeData = largeLists, large.off, large.data
+	out.NextHopOffsets, out.NextHopData = nextHops.off, nextHops.data
 	return out, nil
 }
 

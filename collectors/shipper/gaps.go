@@ -48,7 +48,8 @@ const (
 	fixReverse // reverse counters (nfcapd lost them)
 	fixForward // the forward tcp flags and times, which nfcapd overwrites with reverse elements
 	fixRevFlags
-	fixIf // input/output interface from 252/253
+	fixIf       // input/output interface from 252/253
+	fixSFlowOut // sFlow: the output interface and forwarding status of a discard or multiple-output code
 )
 
 // Names of what was completed (status) and of the reasons a record was not.
@@ -59,6 +60,8 @@ const (
 	doneFrame   = "addresses from packet section 315"
 	doneReverse = "reverse elements (RFC 5103)"
 	donePhysIf  = "interfaces from physical interfaces 252/253"
+	doneDiscard = "forwarding status from an sFlow discard code"
+	doneMulti   = "output interface from an sFlow multiple-interfaces code"
 	whyFrame    = "packet section is not a parseable frame"
 	whyReverse  = "truncated reverse element"
 	whyNATAddr  = "NAT event without addresses"
@@ -242,7 +245,7 @@ func parseFrame(b []byte) (parsedFrame, bool) {
 //
 //	0 what u16 · 2 sport u16 · 4 dport u16 · 6 proto u8 · 7 v6 u8 · 8 fingerprint u64 ·
 //	16 start ms i64 · 24 end ms i64 · 32 src [16] · 48 dst [16] · 64 reverse packets u64 ·
-//	72 reverse bytes u64 · 80 tcp flags u8 · 81 reverse tcp flags u8 · 82 pad [6] ·
+//	72 reverse bytes u64 · 80 tcp flags u8 · 81 reverse tcp flags u8 · 82 forwarding status u8 · 83 pad [5] ·
 //	88 input interface u32 · 92 output interface u32
 const fixRecLen = 96
 
@@ -255,6 +258,7 @@ type fixRec struct {
 	src, dst     [16]byte
 	revP, revB   uint64
 	flags, revF  uint8
+	fwd          uint8 // IE 89 (fixSFlowOut)
 	inIf, outIf  uint32
 }
 
@@ -275,7 +279,7 @@ func (c *fixRec) marshal(fp uint64, b *[fixRecLen]byte) {
 	copy(b[48:], c.dst[:])
 	le.PutUint64(b[64:], c.revP)
 	le.PutUint64(b[72:], c.revB)
-	b[80], b[81] = c.flags, c.revF
+	b[80], b[81], b[82] = c.flags, c.revF, c.fwd
 	le.PutUint32(b[88:], c.inIf)
 	le.PutUint32(b[92:], c.outIf)
 }
@@ -284,7 +288,7 @@ func unmarshalFix(b []byte) (uint64, fixRec) {
 	le := binary.LittleEndian
 	c := fixRec{what: le.Uint16(b[0:]), sport: le.Uint16(b[2:]), dport: le.Uint16(b[4:]), proto: b[6], v6: b[7] == 1,
 		start: int64(le.Uint64(b[16:])), end: int64(le.Uint64(b[24:])), revP: le.Uint64(b[64:]), revB: le.Uint64(b[72:]),
-		flags: b[80], revF: b[81], inIf: le.Uint32(b[88:]), outIf: le.Uint32(b[92:])}
+		flags: b[80], revF: b[81], fwd: b[82], inIf: le.Uint32(b[88:]), outIf: le.Uint32(b[92:])}
 	copy(c.src[:], b[32:48])
 	copy(c.dst[:], b[48:64])
 	return le.Uint64(b[8:]), c
@@ -293,6 +297,7 @@ func unmarshalFix(b []byte) (uint64, fixRec) {
 // fixWriter appends corrections to the file of the current minute.
 type fixWriter struct {
 	dir    string
+	sub    string // the folder under dir: "fix" (the NetFlow tap), "sflowfix" (the sFlow tap; its own, as appends of two writers would interleave)
 	minute string
 	w      *bufio.Writer
 	f      *os.File
@@ -305,7 +310,11 @@ func (w *fixWriter) write(now time.Time, fp uint64, c *fixRec) error {
 		if w.f != nil {
 			w.f.Close()
 		}
-		f, err := os.OpenFile(filepath.Join(w.dir, "fix", minute+".bin"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		sub := w.sub
+		if sub == "" {
+			sub = "fix"
+		}
+		f, err := os.OpenFile(filepath.Join(w.dir, sub, minute+".bin"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			w.w = nil
 			return err
@@ -443,6 +452,7 @@ func MergeDecodeCounts(into, from map[string]*ExporterDecodeCounts) {
 type completer struct {
 	dir    string
 	forms  map[string]uint16 // "addr/domain" -> gap forms the tap decoded for it (tap.json)
+	sflow  map[string]bool   // "agent/sub-agent" -> the sFlow tap wrote output-code corrections for it (sflow.json)
 	fixes  map[fpKey][]fixRec
 	loaded map[int64]bool
 	Counts map[string]*ExporterDecodeCounts
@@ -450,9 +460,19 @@ type completer struct {
 
 func (c *completer) reset(dir string) {
 	c.dir, c.forms, c.fixes, c.loaded = dir, map[string]uint16{}, map[fpKey][]fixRec{}, map[int64]bool{}
-	c.Counts = map[string]*ExporterDecodeCounts{}
+	c.Counts, c.sflow = map[string]*ExporterDecodeCounts{}, map[string]bool{}
 	if dir == "" {
 		return
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, "sflow.json")); err == nil {
+		var st SFlowTapState
+		if json.Unmarshal(data, &st) == nil {
+			for key, a := range st.Agents {
+				if a.OutCodes > 0 {
+					c.sflow[key] = true
+				}
+			}
+		}
 	}
 	data, err := os.ReadFile(filepath.Join(dir, "tap.json"))
 	if err != nil {
@@ -493,20 +513,22 @@ func (c *completer) loadMinute(m int64) {
 	}
 	c.loaded[m] = true
 	name := time.UnixMilli(m * 60_000).UTC().Format("200601021504")
-	fh, err := os.Open(filepath.Join(c.dir, "fix", name+".bin"))
-	if err != nil {
-		return
-	}
-	defer fh.Close()
-	br := bufio.NewReaderSize(fh, 1<<16)
-	var b [fixRecLen]byte
-	for {
-		if _, err := io.ReadFull(br, b[:]); err != nil {
-			return
+	for _, sub := range [2]string{"fix", "sflowfix"} { // fingerprints carry the exporter: one table
+		fh, err := os.Open(filepath.Join(c.dir, sub, name+".bin"))
+		if err != nil {
+			continue
 		}
-		fp, rec := unmarshalFix(b[:])
-		k := fpKey{m, fp}
-		c.fixes[k] = append(c.fixes[k], rec)
+		br := bufio.NewReaderSize(fh, 1<<16)
+		var b [fixRecLen]byte
+		for {
+			if _, err := io.ReadFull(br, b[:]); err != nil {
+				break
+			}
+			fp, rec := unmarshalFix(b[:])
+			k := fpKey{m, fp}
+			c.fixes[k] = append(c.fixes[k], rec)
+		}
+		fh.Close()
 	}
 }
 
@@ -536,6 +558,10 @@ func (c *completer) counts(addr string) *ExporterDecodeCounts {
 // before biflow expansion, sampling resolution and time checks).
 func (r *Resolver) Complete(f *Flow) {
 	c := &r.fix
+	if f.NfVersion&nfVersionSFlow != 0 {
+		r.completeSFlow(f)
+		return
+	}
 	if len(c.forms) == 0 || f.Exporter == nil {
 		return
 	}
@@ -622,5 +648,38 @@ func (r *Resolver) Complete(f *Flow) {
 	}
 	if g&gapReverse != 0 {
 		counts.Completed[doneReverse]++
+	}
+}
+
+// completeSFlow: sfcapd 1.7.1 keeps only the low 30 bits of a flow sample's output, so a
+// discard ("0x40000000 + reason") reads as ifIndex = reason and "multiple" (0x80000000 + N)
+// as ifIndex N. The sFlow tap wrote a correction for each such sample of an agent
+// (sflowtap.go sflowOutputFix), keyed by the fingerprint of what sfcapd stores: the agent,
+// sub-agent, addresses, ports, protocol, interfaces as stored, 1 packet and the frame
+// length. Only agents the tap saw send such codes are looked up; a record without a
+// correction is an ordinary sample (every other sample has none), so none is counted missing.
+func (r *Resolver) completeSFlow(f *Flow) {
+	c := &r.fix
+	if len(c.sflow) == 0 || f.Exporter == nil {
+		return
+	}
+	r.agents.apply(f.Exporter) // the tap keys by the agent address, as the rows name the exporter
+	ex := r.exporterInfo(f.Exporter)
+	if !c.sflow[ex.key] || !ex.ipOK {
+		return
+	}
+	fp := fingerprint(ex.ip, f.Exporter.Domain, f.V6, flowAddr16(&f.SrcAddr, f.V6), flowAddr16(&f.DstAddr, f.V6),
+		f.SrcPort, f.DstPort, f.Proto, f.InputIf, f.OutputIf, 1, f.SFlowFrame)
+	fix, ok := c.take(f.Received, fp)
+	if !ok || fix.what&fixSFlowOut == 0 {
+		return
+	}
+	f.OutputIf = fix.outIf
+	counts := c.counts(f.Exporter.Addr)
+	if fix.fwd != 0 {
+		f.FwdStatus = fix.fwd
+		counts.Completed[doneDiscard]++
+	} else {
+		counts.Completed[doneMulti]++
 	}
 }

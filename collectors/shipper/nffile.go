@@ -138,6 +138,7 @@ type Flow struct {
 	Layout                    uint64 // bit per extension element type present (health: template layouts)
 	NfVersion                 uint8  // NetFlow version of the record (5, 9, 10; 0x85 sFlow v5 from sfcapd)
 	L2Corrected               bool   // an sFlow record whose bytes were brought from frame to layer 3 (sflowFixup)
+	SFlowFrame                uint64 // an sFlow record's frame_length as sfcapd stored it (bytes / packets before sflowFixup)
 	Reject                    string // why the record cannot be a flow (sflowFixup): quarantined like impossible times
 	Dropped                   bool   // set by a ReadFile callback that does not pass the flow on (quarantined)
 }
@@ -845,6 +846,9 @@ const (
 //   - ICMP: sfcapd stores the type in src_port and the code in dst_port; flowlake keeps
 //     dst_port = type*256+code with src_port 0, as for NetFlow (icmp_type/icmp_code follow).
 func (f *Flow) sflowFixup() {
+	if f.Packets > 0 {
+		f.SFlowFrame = f.Bytes / f.Packets // the tap's corrections are keyed by it (gaps.go completeSFlow)
+	}
 	if f.Packets > 0 && f.Packets <= math.MaxUint32 {
 		f.SamplingRate = uint32(f.Packets) // as applied: the resolver takes wire counts 1 packet, 1 frame
 		f.NfcapdSetting = false

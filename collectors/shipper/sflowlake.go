@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -230,23 +231,29 @@ func sflowDiscardStatus(reason uint32) int {
 	return 128 // 256 unknown, 2/3 protocol/port unreachable, 259 no buffer space, and anything else
 }
 
-// sflowPorts counts the interface formats of a flow sample (compact: the top 2 bits of
-// input/output; expanded: separate format words): internal (input 0x3FFFFFFF), multiple
-// output interfaces, and discards with their forwarding status.
-func (a *SFlowAgent) sflowPorts(iv *sflowInterval, format uint32, body []byte) {
-	var inFmt, inVal, outFmt, outVal uint32
+// sflowIfs reads a flow sample's input and output (compact: the top 2 bits of the word
+// are the format; expanded: separate format words) and where its flow records start.
+func sflowIfs(format uint32, body []byte) (inFmt, inVal, outFmt, outVal uint32, records int, ok bool) {
 	be := binary.BigEndian
 	if format == 1 {
-		if len(body) < 28 {
+		if len(body) < 32 {
 			return
 		}
 		in, out := be.Uint32(body[20:]), be.Uint32(body[24:])
-		inFmt, inVal, outFmt, outVal = in>>30, in&0x3fffffff, out>>30, out&0x3fffffff
-	} else {
-		if len(body) < 40 {
-			return
-		}
-		inFmt, inVal, outFmt, outVal = be.Uint32(body[24:]), be.Uint32(body[28:]), be.Uint32(body[32:]), be.Uint32(body[36:])
+		return in >> 30, in & 0x3fffffff, out >> 30, out & 0x3fffffff, 28, true
+	}
+	if len(body) < 44 {
+		return
+	}
+	return be.Uint32(body[24:]), be.Uint32(body[28:]), be.Uint32(body[32:]), be.Uint32(body[36:]), 40, true
+}
+
+// sflowPorts counts the interface formats of a flow sample: internal (input 0x3FFFFFFF),
+// multiple output interfaces, and discards with their forwarding status.
+func (a *SFlowAgent) sflowPorts(iv *sflowInterval, format uint32, body []byte) {
+	inFmt, inVal, outFmt, outVal, _, ok := sflowIfs(format, body)
+	if !ok {
+		return
 	}
 	if inFmt == 0 && inVal == 0x3fffffff {
 		a.Internal++
@@ -257,6 +264,80 @@ func (a *SFlowAgent) sflowPorts(iv *sflowInterval, format uint32, body []byte) {
 	case 2:
 		a.Multiple++
 	}
+}
+
+// sflowOutputFix: a flow sample whose output is a discard or "multiple" code loses its
+// format bits in sfcapd 1.7.1's record (it stores the low 30 bits as the output ifIndex).
+// Written here: a correction keyed by what sfcapd stores of that sample (gaps.go
+// completeSFlow): a discard gets output 0 and forwarding_status (sflowDiscardStatus), a
+// multiple output 0x80000000 + N (sFlow's own encoding: N interfaces, 0 unknown). The
+// addresses, ports and protocol are the sampled header's (raw packet header record 0:1,
+// Ethernet, IPv4 or IPv6), as sfcapd decodes them.
+func (st *SFlowTapState) sflowOutputFix(a *SFlowAgent, format uint32, body []byte, now time.Time) {
+	_, inVal, outFmt, outVal, off, ok := sflowIfs(format, body)
+	if !ok || (outFmt != 1 && outFmt != 2) || st.fix == nil {
+		return
+	}
+	be := binary.BigEndian
+	n := be.Uint32(body[off:])
+	off += 4
+	var p parsedFrame
+	var frameLen uint32
+	found := false
+	for i := uint32(0); i < n && !found && len(body) >= off+8; i++ {
+		rf, rl := be.Uint32(body[off:]), int(be.Uint32(body[off+4:]))
+		off += 8
+		if rl < 0 || len(body) < off+rl {
+			break
+		}
+		rec := body[off : off+rl]
+		off += rl
+		if rf != 1 || len(rec) < 16 {
+			continue
+		}
+		proto, hl := be.Uint32(rec), int(be.Uint32(rec[12:]))
+		if hl < 0 || len(rec) < 16+hl {
+			break
+		}
+		frameLen, found = be.Uint32(rec[4:]), true
+		p, ok = parseSampledHeader(proto, rec[16:16+hl])
+		found = found && ok
+	}
+	if !found {
+		a.OutUnfixed++
+		return
+	}
+	c := fixRec{what: fixSFlowOut}
+	if outFmt == 1 {
+		c.fwd = uint8(sflowDiscardStatus(outVal))
+	} else {
+		c.outIf = 0x80000000 | outVal
+	}
+	fp := fingerprint(netip.MustParseAddr(a.Agent), a.SubAgent, p.v6, &p.src, &p.dst, p.sport, p.dport, p.proto,
+		inVal, outVal, 1, uint64(frameLen))
+	if err := st.fix.write(now, fp, &c); err != nil {
+		a.OutUnfixed++
+		return
+	}
+	a.OutCodes++
+}
+
+// parseSampledHeader: a raw packet header record's header as parseFrame reads it
+// (header_protocol 1 Ethernet, 11 IPv4, 12 IPv6).
+func parseSampledHeader(proto uint32, h []byte) (parsedFrame, bool) {
+	switch proto {
+	case 1:
+		return parseFrame(h)
+	case 11, 12:
+		et := []byte{0x08, 0x00}
+		if proto == 12 {
+			et = []byte{0x86, 0xDD}
+		}
+		eth := make([]byte, 14, 14+len(h))
+		copy(eth[12:], et)
+		return parseFrame(append(eth, h...))
+	}
+	return parsedFrame{}, false
 }
 
 func (a *SFlowAgent) discard(iv *sflowInterval, reason uint32) {

@@ -20,6 +20,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -35,16 +36,18 @@ type SFlowAgent struct {
 	Reordered    uint64            `json:"reordered"` // a number at most 64 behind the last one (late) or equal (duplicate)
 	FlowSamples  uint64            `json:"flow_samples"`
 	CountSamples uint64            `json:"counter_samples"`
-	OtherSamples uint64            `json:"other_samples"`      // formats sfcapd skips (enterprise or unknown)
-	AgentDrops   uint64            `json:"agent_drops"`        // samples the agent itself dropped (flow samples' drops field, summed)
-	Rates        map[string]uint64 `json:"rates"`              // sampling rate -> flow samples
-	IfCounters   uint64            `json:"if_counter_records"` // generic interface counters records read (sflowlake.go)
-	DiscardSamp  uint64            `json:"discard_samples"`    // discarded packet samples (0:5) and flow samples whose output is a discard
-	Discards     map[string]uint64 `json:"discards,omitempty"` // forwarding_status (IE 89, 128-191 dropped) -> discard samples
-	Internal     uint64            `json:"internal_input"`     // flow samples whose input is "internal" (0x3FFFFFFF: the agent's own packets)
-	Multiple     uint64            `json:"multiple_output"`    // flow samples sent to several interfaces (output format 2)
-	Bad          map[string]uint64 `json:"bad"`                // reason -> samples or datagrams of this agent that could not be read
-	Interval     *sflowInterval    `json:"interval"`           // since the last health row
+	OtherSamples uint64            `json:"other_samples"`                  // formats sfcapd skips (enterprise or unknown)
+	AgentDrops   uint64            `json:"agent_drops"`                    // samples the agent itself dropped (flow samples' drops field, summed)
+	Rates        map[string]uint64 `json:"rates"`                          // sampling rate -> flow samples
+	IfCounters   uint64            `json:"if_counter_records"`             // generic interface counters records read (sflowlake.go)
+	DiscardSamp  uint64            `json:"discard_samples"`                // discarded packet samples (0:5) and flow samples whose output is a discard
+	Discards     map[string]uint64 `json:"discards,omitempty"`             // forwarding_status (IE 89, 128-191 dropped) -> discard samples
+	Internal     uint64            `json:"internal_input"`                 // flow samples whose input is "internal" (0x3FFFFFFF: the agent's own packets)
+	Multiple     uint64            `json:"multiple_output"`                // flow samples sent to several interfaces (output format 2)
+	OutCodes     uint64            `json:"output_codes_fixed"`             // discard/multiple flow samples with a correction for sfcapd's record (gaps.go)
+	OutUnfixed   uint64            `json:"output_codes_unfixed,omitempty"` // such samples without one: no parseable sampled header, or a write error
+	Bad          map[string]uint64 `json:"bad"`                            // reason -> samples or datagrams of this agent that could not be read
+	Interval     *sflowInterval    `json:"interval"`                       // since the last health row
 	LastSeq      uint32            `json:"last_sequence"`
 	LastUptime   uint32            `json:"last_uptime_ms"`
 	LastSeen     string            `json:"last_seen"`
@@ -62,6 +65,7 @@ type SFlowTapState struct {
 	CounterState map[string]*sflowIfPrev `json:"counter_state"`
 	SkippedSNMP  uint64                  `json:"counter_rows_skipped_snmp"` // rows not written: SNMP polls that agent
 	Pending      []sflowCounterRow       `json:"pending_counter_rows"`      // read, not yet in the lake
+	fix          *fixWriter              // DIR/sflowfix: corrections of discard/multiple outputs (nil: none written)
 }
 
 // sflowReorderWindow: a sequence number at most this far behind the last one, from an
@@ -201,6 +205,7 @@ func (st *SFlowTapState) sflowDatagram(sender netip.Addr, p []byte, now time.Tim
 			a.AgentDrops += drops
 			iv.AgentDrops += drops
 			a.sflowPorts(iv, format, body)
+			st.sflowOutputFix(a, format, body, now)
 		case 2, 4:
 			a.CountSamples++
 			iv.CountSamples++
@@ -230,6 +235,7 @@ func cmdSFlowTap(args []string) error {
 	lake := fs.String("lake", "", "the lake: interface counters and agent health are written there (empty: not written)")
 	snmpFile := fs.String("snmp-interfaces", "", "the SNMP poller's interfaces.json: its exporters' counters come from SNMP, not here")
 	flush := fs.Duration("flush", time.Minute, "how often counter rows and health rows are written to the lake")
+	keep := fs.Duration("keep", 6*time.Hour, "correction files (DIR/sflowfix) older than this are deleted")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -269,7 +275,21 @@ func cmdSFlowTap(args []string) error {
 	if st.CounterState == nil {
 		st.CounterState = map[string]*sflowIfPrev{}
 	}
+	if err := os.MkdirAll(filepath.Join(*dir, "sflowfix"), 0o755); err != nil {
+		return err
+	}
+	st.fix = &fixWriter{dir: *dir, sub: "sflowfix"}
+	prune := func() {
+		cut := time.Now().Add(-*keep).UTC().Format("200601021504")
+		files, _ := filepath.Glob(filepath.Join(*dir, "sflowfix", "*.bin"))
+		for _, f := range files {
+			if strings.TrimSuffix(filepath.Base(f), ".bin") < cut {
+				_ = os.Remove(f)
+			}
+		}
+	}
 	save := func() {
+		st.fix.flush() // the corrections before the state that names their agents (gaps.go reads both)
 		st.UpdatedAt = time.Now().UTC().Format(time.RFC3339Nano)
 		data, _ := json.MarshalIndent(st, "", "  ")
 		if os.WriteFile(path+".tmp", data, 0o644) == nil {
@@ -288,6 +308,7 @@ func cmdSFlowTap(args []string) error {
 			return
 		}
 		save() // the raw values the written deltas came from, right after the files
+		prune()
 		last, flushed = time.Now(), time.Now()
 	}
 	buf := make([]byte, 1<<16)

@@ -180,30 +180,7 @@ def compact_old_days(cfg, today: dt.date | None = None) -> list[str]:
     exporter and day would otherwise pile up for [retention] interface_counters_days.
     The partition is swapped whole (jobs.context.replace_partition): readers see the poll
     files or the merged one, never both. Returns the days merged."""
-    import pyarrow as pa  # noqa: PLC0415  (start-up: pyarrow)
-    import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: pyarrow)
+    from flowlake.base.lake_files import merge_old_days  # noqa: PLC0415  (start-up: flowlake status)
 
-    from flowlake.base.lake_files import replace_partition  # noqa: PLC0415  (start-up: flowlake status)
-
-    root = counters_dir(cfg)
     today = today or dt.datetime.now(dt.timezone.utc).date()
-    done = []
-    for part in sorted(root.glob("date=*")) if root.is_dir() else []:
-        try:
-            day = dt.date.fromisoformat(part.name.split("=", 1)[1])
-        except ValueError:
-            continue
-        files = sorted(p for p in part.glob("*.parquet") if not p.name.startswith("."))
-        if day >= today - dt.timedelta(days=1) or len(files) < 2:
-            continue
-        table = pa.concat_tables(pq.read_table(f, schema=file_schema()) for f in files)
-        table = table.sort_by([("exporter", "ascending"), ("if_index", "ascending"), ("time", "ascending")])
-
-        def produce(staging, table=table):
-            staging.mkdir(parents=True)
-            pq.write_table(table, staging / "merged.parquet", compression="zstd")
-            return table.num_rows
-
-        replace_partition(root, day, produce)
-        done.append(day.isoformat())
-    return done
+    return merge_old_days(counters_dir(cfg), file_schema(), ["exporter", "if_index", "time"], today)

@@ -61,9 +61,12 @@ def _rtt_text(ms: float) -> str:
     return f"{us // 1000}.{us % 1000:03d}"
 
 
-def format_ping(target: str, send_ms: int, rtts: list[float | None], ttl: int = 52) -> str:
-    """One `ping -D -c N target` run: rtts[i] is the RTT in ms or None for a loss."""
-    lines = [f"PING {target} ({target}) 56(84) bytes of data."]
+def format_ping(target: str, send_ms: int, rtts: list[float | None], ttl: int = 52, source: str = "") -> str:
+    """One `ping -D -c N target` run: rtts[i] is the RTT in ms or None for a loss. With a
+    source, `ping -I SOURCE -D -c N target` (a PingER monitor pings from its own address:
+    iputils then names it in the header, as on this machine: "... from 10.0.0.10 : 56(84)")."""
+    via = f" from {source} :" if source else ""
+    lines = [f"PING {target} ({target}){via} 56(84) bytes of data."]
     for seq, rtt in enumerate(rtts, 1):
         if rtt is None:
             continue
@@ -114,7 +117,7 @@ def write_series(params: ModelParams, events: list[dict], start_ms: int, duratio
             wait = rng.exponential(service / (1 - rho)) * 1000 if rng.random() < rho else 0.0
             rtts.append(max(0.01, tgt.base_rtt_ms + wait + abs(rng.normal(0, pm.jitter_ms))))
         path = d / f"ping-{stamp}.txt"
-        path.write_text(format_ping(tgt.address, t, rtts))
+        path.write_text(format_ping(tgt.address, t, rtts, source=pm.probe_address))
         got = [r for r in rtts if r is not None]
         rows.append({"target": tgt.address, "time_ms": t, "file": str(path), "utilisation": rho,
                      "expected_extra_delay_ms": mean_wait_ms(rho, service), "expected_loss": p_loss,

@@ -2,7 +2,7 @@
 
 For each Arrow table the ingest writes (a row group's messages), the distinct source and
 destination addresses of each exporter's flows (one dictionary encoding of each column) go
-to the BMP collector (collectors/routing) in one `lookup_columns` request over its Unix
+to the BMP collector (collectors/routing) in one `lookup_packed` request over its Unix
 socket: the collector answers each distinct route's prefix once, each distinct attribute set
 once, and per address its route's place as packed integers (api.go). The answers are spread
 over the rows with numpy indexing and Arrow `take`, so the cost per flow is the hash of its
@@ -42,60 +42,106 @@ RETRY_SECONDS = 5.0  # after the collector did not answer, tables go unrouted th
 CACHE_SECONDS = 2.0
 
 
+def _strings(offsets: bytes, data: bytes) -> pa.Array:
+    """A string column from Arrow's layout (int32 offsets, n+1, and the bytes)."""
+    n = len(offsets) // 4 - 1
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
+
+
+def _lists(offsets: bytes, values: pa.Array) -> pa.Array:
+    return pa.ListArray.from_arrays(pa.array(np.frombuffer(offsets, "<i4")), values)
+
+
 class Routes:
     """Routes as Arrow arrays: per distinct route its prefix and its attribute set's place
     (`attr_of`); per distinct attribute set the AS path, communities, next hop and origin AS.
     The unknown route and the unknown attribute set come last (places n and sets)."""
 
-    def __init__(self, prefixes: list[str], attr_of: np.ndarray, attrs: list[dict]):
-        self.n = len(prefixes)
-        self.sets = len(attrs)
+    def __init__(self, prefix: pa.Array, attr_of: np.ndarray, sets: dict[str, pa.Array]):
+        self.n = len(prefix)
+        self.sets = len(sets["origin"])
         self.attr_of = np.append(np.asarray(attr_of, np.int64), self.sets)
-        self.as_path = pa.array([a["as_path"] for a in attrs] + [[]], AS_PATH)
-        self.communities = pa.array([a["communities"] for a in attrs] + [[]], TEXTS)
-        self.large = pa.array([a["large_communities"] for a in attrs] + [[]], TEXTS)
-        self.next_hop = pa.array([a["next_hop"] for a in attrs] + [""], pa.string())
-        self.origin = pa.array([int(a["origin_as"]) for a in attrs] + [0], pa.int64())
-        self.prefix = pa.array([*prefixes, ""], pa.string())
+        self.prefix = pa.concat_arrays([prefix, _UNKNOWN["prefix"]])
+        for k in ATTR_ARRAYS:
+            setattr(self, k, pa.concat_arrays([sets[k], _UNKNOWN[k]]))
+
+    @classmethod
+    def packed(cls, ans: dict) -> tuple[Routes, np.ndarray]:
+        """(routes, per address its route's place or -1) from a lookup_packed answer (api.go)."""
+        def raw(key: str) -> bytes:
+            return base64.b64decode(ans.get(key) or "")
+
+        index = np.frombuffer(raw("index"), "<i4").astype(np.int64)
+        prefix = _strings(raw("prefix_offsets"), raw("prefix_data"))
+        attr_of = np.frombuffer(raw("attr"), "<i4")
+        as_numbers = pa.array(np.frombuffer(raw("as_path"), "<u4").astype(np.int64))
+        sets = {"as_path": _lists(raw("as_path_offsets"), as_numbers),
+                "communities": _lists(raw("communities_offsets"),
+                                      _strings(raw("community_offsets"), raw("community_data"))),
+                "large": _lists(raw("large_offsets"), _strings(raw("large_string_offsets"), raw("large_data"))),
+                "next_hop": _strings(raw("next_hop_offsets"), raw("next_hop_data")),
+                "origin": pa.array(np.frombuffer(raw("origin"), "<u4").astype(np.int64))}
+        if len(attr_of) != len(prefix) or any(len(v) != len(sets["origin"]) for v in sets.values()) or \
+                (len(attr_of) and not 0 <= attr_of.min() <= attr_of.max() < len(sets["origin"])) or \
+                (len(index) and not -1 <= index.min() <= index.max() < len(prefix)):
+            raise ValueError(f"inconsistent answer: {len(prefix)} routes, {len(attr_of)} attribute places, "
+                             f"{len(sets['origin'])} attribute sets")
+        return cls(prefix, attr_of, sets), index
 
 
 ATTR_ARRAYS = ("as_path", "communities", "large", "next_hop", "origin")
+# the unknown route's entries (no route: empty lists, '' and AS 0)
+_UNKNOWN = {"prefix": pa.array([""], pa.string()), "as_path": pa.array([[]], AS_PATH),
+            "communities": pa.array([[]], TEXTS), "large": pa.array([[]], TEXTS),
+            "next_hop": pa.array([""], pa.string()), "origin": pa.array([0], pa.int64())}
+
+
+def _known(routes: Routes) -> dict[str, pa.Array]:
+    """The routes' attribute arrays without the unknown entry."""
+    return {k: getattr(routes, k)[:-1] for k in ATTR_ARRAYS}
+
+
+def _string_buffers(arr: pa.Array) -> tuple[bytes, bytes]:
+    """A string array without nulls as (int32 offsets from 0, n+1, the bytes): lookup_packed's form."""
+    if arr.type != pa.string():
+        arr = arr.cast(pa.string())
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], "<i4", count=len(arr) + 1, offset=arr.offset * 4)
+    first, last = int(offsets[0]), int(offsets[-1])
+    data = bufs[2].slice(first, last - first).to_pybytes() if bufs[2] is not None else b""
+    return (offsets - first).astype("<i4").tobytes(), data
 
 
 class _Answers:
-    """One exporter's answers kept for CACHE_SECONDS: per address its route's place (-1
-    none) in arrays that grow by each new answer (the Routes without their unknown entry)."""
+    """One exporter's answers kept for CACHE_SECONDS: the addresses asked (an Arrow string
+    array: a table's addresses are matched against it in one hash) and per address its
+    route's place (-1 none) in arrays that grow by each new answer."""
 
     def __init__(self):
-        empty = Routes([], np.zeros(0, np.int64), [])
-        self.known: dict[str, int] = {}
-        self.prefix = empty.prefix[:0]
+        self.keys = pa.array([], pa.string())
+        self.places = np.zeros(0, np.int64)
+        self.prefix = _UNKNOWN["prefix"][:0]
         self.attr_of = np.zeros(0, np.int64)
-        self.arrays = {k: getattr(empty, k)[:0] for k in ATTR_ARRAYS}
-        self.sets = 0
+        self.arrays = {k: _UNKNOWN[k][:0] for k in ATTR_ARRAYS}
         self._view = None
 
-    def add(self, routes: Routes) -> int:
-        """Append a fresh answer's routes; their first place here."""
+    def add(self, asked: pa.Array, routes: Routes, index: np.ndarray) -> np.ndarray:
+        """Keep a fresh answer; the asked addresses' places here."""
         base = len(self.prefix)
+        sets = len(self.arrays["origin"])
+        got = np.where(index >= 0, index + base, -1)
+        self.keys = pa.concat_arrays([self.keys, asked])
+        self.places = np.concatenate([self.places, got])
         self.prefix = pa.concat_arrays([self.prefix, routes.prefix[:-1]])
-        self.attr_of = np.concatenate([self.attr_of, routes.attr_of[:-1] + self.sets])
-        for k in ATTR_ARRAYS:
-            self.arrays[k] = pa.concat_arrays([self.arrays[k], getattr(routes, k)[:-1]])
-        self.sets += routes.sets
+        self.attr_of = np.concatenate([self.attr_of, routes.attr_of[:-1] + sets])
+        for k, arr in _known(routes).items():
+            self.arrays[k] = pa.concat_arrays([self.arrays[k], arr])
         self._view = None
-        return base
+        return got
 
     def view(self) -> Routes:
         if self._view is None:
-            empty = Routes([], np.zeros(0, np.int64), [])
-            r = Routes.__new__(Routes)
-            r.n, r.sets = len(self.prefix), self.sets
-            r.attr_of = np.append(self.attr_of, self.sets)
-            r.prefix = pa.concat_arrays([self.prefix, empty.prefix])
-            for k in ATTR_ARRAYS:
-                setattr(r, k, pa.concat_arrays([self.arrays[k], getattr(empty, k)]))
-            self._view = r
+            self._view = Routes(self.prefix, self.attr_of, self.arrays)
         return self._view
 
 
@@ -122,42 +168,48 @@ class Lookup:
             self.client = service.Client(path=Path(self.socket_path), timeout=self.timeout)
         return self.client
 
-    def batch(self, exporter: str, addrs: list[str]) -> tuple[Routes, np.ndarray]:
-        """(routes, per address its route's place or -1) from the exporter's table: the answers
-        of the last CACHE_SECONDS, the collector asked for the addresses new to them."""
+    def batch(self, exporter: str, addrs: pa.Array) -> tuple[Routes, np.ndarray]:
+        """(routes, per address its route's place or -1) from the exporter's table for these
+        distinct addresses (a string array without nulls): the answers of the last
+        CACHE_SECONDS, the collector asked for the addresses new to them."""
         now = time.monotonic()
         if now - self.epoch >= CACHE_SECONDS:
             self.answers, self.epoch = {}, now
         cache = self.answers.setdefault(exporter, _Answers())
-        get = cache.known.get
-        ids = np.fromiter((get(a, -2) for a in addrs), np.int64, len(addrs))
-        miss = np.flatnonzero(ids == -2)
+        if addrs.type != pa.string():
+            addrs = addrs.cast(pa.string())
+        if len(cache.keys):
+            pos = pc.index_in(addrs, value_set=cache.keys)
+            hit = pc.is_valid(pos).to_numpy(zero_copy_only=False)
+            ids = np.full(len(addrs), -1, np.int64)
+            ids[hit] = cache.places[pos.drop_null().to_numpy()]
+            miss = np.flatnonzero(~hit)
+        else:
+            ids = np.full(len(addrs), -1, np.int64)
+            miss = np.arange(len(addrs))
         if len(miss):
-            ask = [addrs[i] for i in miss] if len(miss) < len(addrs) else addrs
+            ask = addrs if len(miss) == len(addrs) else addrs.take(pa.array(miss))
             routes, index = self.ask(exporter, ask)
-            if routes is None:  # not answered: unknown, not kept
-                ids[miss] = -1
-            else:
-                base = cache.add(routes)
-                got = np.where(index >= 0, index + base, -1)
-                ids[miss] = got
-                cache.known.update(zip(ask, got.tolist(), strict=True))
+            if routes is not None:  # not answered: unknown, not kept
+                ids[miss] = cache.add(ask, routes, index)
         return cache.view(), ids
 
-    def ask(self, exporter: str, addrs: list[str]) -> tuple[Routes | None, np.ndarray]:
+    def ask(self, exporter: str, addrs: pa.Array) -> tuple[Routes | None, np.ndarray]:
         """The collector's answer for these addresses (None: routing off or not answering)."""
         from flowlake.collectors.routing.service import RoutingUnavailable  # noqa: PLC0415  (start-up)
 
         def none():
             return None, np.full(len(addrs), -1, np.int64)
 
-        if not self.socket_path or not addrs or time.monotonic() < self.down_until:
+        if not self.socket_path or not len(addrs) or time.monotonic() < self.down_until:
             return none()
         try:
-            ans = self._client().request({"op": "lookup_columns", "exporter": exporter, "addrs": addrs})
-            index = np.frombuffer(base64.b64decode(ans["index"]), "<i4").astype(np.int64)
-            attr_of = np.frombuffer(base64.b64decode(ans["attr"]), "<i4")
-            if len(index) != len(addrs) or len(attr_of) != len(ans["prefixes"]):
+            offsets, data = _string_buffers(addrs)
+            ans = self._client().request({"op": "lookup_packed", "exporter": exporter,
+                                          "offsets": base64.b64encode(offsets).decode(),
+                                          "data": base64.b64encode(data).decode()})
+            routes, index = Routes.packed(ans)
+            if len(index) != len(addrs):
                 raise ValueError(f"answer of {len(index)} places for {len(addrs)} addresses")
         except (RoutingUnavailable, ValueError, KeyError, OSError) as exc:
             self.errors += 1
@@ -167,7 +219,7 @@ class Lookup:
                         RETRY_SECONDS, exc)
             return none()
         self.requests += 1
-        return Routes(ans["prefixes"], attr_of, ans["attrs"]), index
+        return routes, index
 
     def close(self) -> None:
         if self.client is not None:
@@ -192,19 +244,16 @@ def _merge(parts: list[tuple[Routes, np.ndarray]]) -> tuple[Routes, list[np.ndar
     """One Routes of several exporters' answers; each answer's places shifted to it."""
     if len(parts) == 1:
         return parts[0][0], [parts[0][1]]
-    prefixes: list[str] = []
-    attr_of: list[np.ndarray] = []
-    attrs: list[dict] = []
-    shifted = []
+    shifted, attr_of = [], []
+    routes_before = sets_before = 0
     for routes, index in parts:
-        shifted.append(np.where(index >= 0, index + len(prefixes), -1))
-        prefixes += routes.prefix.to_pylist()[:-1]
-        attr_of.append(routes.attr_of[:-1] + len(attrs))
-        attrs += [{"as_path": p, "communities": c, "large_communities": lc, "next_hop": nh, "origin_as": o}
-                  for p, c, lc, nh, o in zip(routes.as_path.to_pylist()[:-1], routes.communities.to_pylist()[:-1],
-                                             routes.large.to_pylist()[:-1], routes.next_hop.to_pylist()[:-1],
-                                             routes.origin.to_pylist()[:-1], strict=True)]
-    return Routes(prefixes, np.concatenate(attr_of), attrs), shifted
+        shifted.append(np.where(index >= 0, index + routes_before, -1))
+        attr_of.append(routes.attr_of[:-1] + sets_before)
+        routes_before += routes.n
+        sets_before += routes.sets
+    prefix = pa.concat_arrays([r.prefix[:-1] for r, _ in parts])
+    sets = {k: pa.concat_arrays([getattr(r, k)[:-1] for r, _ in parts]) for k in ATTR_ARRAYS}
+    return Routes(prefix, np.concatenate(attr_of), sets), shifted
 
 
 def route_ids(lookup: Lookup, exporters: pa.DictionaryArray, src: pa.Array, dst: pa.Array) -> tuple:
@@ -223,7 +272,7 @@ def route_ids(lookup: Lookup, exporters: pa.DictionaryArray, src: pa.Array, dst:
             rows = np.flatnonzero(exporters.indices.to_numpy(zero_copy_only=False) == k)
             s, d = src.take(rows), dst.take(rows)
         sd, dd = pc.dictionary_encode(s), pc.dictionary_encode(d)
-        routes, index = lookup.batch(exporter or "", dd.dictionary.to_pylist() + sd.dictionary.to_pylist())
+        routes, index = lookup.batch(exporter or "", pa.concat_arrays([dd.dictionary, sd.dictionary]))
         parts.append((routes, index))
         rows_of.append((rows, sd, dd, len(dd.dictionary)))
     table, indexes = _merge(parts)
@@ -270,11 +319,10 @@ def routing_columns(lookup: Lookup, cols: dict, exporters: pa.DictionaryArray) -
 def unknown_columns(n: int) -> dict[str, pa.Array]:
     """The revision-4 columns of n flows without a route (routing off)."""
     zeros = pa.array(np.zeros(n, np.int64))
-    empty = Routes([], np.zeros(0, np.int64), [])
-    prefix = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), empty.prefix)
-    return {"dst_as_path": empty.as_path.take(zeros), "dst_communities": empty.communities.take(zeros),
-            "dst_large_communities": empty.large.take(zeros), "dst_prefix": prefix, "src_prefix": prefix,
-            "src_as_routing": empty.origin.take(zeros), "dst_as_routing": empty.origin.take(zeros)}
+    prefix = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), _UNKNOWN["prefix"])
+    return {"dst_as_path": _UNKNOWN["as_path"].take(zeros), "dst_communities": _UNKNOWN["communities"].take(zeros),
+            "dst_large_communities": _UNKNOWN["large"].take(zeros), "dst_prefix": prefix, "src_prefix": prefix,
+            "src_as_routing": _UNKNOWN["origin"].take(zeros), "dst_as_routing": _UNKNOWN["origin"].take(zeros)}
 
 
 def pick_as(order: tuple[str, ...], candidates: dict[str, pa.Array]) -> pa.Array:

@@ -201,10 +201,14 @@ class Sources:
             if not routing_socket:
                 return None  # no enrichment, no routing: every column unknown, AS numbers as exported
             # routing without enrichment: the routing columns, the others unknown
-            return Plan(key="routing-only", routing_socket=routing_socket, as_sources=as_sources)
+            # the key names everything the plan carries: a reused worker keeps an Enricher
+            # per key, and one of another home's socket would look up in a collector gone
+            return Plan(key=f"routing-only {routing_socket} {','.join(as_sources)}", routing_socket=routing_socket,
+                        as_sources=as_sources)
         self._refresh()
         parts = [self.state[k]["snapshot"] for k in FILES] + [repr(self.snmp["stat"]), repr(self.rules),
-                                                              repr(sorted(self.static.items(), key=str))]
+                                                              repr(sorted(self.static.items(), key=str)),
+                                                              routing_socket, repr(as_sources)]
         key = hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
         return Plan(key=key, asn_path=self.state["asn"]["snapshot"], geo_path=self.state["geo"]["snapshot"],
                     networks_path=self.state["networks"]["snapshot"], rules=self.rules,

@@ -8,7 +8,10 @@ Safety rules, applied to every route, automatic or the operator's:
 - an attack is announced once it has lasted [ddos] min_duration_seconds (its own record:
   updated - started), and withdrawn [ddos] hold_down_minutes after it ended (wall clock
   from when the loop first saw it ended, or saw it gone from attacks.json);
-- the operator's withdraw of an attack or a prefix wins over any open attack.
+- the operator's withdraw of an attack or a prefix wins over any open attack;
+- a stale attacks.json (not rewritten for [ddos] stale_after_seconds: the detector is down)
+  announces nothing new, and its attacks count as ended when the file was last written:
+  what is in force goes hold_down_minutes after that, whatever the file still says.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ class Rules:
     next_hop: str
     next_hop_v6: str
     rate_bytes: float = 0.0
+    stale_after_s: float = 60.0     # attacks.json older than this is stale (the detector is down)
 
     @property
     def method(self) -> str:
@@ -58,7 +62,8 @@ def rules_from_config(cfg) -> Rules:
     d = cfg.ddos
     if d.mitigation not in speaker.MODES:
         raise PolicyError(f"config [ddos] mitigation = {d.mitigation!r}: expected one of {', '.join(speaker.MODES)}")
-    for key in ("max_announcements", "min_duration_seconds", "hold_down_minutes", "flowspec_rate_bytes"):
+    for key in ("max_announcements", "min_duration_seconds", "hold_down_minutes", "flowspec_rate_bytes",
+                "stale_after_seconds"):
         if getattr(d, key) < 0:
             raise PolicyError(f"config [ddos] {key} = {getattr(d, key)}: expected >= 0")
     for key in ("blackhole_next_hop", "blackhole_next_hop_v6"):
@@ -74,7 +79,17 @@ def rules_from_config(cfg) -> Rules:
                  allow=parse_nets(d.allow_list, "[ddos] allow_list"), max_announcements=int(d.max_announcements),
                  min_duration_s=float(d.min_duration_seconds), hold_down_s=float(d.hold_down_minutes) * 60.0,
                  community=d.blackhole_community, next_hop=d.blackhole_next_hop,
-                 next_hop_v6=d.blackhole_next_hop_v6, rate_bytes=float(d.flowspec_rate_bytes))
+                 next_hop_v6=d.blackhole_next_hop_v6, rate_bytes=float(d.flowspec_rate_bytes),
+                 stale_after_s=stale_after(cfg))
+
+
+def stale_after(cfg) -> float:
+    """[ddos] stale_after_seconds; 0 = six nfcapd rotations ([collector] rotate_seconds), at
+    least 60 s: the detector rewrites attacks.json after every interval."""
+    value = float(cfg.ddos.stale_after_seconds)
+    if value > 0:
+        return value
+    return max(60.0, 6.0 * float(cfg.collector.rotate_seconds))
 
 
 def victim_network(text) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
@@ -188,14 +203,25 @@ def suppressed(aid: str, net, overrides: dict, now: float) -> dict | None:
     return None
 
 
+def stale_since(updated: float | None, now: float, rules: Rules) -> float | None:
+    """When attacks.json was last written if it is stale now (else None)."""
+    if updated is None or now - updated <= rules.stale_after_s:
+        return None
+    return updated
+
+
 def plan(attacks: list[dict], now: float, rules: Rules, overrides: dict, routes: dict, ended_seen: dict,
-         attacks_readable: bool = True) -> Plan:
+         attacks_readable: bool = True, attacks_updated: float | None = None) -> Plan:
     """The routes wanted now.
 
     `routes`: the loop's ledger {route.text: {"attack_ids": [...], "origin": ..., ...}} of
     what it announced; `ended_seen`: {attack id: when the loop first saw it ended}.
     `attacks_readable` False (attacks.json damaged): attacks in the ledger are kept as they
-    are (no new announcement, no withdraw) until the file reads again."""
+    are (no new announcement, no withdraw) until the file reads again, or until it is stale.
+    `attacks_updated`: when the detector last wrote attacks.json (wall clock); older than
+    rules.stale_after_s, the file is stale: its attacks count as ended at that time (no new
+    announcement; those in force held down from then), and so do the kept ones."""
+    stale = stale_since(attacks_updated, now, rules)
     seen = dict(ended_seen)
     status: dict[str, str] = {}
     route_of: dict[str, str] = {}
@@ -238,7 +264,17 @@ def plan(attacks: list[dict], now: float, rules: Rules, overrides: dict, routes:
         started, updated = seconds(a.get("started")), seconds(a.get("updated"))
         ended = a.get("ended")
         hold_until = None
-        if ended is not None:
+        if stale is not None:  # the detector is down: nothing new; what is in force is held down from its last word
+            if aid not in announced_ids:
+                status[aid] = f"not announced: attacks.json stale (the detector last wrote it at {iso(stale)})"
+                continue
+            seen[aid] = min(seen.get(aid, stale), stale)
+            hold_until = seen[aid] + rules.hold_down_s
+            if now >= hold_until:
+                status[aid] = (f"withdrawn (attacks.json stale since {iso(stale)}; [ddos] hold_down_minutes "
+                               f"{rules.hold_down_s / 60:g} over)")
+                continue
+        elif ended is not None:
             if aid not in announced_ids:
                 status[aid] = "not announced (ended)"
                 continue
@@ -276,7 +312,7 @@ def plan(attacks: list[dict], now: float, rules: Rules, overrides: dict, routes:
         gone = [aid for aid in entry.get("attack_ids", []) if aid not in by_id]
         if not gone:
             continue
-        if not attacks_readable:
+        if not attacks_readable and stale is None:
             want = auto.setdefault(text, Want(speaker.Route(**entry["route"]), entry["method"], entry["prefix"],
                                               "auto", entry.get("reason", "")))
             want.attack_ids += [g for g in gone if g not in want.attack_ids]
@@ -284,10 +320,11 @@ def plan(attacks: list[dict], now: float, rules: Rules, overrides: dict, routes:
                 route_of[g] = text
             continue
         for aid in gone:
-            seen.setdefault(aid, now)
+            seen.setdefault(aid, now if stale is None else stale)
             hold_until = seen[aid] + rules.hold_down_s
             if now >= hold_until:
-                status[aid] = "withdrawn (no longer in attacks.json; hold-down over)"
+                status[aid] = ("withdrawn (no longer in attacks.json; hold-down over)" if attacks_readable else
+                               f"withdrawn (attacks.json unreadable and stale since {iso(stale)}; hold-down over)")
                 continue
             want = auto.setdefault(text, Want(speaker.Route(**entry["route"]), entry["method"], entry["prefix"],
                                               "auto", entry.get("reason", "")))

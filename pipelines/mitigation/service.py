@@ -45,6 +45,7 @@ class MitigationSettings:
     max_announcements: int
     min_duration_seconds: float
     hold_down_minutes: float
+    stale_after_seconds: float
 
 
 def wanted(cfg) -> bool:
@@ -65,6 +66,7 @@ class Loop:
         self.ledger = store.read_ledger(cfg)
         self.events = store.EventStore.from_config(cfg)
         self.lake_error = ""
+        self.stale = ""  # the stale attacks.json note ('' while the detector writes it)
         self.counts = {"announce": 0, "withdraw": 0, "failed": 0, "refused": 0}
         # the lake is written beside the loop: a slow commit never delays an announcement
         self._lock = threading.Lock()
@@ -73,11 +75,12 @@ class Loop:
     # ---- one round ------------------------------------------------------------------
     def tick(self, now: float | None = None) -> dict:
         now = time.time() if now is None else now
-        attacks, attacks_error = store.read_attacks(self.cfg)
+        attacks, attacks_error, updated = store.read_attacks_at(self.cfg)
         overrides = store.read_overrides(self.cfg)
         routes = self.ledger["routes"]
         plan = policy.plan(attacks, now, self.rules, overrides, routes, self.ledger["ended_seen"],
-                           attacks_readable=not attacks_error)
+                           attacks_readable=not attacks_error, attacks_updated=updated)
+        self.stale = self._staleness(policy.stale_since(updated, now, self.rules), now)
         self.ledger["ended_seen"] = plan.ended_seen
         self._refusals(plan)
         if self.bgp:
@@ -91,6 +94,24 @@ class Loop:
         store.write_json(store.mitigations_file(self.cfg), doc)
         self._flush_async()
         return doc
+
+    def _staleness(self, since: float | None, now: float) -> str:
+        """The stale attacks.json rule's note for status ('' when fresh), logged when it
+        turns stale and when the detector writes again."""
+        if since is None:
+            if self.stale:
+                log.warning("mitigation: attacks.json is written again (the detector is back)")
+            return ""
+        auto = [e for e in self.ledger["routes"].values() if e.get("origin") == "auto"]
+        note = (f"{store.attacks_file(self.cfg)} stale: last written {policy.iso(since)}, {now - since:.0f} s ago "
+                f"([ddos] stale_after_seconds {self.rules.stale_after_s:g}); is the alerts service (the DDoS "
+                f"detector) running? Nothing new is announced")
+        if auto:
+            note += (f"; the {len(auto)} automatic route(s) in force are withdrawn at "
+                     f"{policy.iso(since + self.rules.hold_down_s)} (hold-down after its last update)")
+        if not self.stale:
+            log.warning("mitigation: %s", note)
+        return note
 
     def _save(self) -> None:
         with self._lock:
@@ -220,7 +241,8 @@ class Loop:
             by_attack[aid] = s
         previous = self.ledger.get("statuses", {})
         for aid, s in list(by_attack.items()):
-            if s.startswith("not announced (ended)") and str(previous.get(aid, "")).startswith("withdrawn"):
+            if s.startswith(("not announced (ended)", "not announced: attacks.json stale")) and \
+                    str(previous.get(aid, "")).startswith("withdrawn"):
                 by_attack[aid] = previous[aid]
         self.ledger["statuses"] = {a: s for a, s in by_attack.items() if a in {str(x.get("id")) for x in attacks}}
         announcements = [{"route": speaker.Route(**e["route"]).key, "family": e["route"]["family"],
@@ -232,7 +254,7 @@ class Loop:
                 "neighbor": self.neighbor, "session": session, "by_attack": by_attack,
                 "announcements": announcements, "in_force": sum(1 for a in announcements if a["delivered"]),
                 "attacks_open": sum(1 for a in attacks if a.get("ended") is None),
-                "attacks_error": attacks_error, "lake_error": self.lake_error,
+                "attacks_error": attacks_error, "attacks_stale": self.stale, "lake_error": self.lake_error,
                 "pending_events": len(self.ledger["pending"]), "events": dict(self.counts),
                 "max_announcements": self.rules.max_announcements}
 
@@ -333,8 +355,8 @@ def status(cfg) -> dict:
         return out
     doc = store.read_status(cfg)
     out["running"] = managed(cfg).running()
-    for key in ("neighbor", "session", "announcements", "in_force", "attacks_open", "attacks_error", "lake_error",
-                "events", "updated", "max_announcements"):
+    for key in ("neighbor", "session", "announcements", "in_force", "attacks_open", "attacks_error", "attacks_stale",
+                "lake_error", "events", "updated", "max_announcements"):
         if key in doc:
             out[key] = doc[key]
     if not out["running"]:
@@ -367,7 +389,7 @@ def print_status(console, st: dict) -> None:
         ids = ", " + ",".join(a["attack_ids"]) if a["attack_ids"] else ""
         console.print(f"  {a['method']} {a['route']} ({a['origin']}{ids}"
                       f", since {a['since']}){mark}", soft_wrap=True)
-    for key in ("attacks_error", "lake_error"):
+    for key in ("attacks_error", "attacks_stale", "lake_error"):
         if st.get(key):
             console.print(f"  [bold red]{st[key]}[/]", soft_wrap=True)
 

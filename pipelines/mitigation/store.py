@@ -41,17 +41,39 @@ def write_json(path: Path, doc) -> None:
 def read_attacks(cfg) -> tuple[list[dict], str]:
     """(attacks, error): the detector's current attacks; a missing file is no attack, a
     damaged one is an error naming the file (the caller keeps what is in force)."""
+    attacks, error, _ = read_attacks_at(cfg)
+    return attacks, error
+
+
+def read_attacks_at(cfg) -> tuple[list[dict], str, float | None]:
+    """(attacks, error, updated): read_attacks and when the detector last wrote the file
+    (its "updated", wall clock, epoch seconds; the file's mtime when that is missing or
+    the file is damaged; None without a file)."""
     path = attacks_file(cfg)
     try:
-        doc = json.loads(path.read_text())
+        text = path.read_text()
+        mtime = path.stat().st_mtime
     except FileNotFoundError:
-        return [], ""
-    except (OSError, ValueError) as exc:
-        return [], f"{path}: unreadable ({exc})"
+        return [], "", None
+    except OSError as exc:
+        return [], f"{path}: unreadable ({exc})", None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        return [], f"{path}: unreadable ({exc})", mtime
     attacks = doc.get("attacks") if isinstance(doc, dict) else None
     if not isinstance(attacks, list) or not all(isinstance(a, dict) for a in attacks):
-        return [], f"{path}: expected {{\"updated\": ..., \"attacks\": [objects]}}"
-    return attacks, ""
+        return [], f"{path}: expected {{\"updated\": ..., \"attacks\": [objects]}}", mtime
+    updated = _epoch(doc.get("updated"))
+    return attacks, "", mtime if updated is None else updated
+
+
+def _epoch(text) -> float | None:
+    try:
+        t = dt.datetime.fromisoformat(str(text).strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (t if t.tzinfo else t.replace(tzinfo=dt.UTC)).timestamp()
 
 
 def read_overrides(cfg) -> dict:

@@ -151,6 +151,12 @@ def lake_tiers(cfg, today: dt.date | None = None) -> list[Tier]:
     keyed.append(("interface_counters", dated_units("interface_counters", lake / "interface_counters"),
                   int(r.interface_counters_days)))
     keyed.append(("alerts", dated_units("alerts", lake / "alerts"), int(r.alerts_days)))  # by the day an alert started
+    # DDoS attacks (by the day they started) and the mitigation's events (issue 36): Delta tables
+    for name in ("attacks", "mitigations"):
+        keyed.append((name, table_units(name, lake / name), int(getattr(r, f"{name}_days"))))
+    # the sFlow tap's agent health rows (collectors/shipper/sflowlake.go); its counters are interface_counters'
+    keyed.append(("sflow_agent_health", dated_units("sflow_agent_health", lake / "sflow_agent_health"),
+                  int(r.sflow_agent_health_days)))
     tiers = []
     for name, units, keep in keyed:
         t = Tier(name, limit_text(keep), units)

@@ -255,6 +255,12 @@ def test_ping_output_has_iputils_format_and_rises_with_bulk(tmp_path):
     shape = lambda text: [re.sub(r"\d+(\.\d+)?", "N", ln).replace("127.N.N.N", "ADDR") for ln in text.splitlines()]
     fake = ping.format_ping("127.0.0.1", 1_795_132_800_000, [0.032, 0.043])
     assert shape(fake) == shape(real.stdout)
+    # a PingER monitor pings from its own address (-I): iputils names it in the header
+    real = subprocess.run(["ping", "-I", "127.0.0.1", "-D", "-c", "2", "-i", "0.2", "127.0.0.1"],
+                          capture_output=True, text=True)
+    assert real.returncode == 0, real.stderr
+    fake = ping.format_ping("127.0.0.1", 1_795_132_800_000, [0.032, 0.043], source="127.0.0.1")
+    assert shape(fake) == shape(real.stdout)
 
     p = model.ModelParams()
     start = int(START.timestamp() * 1000)
@@ -279,6 +285,10 @@ def test_ping_output_has_iputils_format_and_rises_with_bulk(tmp_path):
     text = Path(some["file"]).read_text()
     m = re.search(r"(\d+) packets transmitted, (\d+) received", text)
     assert (int(m.group(1)), int(m.group(2))) == (some["sent"], some["received"])
+    from flowlake.collectors.active.parsers import parse_file
+
+    rec = parse_file(Path(some["file"]), "auto")[0]  # the monitor's own address: its PingER region
+    assert (rec["source"], rec["destination"]) == (p.ping.probe_address, some["target"])
     assert ping.mm1k_loss(0.5, 40) < 1e-12 and abs(ping.mm1k_loss(1.0, 9) - 0.1) < 1e-12
 
 

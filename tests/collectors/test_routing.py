@@ -12,10 +12,12 @@ max_routes_per_router) resets that session only, counted by reason.
 """
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -213,6 +215,52 @@ def test_lookups_give_the_longest_match_and_its_attributes(lab):
     metrics = flowlake(lab, "metrics").stdout
     assert f'flowlake_routing_routers_paths{{component="routing",key1="{ROUTER}"}} {float(router["paths"])}' in metrics
     assert 'flowlake_component_up{component="routing"} 1.0' in metrics
+
+
+def test_the_ingests_packed_lookup_equals_the_lookups_one_by_one(lab):
+    """pipelines/enrich/routing.py asks with `lookup_packed` (addresses and answers as packed
+    arrays, issue 33's CPU bound): per row the same route and attributes as `lookup`, for
+    IPv4, IPv6, IPv4-mapped, unrouted and null addresses, two exporters, and a second table
+    answered partly from the ingest's cache."""
+    from flowlake.pipelines.enrich import routing as routing_enrich  # noqa: PLC0415  (pyarrow: only here)
+
+    pa = pytest.importorskip("pyarrow")
+    addrs = [inside(r["prefix"]) for r in ROUTES] + ["10.255.0.1", "::ffff:" + inside(ROUTES[2]["prefix"]),
+                                                      "2001:db8:ffff::1", None]
+    rows = addrs + addrs[::-1]
+    exporters = [ROUTER] * len(addrs) + ["192.0.2.77"] * len(addrs)
+    srcs = [addrs[(i * 7) % len(addrs)] for i in range(len(rows))]
+    lk = routing_enrich.Lookup(str(service.socket_path(lab.cfg)))
+    try:
+        outs = []
+        for part in (slice(0, len(rows) // 2), slice(None)):  # the second table meets the first's answers
+            cols = {"src_addr": pa.array(srcs[part], pa.string()), "dst_addr": pa.array(rows[part], pa.string()),
+                    "bgp_next_hop": pa.array([None] * len(rows[part]), pa.string())}
+            outs.append((part, routing_enrich.routing_columns(lk, cols, pa.array(exporters[part]).dictionary_encode())))
+        # ROUTER's addresses of the second table were all in the first: asked again only if
+        # CACHE_SECONDS went by in between (a loaded box)
+        assert lk.errors == 0 and 2 <= lk.requests <= 3, (lk.errors, lk.requests)
+    finally:
+        lk.close()
+    for part, out in outs:
+        for i, (exporter, dst, src) in enumerate(zip(exporters[part], rows[part], srcs[part], strict=True)):
+            want = lookup(lab, dst, exporter) if dst else {"prefix": "", "as_path": [], "communities": [],
+                                                           "large_communities": [], "origin_as": 0, "next_hop": ""}
+            got = {"prefix": out["dst_prefix"][i].as_py(), "as_path": out["dst_as_path"][i].as_py(),
+                   "communities": out["dst_communities"][i].as_py(),
+                   "large_communities": out["dst_large_communities"][i].as_py(),
+                   "origin_as": out["dst_as_routing"][i].as_py(), "next_hop": out["bgp_next_hop"][i].as_py() or ""}
+            assert got == {k: want[k] for k in got}, (exporter, dst)
+            assert out["src_prefix"][i].as_py() == (lookup(lab, src, exporter)["prefix"] if src else ""), src
+    assert sum(1 for _, out in outs for p in out["dst_prefix"].to_pylist() if p) > len(ROUTES)  # not all unknown
+    # a bad request is refused with the reason, the connection stays usable
+    with service.Client(lab.cfg) as c:
+        with pytest.raises(ValueError, match="offsets"):
+            c.request({"op": "lookup_packed", "exporter": ROUTER, "offsets": "AAA=", "data": ""})
+        with pytest.raises(ValueError, match="not an IP address"):
+            c.request({"op": "lookup_packed", "exporter": ROUTER, "data": base64.b64encode(b"xyz").decode(),
+                       "offsets": base64.b64encode(struct.pack("<2i", 0, 3)).decode()})
+        assert c.request({"op": "status"})["routers"][ROUTER]["session"] == "up"
 
 
 def test_a_withdraw_is_gone_from_lookups_within_seconds(lab):

@@ -554,3 +554,158 @@ def test_open_vswitch_live_agent(sflow, tmp_path):
     last = max(rows, key=lambda r: r["sys_uptime_cs"])
     # OVS's counters of a port are the kernel's (rx on the veth = in to the bridge); every packet unicast
     assert (last["in_octets_counter"], last["in_ucast_pkts_counter"]) == (rx_bytes, rx_packets), (last, rx_bytes)
+
+
+def _sample(seq: int, rate: int, frame: bytes, *, inp: int = 5, out: int = 6, expanded: tuple | None = None,
+            header_protocol: int = 1) -> bytes:
+    """A flow sample with one raw packet header record: compact (format 1, input/output
+    words with sFlow's format bits) or, with expanded=(in_fmt, in_val, out_fmt, out_val),
+    an expanded flow sample (format 3)."""
+    pad = frame + b"\x00" * (-len(frame) % 4)
+    fcs = 4 if header_protocol == 1 else 0
+    rec = struct.pack("!IIII", header_protocol, len(frame) + fcs, 4, len(frame)) + pad
+    records = struct.pack("!I", 1) + struct.pack("!II", 1, len(rec)) + rec
+    if expanded:
+        body = struct.pack("!10I", seq, 0, 5, rate, seq * rate, 0, *expanded) + records
+        return struct.pack("!II", 3, len(body)) + body
+    body = struct.pack("!7I", seq, 5, rate, seq * rate, 0, inp, out) + records
+    return struct.pack("!II", 1, len(body)) + body
+
+
+def _discarded_packet(seq: int, reason: int, frame: bytes) -> bytes:
+    """A discarded packet sample (sFlow drop notifications, format 0:5)."""
+    pad = frame + b"\x00" * (-len(frame) % 4)
+    rec = struct.pack("!IIII", 1, len(frame) + 4, 4, len(frame)) + pad
+    # sequence, source id (type, index), drops, input, output, reason, records
+    body = struct.pack("!8I", seq, 0, 5, 0, 5, 0, reason, 1) + struct.pack("!II", 1, len(rec)) + rec
+    return struct.pack("!II", 5, len(body)) + body
+
+
+def test_discard_and_multiple_codes_forwarding_status(sflow, tmp_path):
+    """Flow samples whose output is sFlow's discard code (0x40000000 + reason) or
+    "multiple" code (0x80000000 + N), compact and expanded, sent to the real sfcapd and
+    sFlow tap: sfcapd 1.7.1 keeps only the low 30 bits (measured: a discard reads as
+    output ifIndex = the reason); the tap's corrections give every such row output_if 0
+    and forwarding_status = 128 + the mapped reason (a discard), or output_if 0x80000000 + N
+    (multiple); ordinary samples keep their output and a null forwarding_status (sFlow
+    exports none). Every field compared exactly with the datagram's truth. A discarded
+    packet sample (0:5), which sfcapd skips, is counted per agent with its status."""
+    from scapy.all import ICMP, IP, TCP, UDP, Ether, IPv6, Raw, raw  # noqa: PLC0415  (scapy's import is slow)
+
+    cfg, comp = sflow
+    rate = 5
+
+    def eth(i, l3):
+        return Ether(src=f"02:00:00:00:01:{i:02x}", dst=f"02:00:00:00:02:{i:02x}") / l3
+
+    frames = [
+        eth(1, IP(src="10.1.0.1", dst="10.2.0.1") / TCP(sport=40001, dport=443, flags="S")),
+        eth(2, IP(src="10.1.0.2", dst="10.2.0.2") / UDP(sport=40002, dport=53) / Raw(b"a" * 30)),
+        eth(3, IPv6(src="2001:db8::3", dst="2001:db8::30") / TCP(sport=40003, dport=22, flags="A")),
+        eth(4, IP(src="10.1.0.4", dst="224.0.0.4") / UDP(sport=40004, dport=5353) / Raw(b"b" * 10)),
+        eth(5, IP(src="10.1.0.5", dst="10.2.0.5") / ICMP(type=8, code=0) / Raw(b"c" * 20)),
+        eth(6, IP(src="10.1.0.6", dst="255.255.255.255") / UDP(sport=68, dport=67) / Raw(b"d" * 40)),
+        eth(7, IP(src="10.1.0.7", dst="10.2.0.7") / TCP(sport=40007, dport=80, flags="PA") / Raw(b"e" * 9)),
+        eth(8, IP(src="10.1.0.8", dst="10.2.0.8") / TCP(sport=40008, dport=80, flags="S")),
+    ]
+    # (sample, input_if, output_if, forwarding_status) as the lake must say
+    cases = [
+        (_sample(1, rate, raw(frames[0]), out=6), 5, 6, None),                              # forwarded: as sent
+        (_sample(2, rate, raw(frames[1]), out=0x40000000 | 258), 5, 0, 129),               # ACL
+        (_sample(3, rate, raw(frames[2]), out=0x40000000 | 257), 5, 0, 137),               # TTL exceeded, IPv6
+        (_sample(4, rate, raw(frames[3]), out=0x80000000 | 3), 5, 0x80000003, None),       # multiple: 3 ports
+        (_sample(5, rate, raw(frames[4]), expanded=(0, 9, 1, 0)), 9, 0, 131),              # net unreachable
+        (_sample(6, rate, raw(frames[5]), expanded=(0, 9, 2, 0)), 9, 0x80000000, None),    # multiple, unknown N
+        (_sample(7, rate, raw(frames[6]), inp=0x3FFFFFFF, out=0x40000000 | 261), 0x3FFFFFFF, 0, 138),  # rate limit
+        (_sample(8, rate, raw(frames[7][IP]), out=0x40000000 | 269, header_protocol=11), 5, 0, 131),  # IPv4 header
+        (_sample(9, rate, raw(frames[7]), out=258), 5, 258, None),   # ifIndex 258, same packet as an ACL drop would be
+    ]
+    drop_only = raw(eth(9, IP(src="10.1.0.9", dst="10.2.0.9") / TCP(sport=9, dport=9)))
+    samples = [c[0] for c in cases] + [_discarded_packet(10, 258, drop_only)]
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(_datagram(AGENT, SUB_AGENT, 1, samples[:5]), ("127.0.0.1", comp.port()))
+    s.sendto(_datagram(AGENT, SUB_AGENT, 2, samples[5:]), ("127.0.0.1", comp.port()))
+    time.sleep(0.5)
+    tap = _tap(cfg)  # stopped: its state and corrections are written
+    a = tap["agents"][f"{AGENT}/{SUB_AGENT}"]
+    assert (a["output_codes_fixed"], a.get("output_codes_unfixed", 0)) == (7, 0), a
+    assert a["discards"] == {"129": 2, "137": 1, "131": 2, "138": 1}, a   # 5 flow samples + the 0:5 sample
+    assert (a["discard_samples"], a["multiple_output"], a["internal_input"]) == (6, 2, 1), a
+    comp.stop()
+    files = _closed(cfg)
+    counts_file = tmp_path / "decode.json"
+    out = subprocess.run([str(SHIPPER.build()), "dump", "--tap-dir", str(sfcapd.tap_state_file(cfg).parent),
+                          "--decode-counts", str(counts_file), *map(str, files)],
+                         capture_output=True, text=True, check=True).stdout
+    flows = [json.loads(line) for line in out.splitlines()]
+    assert len(flows) == len(cases), flows  # the 0:5 sample: no record in sfcapd's file
+    by_seq = sorted(flows, key=lambda f: (f["source_file"], f["file_seq"]))
+    for (_, in_if, out_if, fwd), p, f in zip(cases, frames + [frames[7]], by_seq, strict=True):
+        t = _truth(p)
+        ip_only = f["src_mac"] is None
+        want = {
+            "exporter": AGENT, "input_if": in_if, "output_if": out_if, "forwarding_status": fwd,
+            "src_addr": t["src_addr"], "dst_addr": t["dst_addr"], "proto": t["proto"], "tos": t["tos"],
+            "src_port": t["src_port"], "dst_port": t["dst_port"], "tcp_flags": t["tcp_flags"],
+            "icmp_type": t["icmp_type"], "icmp_code": t["icmp_code"],
+            "src_mac": None if ip_only else t["src_mac"], "dst_mac": None if ip_only else t["dst_mac"],
+            "src_vlan": 0, "sampling_rate": rate, "packets": rate, "bytes": rate * t["l3_bytes"],
+        }
+        assert {k: f[k] for k in want} == want, (f, want)
+    assert [f["forwarding_status"] for f in by_seq] == [c[3] for c in cases]
+    counts = json.loads(counts_file.read_text())
+    assert counts == {AGENT: {"completed": {"forwarding status from an sFlow discard code": 5,
+                                            "output interface from an sFlow multiple-interfaces code": 2},
+                              "not_completed": {}}}, counts
+
+
+def test_traffic_model_sflow_agents(sflow, tmp_path):
+    """The traffic model's sFlow agents (collectors/traffic/sflow.py, what `flowlake demo`
+    sends) through the real sfcapd and sFlow tap: the tap counts every datagram and sample
+    sent, none lost; every flow row is a sample of a model flow scaled once by the agent's
+    rate, bytes at layer 3 exactly the flow's mean packet times the rate; the ports' last
+    counter samples in lake/interface_counters equal what the samples stand for (rate x
+    frame length, frames rebuilt from the rows), and sflow_agent_health has the agent's rows."""
+    import pyarrow.parquet as pq  # noqa: PLC0415  (start-up: pyarrow)
+
+    from flowlake.collectors.traffic import api, model  # noqa: PLC0415  (start-up: numpy, scipy)
+    from flowlake.collectors.traffic import sflow as encoder  # noqa: PLC0415  (start-up: numpy)
+    from flowlake.collectors.traffic.gaps import _addr  # noqa: PLC0415  (the model's address text)
+
+    cfg, comp = sflow
+    agent_addr, rate, ports = "10.255.0.9", 8, (49, 1, 2)
+    now = int(time.time() * 1000)
+    flows, _ = model.generate(api.params_for("ipfix", cfg), now - 600_000, 600_000, 400, seed=3)
+    agent = encoder.Agent(agent_addr, 2, rate, ports)
+    sent = encoder.send(("127.0.0.1", comp.port()), [agent], flows, seconds=4, counter_every_s=2)[agent_addr]
+    time.sleep(0.5)
+    tap = _tap(cfg)
+    a = tap["agents"][f"{agent_addr}/2"]
+    assert (a["datagrams"], a["lost"], a["flow_samples"], a["counter_samples"]) == (
+        sent["datagrams"], 0, sent["flow_samples"], sent["counter_samples"]), (a, sent)
+    assert a["rates"] == {str(rate): sent["flow_samples"]} and a["bad"] == {}, a
+    rows = _flows(cfg, comp)
+    assert len(rows) == sent["flow_samples"] > 50, (len(rows), sent)
+    l3 = {}
+    for fl in flows:
+        key = (_addr(fl, "src"), _addr(fl, "dst"), int(fl["proto"]))
+        l3.setdefault(key, set()).add(max(int(fl["bytes"]) // max(int(fl["packets"]), 1), 40))
+    octets = {p: [0, 0] for p in ports}
+    for r in rows:
+        assert (r["exporter"], r["sampling_rate"], r["packets"]) == (agent_addr, rate, rate), r
+        assert r["bytes"] % rate == 0 and r["bytes"] // rate in l3[(r["src_addr"], r["dst_addr"], r["proto"])], r
+        frame = r["bytes"] // rate + 14 + (4 if r["src_vlan"] else 0) + 4
+        octets[r["input_if"]][0] += rate * frame
+        octets[r["output_if"]][1] += rate * frame
+    files = sorted((cfg.lake / "interface_counters").glob("date=*/sflow_*.parquet"))
+    counters = [r for f in files for r in pq.read_table(f).to_pylist() if r["exporter"] == agent_addr]
+    last = {}
+    for r in sorted(counters, key=lambda r: r["sys_uptime_cs"]):
+        last[r["if_index"]] = r
+    assert sorted(last) == sorted(ports), counters
+    assert {p: [last[p]["in_octets_counter"], last[p]["out_octets_counter"]] for p in ports} == octets
+    assert all(r["speed_mbps"] == 10_000 and r["oper_status"] == 1 for r in counters)
+    health = [r for f in sorted((cfg.lake / "sflow_agent_health").glob("date=*/*.parquet"))
+              for r in pq.read_table(f).to_pylist() if r["agent"] == agent_addr]
+    assert sum(r["datagrams"] for r in health) == sent["datagrams"] and {r["sampling_rates"] for r in health} == {
+        str(rate)}, health

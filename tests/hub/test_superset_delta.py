@@ -194,7 +194,10 @@ def delta_flows(superset, cfg):
     finally:
         shutil.rmtree(table / "_delta_log")
         shutil.rmtree(table / f"date={RACE_DAY}", ignore_errors=True)
-        assert superset_cli.refresh_views(cfg) == []
+        # the views rewritten, flows' back on the Parquet files (the test lake's attacks and
+        # mitigations are Delta tables of their own and stay on delta_scan)
+        rewritten = superset_cli.refresh_views(cfg)
+        assert rewritten is not None and "flows" not in rewritten, rewritten
 
 
 @pytest.mark.integration

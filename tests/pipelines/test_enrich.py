@@ -321,3 +321,18 @@ def test_enrich_keys_take_environment_overrides(tmp_path):
     assert plan.cache_entries == 5000 and apply.Enricher(plan).address("192.0.2.1")[0] == 64502
     off = home_cfg(tmp_path / "off", "", FLOWLAKE_ENRICH_ENABLED="false")
     assert sources.Sources(off).plan() is None
+
+
+@pytest.mark.parametrize("enrich", [False, True])
+def test_a_reused_worker_gets_the_enricher_of_this_homes_routing_collector(tmp_path, enrich):
+    """A Spark Python worker keeps one Enricher per plan key: two homes whose plans differ only
+    in the routing collector's socket (or as_sources) must not share one (the second would look
+    routes up in a collector that is gone: its flows would land unrouted)."""
+    extra = f"[enrich]\nenabled = {str(enrich).lower()}\n[routing]\nenabled = true\n"
+    a = sources.Sources(home_cfg(tmp_path / "a", extra)).plan()
+    b = sources.Sources(home_cfg(tmp_path / "b", extra)).plan()
+    c = sources.Sources(home_cfg(tmp_path / "a", extra + 'as_sources = ["routing", "flow"]\n')).plan()
+    assert a.routing_socket != b.routing_socket
+    assert len({a.key, b.key, c.key}) == 3, "the key names the socket and as_sources"
+    assert apply.enricher_for(a).routing.socket_path == a.routing_socket
+    assert apply.enricher_for(b).routing.socket_path == b.routing_socket

@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -75,7 +76,10 @@ class Stack:
                     "FLOWLAKE_DDOS_ROUTER_ID": "10.0.0.41", "FLOWLAKE_DDOS_LOCAL_ADDRESS": OURS,
                     "FLOWLAKE_DDOS_API_PORT": str(free_port()), "FLOWLAKE_DDOS_HOLD_DOWN_MINUTES": str(HOLD_DOWN_MIN),
                     "FLOWLAKE_DDOS_MIN_DURATION_SECONDS": "20", "FLOWLAKE_DDOS_MAX_ANNOUNCEMENTS": "3",
-                    "FLOWLAKE_DDOS_ALLOW_LIST": "198.51.100.0/28"}
+                    "FLOWLAKE_DDOS_ALLOW_LIST": "198.51.100.0/28",
+                    # these tests write attacks.json once, as a detector between intervals: not stale
+                    # while they wait (test_a_stale_attacks_json_* sets its own)
+                    "FLOWLAKE_DDOS_STALE_AFTER_SECONDS": "3600"}
         self.env.update({f"FLOWLAKE_DDOS_{k.upper()}": str(v) for k, v in keys.items()})
         self.cfg = config.load(env={**os.environ, **self.env})
 
@@ -320,3 +324,54 @@ def test_operator_withdraw_wins_over_an_open_attack(stack, router):
     wait(lambda: "198.51.100.81/32" not in rib(router), 10, "the operator's withdraw")
     s.flowlake("mitigation", "release", "o1")
     wait(lambda: "198.51.100.80/32" in rib(router), 10, "the attack's route again after release")
+
+
+def test_a_stale_attacks_json_withdraws_hold_down_after_its_last_update(stack, router):
+    """The detector (alerts service) stops: attacks.json still says the attack is open but is
+    no longer rewritten. Past [ddos] stale_after_seconds the loop says so (status, log),
+    announces nothing new, and withdraws what is in force hold_down_minutes after the file's
+    last update; once the detector writes again, the open attack is announced again."""
+    stale_s, hold_s = 2.0, 9.0
+    s = stack("rtbh", stale_after_seconds=stale_s, hold_down_minutes=hold_s / 60).start()
+    wait(lambda: router.established(OURS), 20, "the router's session with flowlake")
+    beating = [True]
+
+    def detector():  # rewrites attacks.json as the detector does after every interval
+        while beating[0]:
+            s.write_attacks([attack("s1", "198.51.100.90")])
+            time.sleep(0.5)
+
+    t = threading.Thread(target=detector, daemon=True)
+    t.start()
+    try:
+        wait(lambda: "198.51.100.90/32" in rib(router), ANNOUNCE_BOUND_S + 5, "the attack's route")
+    finally:
+        beating[0] = False
+        t.join()
+    last = time.time()  # the detector's last write (the thread wrote at most 0.5 s before)
+    wait(lambda: s.status().get("attacks_stale"), stale_s + 10, "the status to say attacks.json is stale")
+    note = s.status()["attacks_stale"]
+    assert "stale" in note and "is the alerts service" in note and "withdrawn at" in note, note
+    if time.time() - last < hold_s - 1:
+        assert "198.51.100.90/32" in rib(router)  # held down, not dropped at once
+        # a new attack in the stale file (written with an old `updated`) is not announced
+        doc = {"updated": iso(last - 1), "attacks": [attack("s1", "198.51.100.90"), attack("s2", "198.51.100.91")]}
+        store.write_json(store.attacks_file(s.cfg), doc)
+        wait(lambda: s.by_attack("s2").startswith("not announced: attacks.json stale"), 5, "s2 not announced")
+    shown = s.flowlake("status").stdout
+    assert "attacks.json stale" in shown, shown
+    wait(lambda: "198.51.100.90/32" not in rib(router), hold_s + WITHDRAW_SLACK_S, "the withdraw on the router")
+    gone_after = time.time() - last
+    print(f"stale attacks.json: withdrawn {gone_after:.1f} s after its last update (hold-down {hold_s:g} s)")
+    assert gone_after >= hold_s - 1.0, gone_after  # not before the hold-down after the last update
+    assert "198.51.100.91/32" not in rib(router)
+    wait(lambda: s.by_attack("s1").startswith("withdrawn (attacks.json stale since"), 5, "withdrawn, why")
+    wait(lambda: any(e["action"] == "withdraw" for e in s.events()), LAKE_S, "the withdraw in the lake")
+    wd = next(e for e in s.events() if e["action"] == "withdraw")
+    assert "attacks.json stale since" in wd["reason"] and wd["prefix"] == "198.51.100.90/32"
+    log_text = service.managed(s.cfg).logfile.read_text()
+    assert "attacks.json stale" in log_text, log_text[-2000:]
+    # the detector is back and the attack still open: announced again
+    s.write_attacks([attack("s1", "198.51.100.90")])
+    wait(lambda: "198.51.100.90/32" in rib(router), ANNOUNCE_BOUND_S, "the route again once the file is fresh")
+    assert not s.status().get("attacks_stale")

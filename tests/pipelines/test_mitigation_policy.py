@@ -146,3 +146,51 @@ def test_a_carpet_bomb_is_never_blackholed_whole():
     assert [r[0] for r in p.refused] == ["bomb"]
     p = run([bomb], r=rules(mode="flowspec"))
     assert len(p.wanted) == 1 and "192.0.2.128/25" in next(iter(p.wanted))
+
+
+def test_a_stale_attacks_json_announces_nothing_new_and_holds_down_from_its_last_update():
+    """The detector (alerts service) down: attacks.json stops being rewritten. Past
+    stale_after_s nothing new goes up, and what is in force goes hold_down after the file's
+    last update, even though the file still says the attack is open (or is damaged)."""
+    r = rules(stale_after_s=60.0)
+    routes = {"ipv4 192.0.2.50/32": {"attack_ids": ["a0"], "origin": "auto"}}
+    both = [attack("a0", "192.0.2.50"), attack("a1", "192.0.2.51")]
+    fresh = policy.plan(both, NOW, r, {}, routes, {}, True, NOW - 59)
+    assert set(fresh.wanted) == {"ipv4 192.0.2.50/32", "ipv4 192.0.2.51/32"}
+    last = NOW - 61
+    p = policy.plan(both, NOW, r, {}, routes, {}, True, last)
+    assert set(p.wanted) == {"ipv4 192.0.2.50/32"}  # held down, not yet withdrawn
+    assert p.wanted["ipv4 192.0.2.50/32"].hold_until == last + 600 and not p.wanted["ipv4 192.0.2.50/32"].open
+    assert p.status["a1"].startswith("not announced: attacks.json stale (the detector last wrote it at")
+    p = policy.plan(both, last + 600, r, {}, routes, p.ended_seen, True, last)
+    assert not p.wanted and p.status["a0"].startswith("withdrawn (attacks.json stale since")
+    # an attack that ended before the file went stale keeps its own (earlier) hold-down
+    p = policy.plan(both, NOW, r, {}, routes, {"a0": last - 100}, True, last)
+    assert p.wanted["ipv4 192.0.2.50/32"].hold_until == last - 100 + 600
+    # the detector back, the attack still open: announced again, nothing held down
+    p = policy.plan(both, NOW, r, {}, routes, {"a0": last}, True, NOW - 1)
+    assert p.wanted["ipv4 192.0.2.50/32"].open and "a0" not in p.ended_seen
+    # a damaged file keeps what is in force only until it is stale too
+    entry = {"attack_ids": ["a0"], "origin": "auto", "method": "rtbh", "prefix": "192.0.2.50/32",
+             "route": {"family": "ipv4", "key": "192.0.2.50/32", "nlri": ("192.0.2.50/32",), "attrs": ()}}
+    p = policy.plan([], NOW + 3600, r, {}, {"ipv4 192.0.2.50/32": entry}, {}, False, NOW - 30)
+    assert not p.wanted and "unreadable and stale" in p.status["a0"]
+    p = policy.plan([], NOW, r, {}, {"ipv4 192.0.2.50/32": entry}, {}, False, NOW - 30)
+    assert "ipv4 192.0.2.50/32" in p.wanted
+
+
+def test_stale_after_default_follows_the_rotation(tmp_path):
+    cfg = config.load(env={"FLOWLAKE_HOME": str(tmp_path)})
+    assert cfg.ddos.stale_after_seconds == 0 and policy.stale_after(cfg) == 60.0
+    cfg = config.load(env={"FLOWLAKE_HOME": str(tmp_path), "FLOWLAKE_COLLECTOR_ROTATE_SECONDS": "300"})
+    assert policy.stale_after(cfg) == 1800.0
+    cfg = config.load(env={"FLOWLAKE_HOME": str(tmp_path), "FLOWLAKE_DDOS_STALE_AFTER_SECONDS": "5"})
+    assert policy.rules_from_config(cfg).stale_after_s == 5.0
+    cfg = config.load(env={"FLOWLAKE_HOME": str(tmp_path), "FLOWLAKE_DDOS_STALE_AFTER_SECONDS": "-1"})
+    with pytest.raises(policy.PolicyError, match="stale_after_seconds = -1.0: expected >= 0"):
+        policy.rules_from_config(cfg)
+    st = {"enabled": True, "mode": "dry-run", "running": True, "attacks_open": 1, "announcements": [],
+          "attacks_stale": "state/ddos/attacks.json stale: last written 2026-11-28T10:00:00Z"}
+    out = io.StringIO()
+    service.print_status(Console(file=out, width=200), st)
+    assert "attacks.json stale: last written 2026-11-28T10:00:00Z" in out.getvalue()

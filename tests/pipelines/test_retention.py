@@ -19,7 +19,7 @@ import smallfs  # noqa: E402
 FLOWLAKE = [sys.executable, "-m", "flowlake.cli"]
 KEYS = ["flows_days", "quarantine_days", "spool_grace_hours", "kafka_hours", "kafka_bytes", "rollup_1m_days",
         "rollup_5m_days", "rollup_1h_days", "disk_high_water_pct", "disk_floor_pct", "interface_counters_days",
-        "alerts_days"]
+        "alerts_days", "attacks_days", "mitigations_days", "sflow_agent_health_days"]
 TODAY = dt.datetime.now(dt.timezone.utc).date()
 
 

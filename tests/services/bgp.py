@@ -110,9 +110,9 @@ class GoBGP:
         stop_child(self.proc)
         self.proc = None
 
-    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    def cli(self, *args: str, check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
         cmd = [_need("gobgp", "gobgpd"), "-p", str(self.api_port), *args]
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if check and res.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed ({res.returncode}): {res.stdout}{res.stderr}")
         return res
