@@ -26,7 +26,8 @@ def find_fan_in(flows: DataFrame, min_sources: int = 10, min_z: float = 3.5, sam
         F.min("time_start").alias("first_seen"), F.max("time_end").alias("last_seen")).cache()
     med = per_dst.agg(F.median("sources").alias("median_sources")).first()["median_sources"]
     if med is None:  # no flows that day
-        return per_dst.limit(0).select(*[F.lit(None).cast("string").alias(n) for n in FAN_IN.names if n != "date"])
+        return per_dst.limit(0).select(*[F.lit(None).cast("string").alias(n) for n in FAN_IN.names
+                                         if n not in ("date", "count_at")])  # count_at: ctx.write
     dev = per_dst.select(F.abs(F.col("sources") - F.lit(med)).alias("d"))
     stats = dev.agg(F.median("d").alias("mad"), F.mean("d").alias("meanad")).first()
     mad, meanad = float(stats["mad"]), float(stats["meanad"])
@@ -40,7 +41,8 @@ def find_fan_in(flows: DataFrame, min_sources: int = 10, min_z: float = 3.5, sam
            .withColumn("robust_z", z.cast("double"))
            .where((F.col("sources") >= min_sources) & (F.col("robust_z") >= min_z))
            .join(top_port, "dst_addr"))
-    return out.select(*[n for n in FAN_IN.names if n != "date"]).orderBy(F.desc("robust_z"), "dst_addr")
+    cols = [n for n in FAN_IN.names if n not in ("date", "count_at")]  # count_at: ctx.write
+    return out.select(*cols).orderBy(F.desc("robust_z"), "dst_addr")
 
 
 def run(ctx) -> None:
