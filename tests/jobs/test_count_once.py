@@ -187,7 +187,8 @@ def test_a_flow_that_never_crosses_the_boundary_counts_once_and_is_not_dropped(s
             _obs(flow_direction=1),                                         # its egress record at R1
             _obs(**inside, input_if=3, output_if=4),                        # R1 ingress, internal both sides
             _obs(**inside, input_if=3, output_if=4, flow_direction=1),      # R1 egress of it
-            _obs(**inside, exporter="10.9.0.9", input_if=30, output_if=31, sampling_rate=10, packets=0, bytes=0),
+            _obs(**{**inside, "packets": 0, "bytes": 0}, exporter="10.9.0.9", input_if=30, output_if=31,
+                 sampling_rate=10),                                         # the core, sampled: no packet
             *[_obs(**{**inside, "dst_port": port}, exporter="10.9.0.9", input_if=30, output_if=31)
               for port in (23, 25)]]                                        # two more probes, seen at the core only
     df = frame(spark, pa.Table.from_pylist(rows), tmp_path, "inside")
