@@ -2,6 +2,10 @@
 SHELL := /bin/bash
 VENV  := .venv
 PYTEST_ARGS ?=
+# make test runs test modules on parallel workers (pytest-xdist, whole modules per worker,
+# tests/conftest.py SHARED: modules sharing one Superset stay together; each
+# worker has its own FLOWLAKE_HOME, ports, Kafka and Spark). TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 
 # Tiers (markers, tests/_tier_guard/flowlake_tier_guard.py): unit (automatic, guarded: no
 # services, no root), integration, e2e, browser, root; slow is orthogonal.
@@ -38,7 +42,7 @@ check: setup
 	echo "make check: $$(( $$(date +%s) - start )) s (set-up excluded)"; exit $$rc
 
 test: setup lint lint-imports
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The unit tier alone (what make check runs after the linters).
 test-unit: setup

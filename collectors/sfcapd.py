@@ -156,13 +156,36 @@ def tap_managed(cfg) -> Managed:
     return Managed("sflow-tap", cfg.path("run"), cfg.path("log"))
 
 
+DROPS_SUBDIR = "sflow-drops"
+
+
+def drops_dir(cfg=None) -> Path:
+    """Where the sFlow tap writes discarded packet samples (0:5) as flow records: nfcapd files
+    in the spool, shipped once under `sflow-drops/nfcapd.*` and deleted by the spool's
+    retention like nfcapd's (collectors/shipper/sflowdrops.go)."""
+    cfg = cfg or _config.get()
+    return nfcapd.spool_dir(cfg) / DROPS_SUBDIR
+
+
 def tap_argv(cfg) -> list[str]:
     c = cfg.collector
     return [str(SHIPPER.binary), "sflow-tap", "--bind", c.bind, "--port", str(c.sflow_port),
             "--dir", str(tap_state_file(cfg).parent), "--lake", str(cfg.lake),
             "--snmp-interfaces", str(cfg.path("state", "snmp", "interfaces.json")),
             "--flush", f"{int(c.sflow_flush_seconds)}s",
-            "--keep", f"{int(cfg.sampling.keep_minutes)}m"]  # its corrections (sflowfix/), as the sampling tap's
+            "--keep", f"{int(cfg.sampling.keep_minutes)}m",  # its corrections (sflowfix/), as the sampling tap's
+            "--drops-dir", str(drops_dir(cfg)), "--drops-rotate", f"{int(c.rotate_seconds)}s"]
+
+
+def drops_usage(cfg=None) -> dict:
+    """The tap's drop records: written (sflow.json, all agents), files and bytes in the spool
+    (closed ones, shipped or not: the spool's retention deletes them once in the lake)."""
+    cfg = cfg or _config.get()
+    files = [p for p in drops_dir(cfg).glob("nfcapd.*") if p.is_file() and ".current." not in p.name]
+    agents = tap_status(cfg).get("agents") or {}
+    return {"records": sum(a.get("drop_records", 0) for a in agents.values()),
+            "unwritten": sum(a.get("drop_records_unwritten", 0) for a in agents.values()),
+            "files": len(files), "bytes": sum(p.stat().st_size for p in files)}
 
 
 def tap_status(cfg) -> dict:
@@ -282,7 +305,7 @@ class SflowTap(Component):
     def managed(self) -> Managed:
         return tap_managed(self.cfg)
 
-    def start(self) -> int | None:
+    def _start(self) -> int | None:
         proc = self.managed()
         if proc.running():
             return proc.pid()
@@ -295,6 +318,11 @@ class SflowTap(Component):
                    "the sFlow tap to open its raw socket", proc=proc)
         return pid
 
+    def start(self) -> int | None:
+        drops_dir(self.cfg).mkdir(parents=True, exist_ok=True)
+        return self._start()
+
     def status(self) -> dict:
         tap = tap_status(self.cfg)
-        return {"datagrams": tap.get("datagrams", 0), "malformed": tap.get("malformed", {})}
+        return {"datagrams": tap.get("datagrams", 0), "malformed": tap.get("malformed", {}),
+                "drops": drops_usage(self.cfg)}

@@ -81,7 +81,8 @@ def component_state(cfg, name: str) -> dict:
 def counts(cfg) -> dict:
     out: dict = {"nfcapd": nfcapd.received(cfg), "spool": nfcapd.spool_usage(cfg),
                  "collector_rejected": nfcapd.rejected(cfg),
-                 "sfcapd": sfcapd.received(cfg), "sfcapd_rejected": sfcapd.rejected(cfg)}
+                 "sfcapd": sfcapd.received(cfg), "sfcapd_rejected": sfcapd.rejected(cfg),
+                 "sflow_drops": sfcapd.drops_usage(cfg)}
     shipper_state = cfg.path("state", "shipper.json")
     try:
         out["shipper"] = json.loads(shipper_state.read_text())
@@ -258,6 +259,11 @@ def status(as_json: bool) -> None:
     sf = c.get("sfcapd", {})
     if sf.get("flows") or st["components"].get("sfcapd", {}).get("state") == "running":
         ct.add_row("sfcapd received (sFlow samples)", f"{sf['flows']:,}", f"bad packets {sf['bad_packets']}")
+    sd = c.get("sflow_drops", {})
+    if sd.get("records") or sd.get("files"):
+        ct.add_row("sFlow drop samples (sFlow tap)", f"{sd['records']:,}",
+                   f"{sd['files']} files, {sd['bytes']:,} bytes in spool/{sfcapd.DROPS_SUBDIR}"
+                   + (f", {sd['unwritten']} not written" if sd.get("unwritten") else ""))
     ct.add_row("spool (unshipped+shipped files)", f"{c['spool']['files']:,} files", f"{c['spool']['bytes']:,} bytes")
     ct.add_row("shipped to Kafka", f"{s.get('flows_shipped', 0):,}", f"{s.get('files_shipped', 0)} files, {s.get('files_pending', '?')} pending")
     imp = c.get("import", {})

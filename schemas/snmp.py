@@ -47,7 +47,8 @@ INTERFACE_COUNTERS = Record(
         Field("time", "timestamp_ms", "when the poller read the counters (UTC)", "ms since epoch"),
         Field("exporter", "string", "router address (as in the flows' exporter column)"),
         Field("if_index", "long", "SNMP interface index (the flows' input_if / output_if)"),
-        Field("if_name", "string", "ifName at the last refresh (empty: unknown)"),
+        Field("if_name", "string", "ifName at the last refresh; sFlow rows: the agent's port name (counter "
+                                   "record 0:1005) (empty: unknown)"),
         Field("speed_mbps", "long", "ifHighSpeed (else ifSpeed / 10^6) at the last refresh; 0 = unknown", "Mbit/s"),
         Field("oper_status", "int", "ifOperStatus at the last refresh: 1 up, 2 down, ... 0 = unknown"),
         Field("sys_uptime_cs", "long", "sysUpTime of the agent at this poll", "centiseconds"),

@@ -55,6 +55,7 @@ def pytest_unconfigure(config):
         _GUARD.child_log.unlink(missing_ok=True)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's loadgroup reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     """Unmarked tests are unit tests; e2e, browser and root tests are integration tests too
     (so `-m "not integration"` leaves them all out). Markers come from the module or the
@@ -65,6 +66,39 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.unit)
         elif "integration" not in names:
             item.add_marker(pytest.mark.integration)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _parallel_groups(items)
+
+
+# The parallel run (make test: pytest-xdist, --dist loadgroup) hands whole groups to its
+# workers in collection order: a group is a module, except modules that share one service
+# started once per process and read what the modules before them left there, in file order.
+SHARED = {
+    "superset": ("tests/hub/test_superset.py", "tests/hub/test_superset_browser.py",
+                 "tests/hub/test_superset_delta.py", "tests/hub/test_superset_swap.py"),
+}
+# A test's weight by its markers (slow: over ~30 s alone): the heaviest groups go first so
+# the short ones fill the end of the run.
+_WEIGHT = {"slow": 30, "root": 10, "e2e": 10, "browser": 10, "integration": 3}
+
+
+def _parallel_groups(items) -> None:
+    module_group = {m: g for g, modules in SHARED.items() for m in modules}
+    weight: dict[str, int] = {}
+    first: dict[str, int] = {}
+    groups = []
+    for i, item in enumerate(items):
+        module = item.nodeid.split("::", 1)[0]
+        group = module_group.get(module, module)
+        groups.append(group)
+        names = {m.name for m in item.iter_markers()}
+        weight[group] = weight.get(group, 0) + max((_WEIGHT.get(n, 0) for n in names), default=0)
+        first.setdefault(group, i)
+        item.add_marker(pytest.mark.xdist_group(group))
+    # the same order in every worker (xdist checks that the collections agree); a shared
+    # group's modules keep their file order
+    order = sorted(range(len(items)), key=lambda i: (-weight[groups[i]], first[groups[i]], i))
+    items[:] = [items[i] for i in order]
 
 
 def _is_unit(item) -> bool:
@@ -218,11 +252,17 @@ FIGURES: list[str] = []
 
 
 @pytest.fixture
-def figure():
+def figure(request):
     def add(line: str) -> None:
         print("\n" + line)
-        FIGURES.append(line)
+        # through the test's report: a parallel run's workers send it to the controller
+        request.node.user_properties.append(("figure", line))
     return add
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "teardown":
+        FIGURES.extend(v for k, v in report.user_properties if k == "figure")
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -660,7 +660,7 @@ func (r *Resolver) Complete(f *Flow) {
 // correction is an ordinary sample (every other sample has none), so none is counted missing.
 func (r *Resolver) completeSFlow(f *Flow) {
 	c := &r.fix
-	if len(c.sflow) == 0 || f.Exporter == nil {
+	if len(c.sflow) == 0 || f.Exporter == nil || f.FwdStatus != 0 { // a forwarding status already: the tap's drop records (sflowdrops.go)
 		return
 	}
 	r.agents.apply(f.Exporter) // the tap keys by the agent address, as the rows name the exporter

@@ -7,7 +7,9 @@
 // one Parquet file per agent into lake/interface_counters/date=D/ with exactly the SNMP
 // poller's schema (schemas/snmp.py INTERFACE_COUNTERS, collectors/snmp/store.py), so the
 // interface_capacity job (utilisation, daily p95, flow coverage) reads sFlow-only agents
-// as it reads polled ones. The exporter is the agent address (the flows' exporter);
+// as it reads polled ones. if_name is the port name record (0:1005, host-sflow and Open
+// vSwitch send it beside the generic counters), else the interface's last one, else ""
+// (unknown). The exporter is the agent address (the flows' exporter);
 // the previous raw values are kept per agent, sub-agent and ifIndex. sFlow has 32-bit
 // packet, error and discard counters and 64-bit octet counters: deltas wrap at those
 // widths. An agent restart (its uptime going back, or the counter sample's sequence
@@ -60,7 +62,8 @@ type sflowIfPrev struct {
 	Raw      [8]uint64 `json:"raw"`
 	// the agent restarted its datagram numbering since: its counters started again
 	// (a new process may send the same sample sequence number and uptime as the old one)
-	Restarted bool `json:"restarted,omitempty"`
+	Restarted bool   `json:"restarted,omitempty"`
+	Name      string `json:"name,omitempty"` // the last port name the agent sent for it (counter record 0:1005)
 }
 
 // agentRestarted marks the agent's interfaces: their next sample starts a new series.
@@ -78,6 +81,7 @@ type sflowCounterRow struct {
 	TimeMs      int64     `json:"time_ms"`
 	Exporter    string    `json:"exporter"`
 	IfIndex     uint32    `json:"if_index"`
+	IfName      string    `json:"if_name,omitempty"`
 	SpeedMbps   int64     `json:"speed_mbps"`
 	Oper        int32     `json:"oper_status"`
 	UptimeCs    int64     `json:"sys_uptime_cs"`
@@ -133,40 +137,68 @@ func (st *SFlowTapState) sflowCounterSample(a *SFlowAgent, format uint32, body [
 	seq := binary.BigEndian.Uint32(body)
 	n := binary.BigEndian.Uint32(body[hdr-4:])
 	off := hdr
-	for i := uint32(0); i < n; i++ {
+	var generic [][]byte
+	name, reason := "", ""
+	for i := uint32(0); i < n && reason == ""; i++ {
 		if len(body) < off+8 {
-			return "counter record longer than its sample"
+			reason = "counter record longer than its sample"
+			break
 		}
 		rf, rl := binary.BigEndian.Uint32(body[off:]), int(binary.BigEndian.Uint32(body[off+4:]))
 		off += 8
 		if rl < 0 || len(body) < off+rl {
-			return "counter record longer than its sample"
+			reason = "counter record longer than its sample"
+			break
 		}
 		rec := body[off : off+rl]
 		off += rl
-		if rf != 1 { // other counter structures (ethernet, processor, ...): not interface counters
-			continue
-		}
-		if len(rec) < sflowIfCountersLen {
-			return "generic interface counters record too short"
-		}
-		a.IfCounters++
-		st.counterRow(a, seq, uptime, rec, now)
+		switch rf {
+		case 1:
+			if len(rec) < sflowIfCountersLen {
+				reason = "generic interface counters record too short"
+				continue
+			}
+			generic = append(generic, rec)
+		case 1005: // port name (host-sflow, Open vSwitch): string name<255>
+			if len(rec) < 4 || int(binary.BigEndian.Uint32(rec)) > len(rec)-4 || binary.BigEndian.Uint32(rec) > 255 {
+				reason = "port name record longer than its record"
+				continue
+			}
+			name = sflowPortName(rec[4 : 4+binary.BigEndian.Uint32(rec)])
+		} // other counter structures (ethernet, processor, ...): not interface counters
 	}
-	return ""
+	for _, rec := range generic { // the records read whole land, whatever came after them
+		a.IfCounters++
+		st.counterRow(a, seq, uptime, rec, name, now)
+	}
+	return reason
 }
 
-// counterRow turns one generic interface counters record into a pending row.
-func (st *SFlowTapState) counterRow(a *SFlowAgent, seq, uptime uint32, rec []byte, now time.Time) {
+// sflowPortName: a port name record's string as if_name (valid UTF-8, no control characters).
+func sflowPortName(b []byte) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return -1
+		}
+		return r
+	}, strings.ToValidUTF8(string(b), ""))
+}
+
+// counterRow turns one generic interface counters record into a pending row. name: the
+// sample's port name record ("": none; the interface's last known name then, else unknown).
+func (st *SFlowTapState) counterRow(a *SFlowAgent, seq, uptime uint32, rec []byte, name string, now time.Time) {
 	idx, speed, status, raw := sflowIfCounters(rec)
 	key := fmt.Sprintf("%s/%d/%d", a.Agent, a.SubAgent, idx)
 	ms := now.UnixMilli()
-	row := sflowCounterRow{TimeMs: ms, Exporter: a.Agent, IfIndex: idx, SpeedMbps: int64(speed / 1_000_000),
+	prev := st.CounterState[key]
+	if name == "" && prev != nil {
+		name = prev.Name
+	}
+	row := sflowCounterRow{TimeMs: ms, Exporter: a.Agent, IfIndex: idx, IfName: name, SpeedMbps: int64(speed / 1_000_000),
 		Oper: 2, UptimeCs: int64(uptime / 10), Raw: raw}
 	if status&2 != 0 {
 		row.Oper = 1
 	}
-	prev := st.CounterState[key]
 	if prev != nil {
 		elapsed := float64(ms-prev.TimeMs) / 1000
 		wrappedUptime := uptime < prev.UptimeMs && prev.UptimeMs > math.MaxUint32/10*9 &&
@@ -175,6 +207,7 @@ func (st *SFlowTapState) counterRow(a *SFlowAgent, seq, uptime uint32, rec []byt
 		case prev.Restarted || (uptime < prev.UptimeMs && !wrappedUptime) || (seq < prev.Seq && prev.Seq-seq < 1<<31):
 			row.Reset = true
 		case seq == prev.Seq && uptime == prev.UptimeMs: // the same sample again (a duplicated datagram)
+			prev.Name = name
 			return
 		default:
 			row.Interval, row.HasInterval = float64(uptime-prev.UptimeMs)/1000, true
@@ -197,7 +230,7 @@ func (st *SFlowTapState) counterRow(a *SFlowAgent, seq, uptime uint32, rec []byt
 			}
 		}
 	}
-	st.CounterState[key] = &sflowIfPrev{UptimeMs: uptime, Seq: seq, TimeMs: ms, Raw: raw}
+	st.CounterState[key] = &sflowIfPrev{UptimeMs: uptime, Seq: seq, TimeMs: ms, Raw: raw, Name: name}
 	st.Pending = append(st.Pending, row)
 }
 
@@ -377,7 +410,7 @@ func sflowCountersRecord(rows []sflowCounterRow) arrow.RecordBatch {
 		b.Field(0).(*array.TimestampBuilder).Append(arrow.Timestamp(r.TimeMs))
 		b.Field(1).(*array.StringBuilder).Append(r.Exporter)
 		b.Field(2).(*array.Int64Builder).Append(int64(r.IfIndex))
-		b.Field(3).(*array.StringBuilder).Append("") // sFlow's generic counters carry no ifName
+		b.Field(3).(*array.StringBuilder).Append(r.IfName) // the port name record's, "" unknown (as SNMP's before its inventory)
 		b.Field(4).(*array.Int64Builder).Append(r.SpeedMbps)
 		b.Field(5).(*array.Int32Builder).Append(r.Oper)
 		b.Field(6).(*array.Int64Builder).Append(r.UptimeCs)

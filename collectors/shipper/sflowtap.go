@@ -5,7 +5,9 @@
 // sub-agent id, the sender it came from, datagrams, datagrams lost (gaps in the datagram
 // sequence numbers), sequence restarts (an agent rebooting), samples by kind, the sampling
 // rates of its flow samples and the samples its own buffers dropped. Malformed datagrams
-// are counted with the reason. State: DIR/sflow.json, rewritten every second.
+// are counted with the reason. State: DIR/sflow.json, rewritten every second. Discarded
+// packet samples (0:5), which sfcapd skips, become flow records in nfcapd files of the
+// tap's own in the spool (sflowdrops.go).
 package main
 
 import (
@@ -27,30 +29,33 @@ import (
 
 // SFlowAgent is one agent/sub-agent line of sflow.json.
 type SFlowAgent struct {
-	Agent        string            `json:"agent"`     // the agent address inside the datagram
-	SubAgent     uint32            `json:"sub_agent"` // sub-agent id
-	Senders      map[string]uint64 `json:"senders"`   // UDP source address -> datagrams (what sfcapd names the exporter)
-	Datagrams    uint64            `json:"datagrams"`
-	Lost         uint64            `json:"lost"`      // datagrams missing from the sequence (gaps, less those that came late)
-	Restarts     uint64            `json:"restarts"`  // sequence numbers that went back: the agent restarted
-	Reordered    uint64            `json:"reordered"` // a number at most 64 behind the last one (late) or equal (duplicate)
-	FlowSamples  uint64            `json:"flow_samples"`
-	CountSamples uint64            `json:"counter_samples"`
-	OtherSamples uint64            `json:"other_samples"`                  // formats sfcapd skips (enterprise or unknown)
-	AgentDrops   uint64            `json:"agent_drops"`                    // samples the agent itself dropped (flow samples' drops field, summed)
-	Rates        map[string]uint64 `json:"rates"`                          // sampling rate -> flow samples
-	IfCounters   uint64            `json:"if_counter_records"`             // generic interface counters records read (sflowlake.go)
-	DiscardSamp  uint64            `json:"discard_samples"`                // discarded packet samples (0:5) and flow samples whose output is a discard
-	Discards     map[string]uint64 `json:"discards,omitempty"`             // forwarding_status (IE 89, 128-191 dropped) -> discard samples
-	Internal     uint64            `json:"internal_input"`                 // flow samples whose input is "internal" (0x3FFFFFFF: the agent's own packets)
-	Multiple     uint64            `json:"multiple_output"`                // flow samples sent to several interfaces (output format 2)
-	OutCodes     uint64            `json:"output_codes_fixed"`             // discard/multiple flow samples with a correction for sfcapd's record (gaps.go)
-	OutUnfixed   uint64            `json:"output_codes_unfixed,omitempty"` // such samples without one: no parseable sampled header, or a write error
-	Bad          map[string]uint64 `json:"bad"`                            // reason -> samples or datagrams of this agent that could not be read
-	Interval     *sflowInterval    `json:"interval"`                       // since the last health row
-	LastSeq      uint32            `json:"last_sequence"`
-	LastUptime   uint32            `json:"last_uptime_ms"`
-	LastSeen     string            `json:"last_seen"`
+	Agent          string            `json:"agent"`     // the agent address inside the datagram
+	SubAgent       uint32            `json:"sub_agent"` // sub-agent id
+	Senders        map[string]uint64 `json:"senders"`   // UDP source address -> datagrams (what sfcapd names the exporter)
+	Datagrams      uint64            `json:"datagrams"`
+	Lost           uint64            `json:"lost"`      // datagrams missing from the sequence (gaps, less those that came late)
+	Restarts       uint64            `json:"restarts"`  // sequence numbers that went back: the agent restarted
+	Reordered      uint64            `json:"reordered"` // a number at most 64 behind the last one (late) or equal (duplicate)
+	FlowSamples    uint64            `json:"flow_samples"`
+	CountSamples   uint64            `json:"counter_samples"`
+	OtherSamples   uint64            `json:"other_samples"`                    // formats sfcapd skips (enterprise or unknown)
+	AgentDrops     uint64            `json:"agent_drops"`                      // samples the agent itself dropped (flow samples' drops field, summed)
+	Rates          map[string]uint64 `json:"rates"`                            // sampling rate -> flow samples
+	IfCounters     uint64            `json:"if_counter_records"`               // generic interface counters records read (sflowlake.go)
+	DiscardSamp    uint64            `json:"discard_samples"`                  // discarded packet samples (0:5) and flow samples whose output is a discard
+	Discards       map[string]uint64 `json:"discards,omitempty"`               // forwarding_status (IE 89, 128-191 dropped) -> discard samples
+	Internal       uint64            `json:"internal_input"`                   // flow samples whose input is "internal" (0x3FFFFFFF: the agent's own packets)
+	Multiple       uint64            `json:"multiple_output"`                  // flow samples sent to several interfaces (output format 2)
+	OutCodes       uint64            `json:"output_codes_fixed"`               // discard/multiple flow samples with a correction for sfcapd's record (gaps.go)
+	OutUnfixed     uint64            `json:"output_codes_unfixed,omitempty"`   // such samples without one: no parseable sampled header, or a write error
+	DropRecords    uint64            `json:"drop_records"`                     // discarded packet samples written as flow records (sflowdrops.go)
+	DropsUnwritten uint64            `json:"drop_records_unwritten,omitempty"` // readable ones not written: no --drops-dir, or a write error
+	DropNotesLost  uint64            `json:"drop_notifications_lost"`          // drop notifications the agent did not send (the samples' drops field, summed)
+	Bad            map[string]uint64 `json:"bad"`                              // reason -> samples or datagrams of this agent that could not be read
+	Interval       *sflowInterval    `json:"interval"`                         // since the last health row
+	LastSeq        uint32            `json:"last_sequence"`
+	LastUptime     uint32            `json:"last_uptime_ms"`
+	LastSeen       string            `json:"last_seen"`
 }
 
 // SFlowTapState is DIR/sflow.json.
@@ -66,6 +71,7 @@ type SFlowTapState struct {
 	SkippedSNMP  uint64                  `json:"counter_rows_skipped_snmp"` // rows not written: SNMP polls that agent
 	Pending      []sflowCounterRow       `json:"pending_counter_rows"`      // read, not yet in the lake
 	fix          *fixWriter              // DIR/sflowfix: corrections of discard/multiple outputs (nil: none written)
+	drops        *dropWriter             // --drops-dir: discarded packet samples as flow records (nil: not written)
 }
 
 // sflowReorderWindow: a sequence number at most this far behind the last one, from an
@@ -213,11 +219,9 @@ func (st *SFlowTapState) sflowDatagram(sender netip.Addr, p []byte, now time.Tim
 				bad(reason)
 			}
 		case 5: // discarded packet sample (sFlow drop notifications): sfcapd 1.7.1 skips it
-			if len(body) < 28 {
-				bad("discarded packet sample too short")
-				continue
+			if reason := st.sflowDropSample(a, iv, body, now); reason != "" {
+				bad(reason)
 			}
-			a.discard(iv, binary.BigEndian.Uint32(body[24:]))
 		default:
 			a.OtherSamples++
 			iv.OtherSamples++
@@ -236,6 +240,8 @@ func cmdSFlowTap(args []string) error {
 	snmpFile := fs.String("snmp-interfaces", "", "the SNMP poller's interfaces.json: its exporters' counters come from SNMP, not here")
 	flush := fs.Duration("flush", time.Minute, "how often counter rows and health rows are written to the lake")
 	keep := fs.Duration("keep", 6*time.Hour, "correction files (DIR/sflowfix) older than this are deleted")
+	dropsDir := fs.String("drops-dir", "", "discarded packet samples (0:5) as flow records in nfcapd files here, for the shipper (a folder of its spool; empty: not written)")
+	dropsRotate := fs.Duration("drops-rotate", time.Minute, "a drop records file is closed (shipped) after this long")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -279,6 +285,11 @@ func cmdSFlowTap(args []string) error {
 		return err
 	}
 	st.fix = &fixWriter{dir: *dir, sub: "sflowfix"}
+	if *dropsDir != "" {
+		if st.drops, err = newDropWriter(*dropsDir, *dropsRotate); err != nil {
+			return fmt.Errorf("sflow-tap: --drops-dir %s: %v", *dropsDir, err)
+		}
+	}
 	prune := func() {
 		cut := time.Now().Add(-*keep).UTC().Format("200601021504")
 		files, _ := filepath.Glob(filepath.Join(*dir, "sflowfix", "*.bin"))
@@ -290,6 +301,11 @@ func cmdSFlowTap(args []string) error {
 	}
 	save := func() {
 		st.fix.flush() // the corrections before the state that names their agents (gaps.go reads both)
+		if st.drops != nil {
+			if err := st.drops.flush(time.Now()); err != nil {
+				log.Printf("ERROR drop records to %s: %v (kept in memory, written at the next flush)", *dropsDir, err)
+			}
+		}
 		st.UpdatedAt = time.Now().UTC().Format(time.RFC3339Nano)
 		data, _ := json.MarshalIndent(st, "", "  ")
 		if os.WriteFile(path+".tmp", data, 0o644) == nil {
@@ -343,6 +359,11 @@ func cmdSFlowTap(args []string) error {
 	}
 	toLake()
 	save()
+	if st.drops != nil {
+		if err := st.drops.close(); err != nil {
+			log.Printf("ERROR closing the drop records file in %s: %v", *dropsDir, err)
+		}
+	}
 	log.Printf("INFO sflow tap stopped")
 	return nil
 }
@@ -354,6 +375,7 @@ func cmdSFlowTap(args []string) error {
 type sflowAgentMap struct {
 	mod    time.Time
 	agents map[string]netip.Addr // "sender/sub" -> agent; invalid: ambiguous
+	self   map[string]bool       // "agent/sub": agents by their own address (the tap's drop records name them so)
 	done   map[*Exporter]bool
 }
 
@@ -372,12 +394,13 @@ func (m *sflowAgentMap) load(path string) {
 	if json.Unmarshal(data, &st) != nil {
 		return
 	}
-	m.mod, m.agents = info.ModTime(), map[string]netip.Addr{}
+	m.mod, m.agents, m.self = info.ModTime(), map[string]netip.Addr{}, map[string]bool{}
 	for _, a := range st.Agents {
 		agent, err := netip.ParseAddr(a.Agent)
 		if err != nil {
 			continue
 		}
+		m.self[fmt.Sprintf("%s/%d", agent, a.SubAgent)] = true
 		for sender := range a.Senders {
 			key := fmt.Sprintf("%s/%d", sender, a.SubAgent)
 			if prev, ok := m.agents[key]; ok && prev != agent {
@@ -395,8 +418,9 @@ func (m *sflowAgentMap) apply(e *Exporter) {
 		return
 	}
 	m.done[e] = true
-	agent, ok := m.agents[fmt.Sprintf("%s/%d", e.Addr, e.Domain)]
-	if !ok || !agent.IsValid() {
+	key := fmt.Sprintf("%s/%d", e.Addr, e.Domain)
+	agent, ok := m.agents[key]
+	if !ok || !agent.IsValid() || (m.self[key] && agent.String() != e.Addr) {
 		return
 	}
 	e.Addr = agent.String()

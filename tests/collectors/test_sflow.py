@@ -467,7 +467,7 @@ def test_open_vswitch_live_agent(sflow, tmp_path):
     scaled packets and layer-3 bytes of that stream agree with iperf3's count within the
     5-sigma binomial bound from N and the packet count; the exporter is OVS's agent
     address; the last counter sample of the sending port equals the kernel's own counters
-    of that port once the traffic stopped."""
+    of that port once the traffic stopped, and its rows name the port (if_name)."""
     import json as _json  # noqa: PLC0415  (only this test)
     import os  # noqa: PLC0415  (only this test)
 
@@ -554,6 +554,8 @@ def test_open_vswitch_live_agent(sflow, tmp_path):
     last = max(rows, key=lambda r: r["sys_uptime_cs"])
     # OVS's counters of a port are the kernel's (rx on the veth = in to the bridge); every packet unicast
     assert (last["in_octets_counter"], last["in_ucast_pkts_counter"]) == (rx_bytes, rx_packets), (last, rx_bytes)
+    # OVS sends each port's name (counter record 0:1005) beside its counters: the rows' if_name
+    assert {r["if_name"] for r in rows} == {ports[0]}, rows
 
 
 def _sample(seq: int, rate: int, frame: bytes, *, inp: int = 5, out: int = 6, expanded: tuple | None = None,
@@ -709,3 +711,105 @@ def test_traffic_model_sflow_agents(sflow, tmp_path):
               for r in pq.read_table(f).to_pylist() if r["agent"] == agent_addr]
     assert sum(r["datagrams"] for r in health) == sent["datagrams"] and {r["sampling_rates"] for r in health} == {
         str(rate)}, health
+
+
+def _drop_sample(seq: int, reason: int, frame: bytes, *, inp: int = 5, out: int = 0, header_protocol: int = 1,
+                 drops: int = 0) -> bytes:
+    """A discarded packet sample (0:5) with one raw packet header record."""
+    pad = frame + b"\x00" * (-len(frame) % 4)
+    fcs = 4 if header_protocol == 1 else 0
+    rec = struct.pack("!IIII", header_protocol, len(frame) + fcs, 4, len(frame)) + pad
+    body = struct.pack("!8I", seq, 0, inp, drops, inp, out, reason, 1) + struct.pack("!II", 1, len(rec)) + rec
+    return struct.pack("!II", 5, len(body)) + body
+
+
+def test_discarded_packet_samples_land_once_across_restarts(kafka, cfg, tmp_path):
+    """Discarded packet samples (sFlow drop notifications, 0:5), which sfcapd 1.7.1 skips,
+    sent to the real sfcapd and sFlow tap: the tap writes each readable one as a flow record
+    into nfcapd files of its own in the spool (sflow-drops/), the real shipper ships them
+    and the flows topic (read_committed, what the ingest reads) holds each exactly once, as
+    its lake row will say it: the agent as exporter,
+    the sampled header's addresses, ports, protocol, ToS, TCP flags, MACs and VLAN, 1 packet
+    at layer 3 (the sample has no rate: one notification, one packet), input_if as sent,
+    output_if 0, forwarding_status 128 + the mapped reason. The tap restarts between the
+    datagrams and the shipper runs three times: no row twice. A truncated sample and one
+    whose header is MPLS are counted per agent with their reasons; the flow sample in the
+    same datagram lands as before."""
+    from scapy.all import ICMP, IP, TCP, UDP, Dot1Q, Ether, IPv6, Raw, raw  # noqa: PLC0415  (scapy's import is slow)
+    from test_shipper import consume, decode  # noqa: PLC0415  (only this test)
+
+    from flowlake.collectors import ship  # noqa: PLC0415  (confluent_kafka: only with a broker)
+
+    agent, sub = "192.0.2.88", 4
+    frames = [
+        Ether(src="02:00:00:00:05:01", dst="02:00:00:00:06:01") / Dot1Q(vlan=210)
+        / IP(src="10.9.0.1", dst="10.9.1.1", tos=0x20) / TCP(sport=41001, dport=443, flags="S"),
+        Ether(src="02:00:00:00:05:02", dst="02:00:00:00:06:02")
+        / IPv6(src="2001:db8:9::2", dst="2001:db8:9::20") / UDP(sport=41002, dport=53) / Raw(b"q" * 33),
+        IP(src="10.9.0.3", dst="10.9.1.3") / ICMP(type=3, code=13) / Raw(b"r" * 28),
+    ]
+    # (sample, input_if, forwarding_status)
+    first = [(_drop_sample(1, 258, raw(frames[0]), inp=11, drops=2), 11, 129)]                       # ACL
+    second = [(_drop_sample(2, 257, raw(frames[1]), inp=12), 12, 137),                               # TTL exceeded
+              (_drop_sample(3, 261, raw(frames[2]), inp=13, header_protocol=11), 13, 138)]           # rate limit
+    truncated = _drop_sample(4, 258, raw(frames[0]))
+    truncated = struct.pack("!II", 5, 40) + truncated[8:48]  # its raw packet header record cut short
+    mpls = _drop_sample(5, 258, raw(frames[0]), header_protocol=13)
+    forwarded = raw(Ether(src="02:00:00:00:05:09", dst="02:00:00:00:06:09") / IP(src="10.9.0.9", dst="10.9.1.9")
+                    / UDP(sport=9, dport=9))
+
+    tap, comp = components.get(cfg, "sflow-tap"), components.get(cfg, "sfcapd")
+    flowlake = str(Path(sys.executable).with_name("flowlake"))
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tap.start()
+    comp.start()
+    try:
+        sent0 = time.time()
+        s.sendto(_datagram(agent, sub, 1, [first[0][0], truncated, _flow_sample(1, 7, forwarded), mpls]),
+                 ("127.0.0.1", comp.port()))
+        time.sleep(1.5)
+        tap.stop()  # closes its drop records file
+        tap.start()
+        res = subprocess.run([flowlake, "ship", "--pending"], capture_output=True, text=True)
+        assert res.returncode == 0, res.stdout + res.stderr
+        s.sendto(_datagram(agent, sub, 2, [c[0] for c in second]), ("127.0.0.1", comp.port()))
+        time.sleep(1.5)
+        sent1 = time.time()
+    finally:
+        comp.stop()
+        tap.stop()
+    a = sfcapd.tap_status(cfg)["agents"][f"{agent}/{sub}"]
+    assert a["bad"] == {"discarded packet sample: flow record longer than its sample": 1,
+                        "discarded packet sample: sampled header is not Ethernet, IPv4 or IPv6 flowlake can read": 1}, a
+    assert (a["drop_records"], a["discard_samples"], a["drop_notifications_lost"], a["flow_samples"]) == (3, 5, 2, 1), a
+    drop_files = sorted(sfcapd.drops_dir(cfg).glob("nfcapd.*"))
+    assert len(drop_files) == 2 and not any(".current." in p.name for p in drop_files), drop_files
+    for _ in range(2):  # the second run finds nothing new to ship
+        res = subprocess.run([flowlake, "ship", "--pending"], capture_output=True, text=True)
+        assert res.returncode == 0, res.stdout + res.stderr
+    assert re.search(r"(?<!\d)0 files shipped", res.stdout), res.stdout
+    ledger = ship.read_ledger(cfg)
+    keys = [f"{sfcapd.DROPS_SUBDIR}/{p.name}" for p in drop_files]
+    assert [ledger[k]["flows"] for k in keys] == [1, 2], {k: ledger.get(k) for k in keys}
+    usage = sfcapd.drops_usage(cfg)
+    assert (usage["records"], usage["files"], usage["bytes"]) == (3, 2, sum(p.stat().st_size for p in drop_files))
+
+    rows = sorted((r for r in decode(consume(cfg, cfg.kafka.flows_topic)) if r["exporter"] == agent),
+                  key=lambda r: (r["source_file"], r["file_seq"]))
+    for r in rows:
+        r["start"], r["end"] = r["time_start"], r["time_end"]
+    drops = [r for r in rows if r["source_file"].startswith(f"{sfcapd.DROPS_SUBDIR}/")]
+    assert len(drops) == 3 and len({(r["source_file"], r["file_seq"]) for r in drops}) == 3, drops
+    for (_, in_if, fwd), p, r in zip(first + second, frames, drops, strict=True):
+        t = _truth(p) if Ether in p else {**_truth(Ether() / p), "src_mac": None, "dst_mac": None}
+        want = {"exporter": agent, "input_if": in_if, "output_if": 0, "forwarding_status": fwd,
+                "src_addr": t["src_addr"], "dst_addr": t["dst_addr"], "proto": t["proto"], "tos": t["tos"],
+                "src_port": t["src_port"], "dst_port": t["dst_port"], "tcp_flags": t["tcp_flags"],
+                "icmp_type": t["icmp_type"], "icmp_code": t["icmp_code"], "src_mac": t["src_mac"],
+                "dst_mac": t["dst_mac"], "src_vlan": t["src_vlan"], "sampling_rate": 1, "packets": 1,
+                "bytes": t["l3_bytes"]}
+        assert {k: r[k] for k in want} == want, (r, want)
+        assert sent0 * 1000 - 1000 <= r["start"] == r["end"] <= sent1 * 1000, r
+    # nothing else lost: the flow sample beside the bad ones is sfcapd's row, as ever
+    assert [(r["src_addr"], r["packets"], r["forwarding_status"]) for r in rows
+            if r["source_file"].startswith(f"{sfcapd.SUBDIR}/")] == [("10.9.0.9", 7, None)], rows
