@@ -159,7 +159,7 @@ def needs(class_flows, on_paths, measured):
         term = F.when(need.isNull(), F.lit(True)).otherwise(ok)
         all_ok = term if all_ok is None else all_ok & term
     df = df.withColumn("meets", F.when(stated, all_ok))
-    return df.select(*[f.name for f in BEHAVIOUR_NEEDS.fields if f.name != "date"])
+    return df.select(*[f.name for f in BEHAVIOUR_NEEDS.fields if f.name not in ("date", "count_at")])
 
 
 def run(ctx) -> None:
@@ -167,6 +167,7 @@ def run(ctx) -> None:
 
     b = ctx.cfg.behaviour
     v4, v6 = int(b.needs_prefix_v4), int(b.needs_prefix_v6)
+    common.count_at(ctx)  # the shared flows were counted by the site's rule too
     classified = ctx.shared.get("behaviour_flows")
     if classified is None:  # run alone: classify again
         classified = classify(common.site_flows(ctx), b)

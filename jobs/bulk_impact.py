@@ -143,7 +143,7 @@ def throughput_vs_cross(active, flows, bulk):
            .withColumn("cross_bytes", F.coalesce("cross_bytes", F.lit(0.0)))
            .withColumn("bulk_flows", F.coalesce("bulk_flows", F.lit(0)).cast("long"))
            .withColumn("cross_bps", F.col("cross_bytes") * 8.0 / secs))
-    return out.select(*[f.name for f in BULK_IMPACT_THROUGHPUT.fields if f.name != "date"])
+    return out.select(*[f.name for f in BULK_IMPACT_THROUGHPUT.fields if f.name not in ("date", "count_at")])
 
 
 def run(ctx) -> None:

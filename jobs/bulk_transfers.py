@@ -44,7 +44,7 @@ def classify(flows, min_bytes: int, min_duration_s: float, min_rate_bps: float, 
             cond = cond & (F.col("output_if") == int(ifindex))
         speed = F.when(cond, F.lit(bps)).otherwise(speed)
     df = df.withColumn("link_speed_bps", speed).withColumn("link_share", F.col("rate_bps") / F.col("link_speed_bps"))
-    cols = [f.name for f in BULK_TRANSFERS.fields if f.name != "date"]
+    cols = [f.name for f in BULK_TRANSFERS.fields if f.name not in ("date", "count_at")]
     return df.select(*cols)
 
 

@@ -169,6 +169,14 @@ def hour_to_null(df: DataFrame) -> DataFrame:
     return df.withColumn("hour", F.when(F.col("hour") == DAY_HOUR, F.lit(None)).otherwise(F.col("hour")).cast("int"))
 
 
+def count_at(ctx) -> str:
+    """The site's counting rule (`[site] count_at`), recorded as the rule of what this job
+    writes: the report tables that declare `count_at` carry it (JobContext.write)."""
+    rule, _ = count_once.settings(ctx.cfg)
+    ctx.count_at = rule
+    return rule
+
+
 def site_flows(ctx, date=None) -> DataFrame:
     """The day's flows as reports of site traffic count them: `[site] count_at` applied
     (jobs/count_once.py, each flow once). Views of devices read ctx.flows() instead.
@@ -176,6 +184,7 @@ def site_flows(ctx, date=None) -> DataFrame:
     On this machine (the report engine `local`: jobs/engines.py) the rule runs once per run:
     DuckDB writes the counted rows (counted_files), and every job of the run reads those.
     Elsewhere (a lake on a cluster) each job applies the Spark transform."""
+    count_at(ctx)
     if date is None or date == ctx.date:
         files = counted_files(ctx)
         if files is not None:
@@ -209,6 +218,7 @@ def counted_files(ctx) -> list[str] | None:
     from . import engines  # noqa: PLC0415  (cycle-free, light)
 
     rule, window = count_once.settings(ctx.cfg)
+    count_at(ctx)
     if rule == "all":
         return None
     if engines.for_reports(ctx) != "local":
@@ -246,6 +256,7 @@ def shared_flows(ctx) -> DataFrame:
     seconds (string columns, spills at a 2 GB heap), while re-reading the Parquet and
     re-deriving direction costs ~14 per job that uses it (measured, bench/jobs.py).
     The plan is shared through ctx.shared so every job reads the same definition."""
+    count_at(ctx)
     cache = getattr(ctx, "shared", None)
     key = ("flows+direction", ctx.date)
     if cache is not None and key in cache:

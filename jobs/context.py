@@ -29,6 +29,10 @@ class JobContext:
     # folders pinned, so a compaction during a job cannot pull files from under its
     # DataFrames. Shared by the jobs of one run.
     snapshot: object = None
+    # The counting rule of the flows this job reads (issue 34), recorded in every report table
+    # that declares `count_at`: set by common.site_flows/shared_flows/counted_files to the
+    # site's `[site] count_at`; a view per device or interface sets "all" itself.
+    count_at: str | None = None
 
     def lake_snapshot(self) -> LakeReader:
         if self.snapshot is None:
@@ -67,6 +71,10 @@ class JobContext:
         """Replace lake/reports/<table>/date=<date>/ with df (columns as declared)."""
         record = registry().get(table)
         if record is not None:
+            if "count_at" in record.names and "count_at" not in df.columns:
+                from pyspark.sql import functions as F  # noqa: PLC0415  (Spark: only when a job writes)
+
+                df = df.withColumn("count_at", F.lit(self._count_at(table)))
             cols = [n for n in record.names if n != "date"]
             missing = [c for c in cols if c not in df.columns]
             if missing:
@@ -78,7 +86,9 @@ class JobContext:
         """Replace lake/reports/<table>/date=<date>/ with the rows of a DuckDB query
         (columns cast to the declared types; one zstd Parquet file, no Spark involved)."""
         cols = [(n, t) for n, t in registry()[table].sql_columns() if n != "date"]
-        select = ", ".join(f'CAST("{n}" AS {t}) AS "{n}"' for n, t in cols)
+        rule = self._count_at(table) if any(n == "count_at" for n, _ in cols) else None
+        select = ", ".join(f"CAST('{rule}' AS VARCHAR) AS \"count_at\"" if n == "count_at" else
+                           f'CAST("{n}" AS {t}) AS "{n}"' for n, t in cols)
 
         def produce(staging: Path) -> int:
             staging.mkdir(parents=True)
@@ -87,6 +97,16 @@ class JobContext:
             return con.execute(f"SELECT count(*) FROM read_parquet('{target}')").fetchone()[0]
 
         return replace_partition(self.lake / "reports" / table, self.date, produce)
+
+    def _count_at(self, table: str) -> str:
+        """The rule `table`'s rows record: the flows this job read say it (count_at)."""
+        from .count_rule import check_rule  # noqa: PLC0415  (light; only for tables that record it)
+
+        if self.count_at is None:
+            raise ValueError(f"table {table} records its counting rule (count_at, issue 34) but the job read no "
+                             "counted flows: read common.site_flows/shared_flows (the site's rule), or set "
+                             "ctx.count_at = 'all' for a view per device or interface")
+        return check_rule(self.count_at, f"table {table}: count_at")
 
 
 def write_partition(df, base: Path, date: dt.date, coalesce: int = 1) -> int:

@@ -17,6 +17,10 @@ observations count:
   interfaces (transit, or contradictory direction data such as an ingress record on one
   external interface and an egress record on another) counts once, at its best point
   (ranked as for `key`); observation_points reports such flows (column `contradictory`).
+  A flow that never crosses the boundary (every observation classified, none external:
+  traffic between two internal hosts, e.g. internal scanning, seen on internal interfaces
+  only) is not dropped: it is counted with `key`, once, at its best point, so the site's
+  reports (top talkers' `internal` direction, scanners, fan_in) still see it.
 - `key`: observations of one flow are matched by key (src/dst address, ports, protocol)
   across exporters and directions; observations of a key whose times overlap, or lie within
   `[site] dedup_window_seconds` of each other, are one flow. Of that flow's observation
@@ -145,7 +149,11 @@ def mark(flows: DataFrame, rule: str, window_seconds: float = DEFAULT_WINDOW_SEC
     # boundary-kept one first, then by rank. One point also when the boundary rule keeps
     # several (a flow entering and leaving on external interfaces: transit, or contradictory
     # direction data; CONTRADICTORY marks it and observation_points reports it)
-    cand = ~F.col(CLASSIFIED) | F.col(KEPT_BY_BOUNDARY)
+    # A flow with no such candidate never crossed the boundary (scanning between two internal
+    # hosts seen only on internal interfaces): every observation of it is a candidate, so it
+    # counts once as under `key` instead of vanishing from the site's reports
+    placed = ~F.col(CLASSIFIED) | F.col(KEPT_BY_BOUNDARY)
+    cand = placed | ~F.max(placed).over(flow_w)
     pref = F.when(F.col(CLASSIFIED), F.lit(0)).otherwise(F.lit(1))
     ranked = F.when(cand, F.struct(pref.alias("pref"), F.col("_co_rank").alias("rank")))
     df = df.withColumn("_co_cand", cand).withColumn("_co_best", F.min(ranked).over(flow_w))

@@ -69,7 +69,7 @@ def describe(rule: str, window_seconds: float, override: str | None = None, wher
 
 # ---- DuckDB (the local report engines: top_talkers_local, flow_size_dist_duckdb; flowlake query) ----
 _SQL_HELPERS = ("_co_ib", "_co_ob", "_co_ing", "_co_s", "_co_e", "_co_d", "_co_rate", "_co_ing_exp", "_co_cls",
-                "_co_kb", "_co_pe", "_co_cl", "_co_pr", "_co_pp", "_co_pb", "_co_cand", "_co_bx",
+                "_co_kb", "_co_pe", "_co_cl", "_co_pr", "_co_pp", "_co_pb", "_co_placed", "_co_cand", "_co_bx",
                 "_co_bd", "_co_counted")
 
 
@@ -117,10 +117,12 @@ def duckdb_sql(relation: str, rule: str, window_seconds: float = DEFAULT_WINDOW_
                        OVER ({by_key} ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS _co_cl
              FROM co_p),
     co_r AS (SELECT *, max(_co_rate) OVER ({point}) AS _co_pr, sum(packets) OVER ({point}) AS _co_pp,
-                    sum(bytes) OVER ({point}) AS _co_pb, (NOT _co_cls OR _co_kb) AS _co_cand
+                    sum(bytes) OVER ({point}) AS _co_pb, (NOT _co_cls OR _co_kb) AS _co_placed
              FROM co_c),
+    co_q AS (SELECT *, (_co_placed OR NOT bool_or(_co_placed) OVER (PARTITION BY {key}, _co_cl)) AS _co_cand
+             FROM co_r),
     co_u AS (SELECT *, first_value(exporter) OVER ({best}) AS _co_bx, first_value(_co_d) OVER ({best}) AS _co_bd
-             FROM co_r)
+             FROM co_q)
     SELECT * EXCLUDE ({", ".join(h for h in _SQL_HELPERS if h != "_co_counted")})
     FROM co_u WHERE {counted}"""
 

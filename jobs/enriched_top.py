@@ -9,6 +9,8 @@ from pyspark.sql import functions as F
 
 from flowlake.schemas.enrich import ENRICHED_TOP
 
+from . import common
+
 NAME = "enriched_top"
 TABLES = (ENRICHED_TOP,)
 SUMS = ("flows", "packets", "bytes")
@@ -59,4 +61,6 @@ def enriched_top(flows: DataFrame, top_n: int) -> DataFrame:
 
 
 def run(ctx) -> None:
-    ctx.write(enriched_top(ctx.flows(), int(ctx.cfg.reports.top_n)), NAME)
+    # each flow once by [site] count_at (issue 34): under boundary the interface list is that of
+    # the external interfaces the site's traffic crossed
+    ctx.write(enriched_top(common.site_flows(ctx), int(ctx.cfg.reports.top_n)), NAME)

@@ -11,6 +11,8 @@ from pyspark.sql import functions as F
 from flowlake.pipelines.security_rules import MAD_TO_SIGMA, MEANAD_TO_SIGMA, FanInRule, robust_scale  # noqa: F401 (one definition)
 from flowlake.schemas.security import FAN_IN
 
+from . import common
+
 NAME = "fan_in"
 TABLES = (FAN_IN,)
 
@@ -24,7 +26,8 @@ def find_fan_in(flows: DataFrame, min_sources: int = 10, min_z: float = 3.5, sam
         F.min("time_start").alias("first_seen"), F.max("time_end").alias("last_seen")).cache()
     med = per_dst.agg(F.median("sources").alias("median_sources")).first()["median_sources"]
     if med is None:  # no flows that day
-        return per_dst.limit(0).select(*[F.lit(None).cast("string").alias(n) for n in FAN_IN.names if n != "date"])
+        return per_dst.limit(0).select(*[F.lit(None).cast("string").alias(n) for n in FAN_IN.names
+                                         if n not in ("date", "count_at")])  # count_at: ctx.write
     dev = per_dst.select(F.abs(F.col("sources") - F.lit(med)).alias("d"))
     stats = dev.agg(F.median("d").alias("mad"), F.mean("d").alias("meanad")).first()
     mad, meanad = float(stats["mad"]), float(stats["meanad"])
@@ -38,9 +41,11 @@ def find_fan_in(flows: DataFrame, min_sources: int = 10, min_z: float = 3.5, sam
            .withColumn("robust_z", z.cast("double"))
            .where((F.col("sources") >= min_sources) & (F.col("robust_z") >= min_z))
            .join(top_port, "dst_addr"))
-    return out.select(*[n for n in FAN_IN.names if n != "date"]).orderBy(F.desc("robust_z"), "dst_addr")
+    cols = [n for n in FAN_IN.names if n not in ("date", "count_at")]  # count_at: ctx.write
+    return out.select(*cols).orderBy(F.desc("robust_z"), "dst_addr")
 
 
 def run(ctx) -> None:
     rule = FanInRule.from_config(ctx.cfg)
-    ctx.write(find_fan_in(ctx.flows(), rule.min_sources, rule.min_z, ctx.cfg.security.sample_size), FAN_IN.name)
+    flows = common.site_flows(ctx)  # each flow once by [site] count_at (issue 34)
+    ctx.write(find_fan_in(flows, rule.min_sources, rule.min_z, ctx.cfg.security.sample_size), FAN_IN.name)

@@ -90,7 +90,7 @@ def run(ctx) -> bool:
     """Write the flow_size_dist table with DuckDB; False when there are no flow files."""
     con = duck.connect(ctx.cfg)
     try:
-        if count_once.settings(ctx.cfg)[0] == "all":
+        if common.count_at(ctx) == "all":
             flows = duck.flows_view(con, ctx)
             if flows is None:
                 return False

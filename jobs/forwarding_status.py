@@ -57,4 +57,5 @@ def forwarding_status(flows: DataFrame, top: int = TOP_REASONS) -> DataFrame:
 
 
 def run(ctx) -> None:
+    ctx.count_at = "all"  # a view per exporter: every observation (issue 34)
     ctx.write(forwarding_status(ctx.flows()), NAME)

@@ -115,6 +115,7 @@ def coverage_sql(buckets: str, flows: str | None) -> str:
 
 
 def run(ctx) -> None:
+    ctx.count_at = "all"  # flow_coverage: a view per interface, every observation (issue 34)
     con = duck.connect(ctx.cfg)
     # a poll just after midnight covers the day's last minutes: read the next day's files too
     files = [f for d in (ctx.date, ctx.date + dt.timedelta(days=1))

@@ -14,6 +14,8 @@ from pyspark.sql import functions as F
 
 from flowlake.schemas.security import DAILY_HOSTS, NEW_TALKERS
 
+from . import common
+
 NAME = "new_talkers"
 TABLES = (DAILY_HOSTS, NEW_TALKERS)
 
@@ -47,11 +49,12 @@ def new_talkers(today: DataFrame, history: DataFrame, history_days: int) -> Data
     role = F.when(F.size("roles") > 1, "both").otherwise(F.element_at("roles", 1))
     return (per.join(seen, "address", "left_anti")
             .withColumn("role", role).withColumn("history_days", F.lit(history_days).cast("int"))
-            .select(*[n for n in NEW_TALKERS.names if n != "date"]).orderBy(F.desc("flows"), "address"))
+            .select(*[n for n in NEW_TALKERS.names if n not in ("date", "count_at")])
+            .orderBy(F.desc("flows"), "address"))
 
 
 def run(ctx) -> None:
-    today = ctx.flows()
+    today = common.site_flows(ctx)  # each flow once by [site] count_at (issue 34)
     ctx.write(daily_hosts(today), DAILY_HOSTS.name)
     frames, days = [], 0
     for back in range(1, int(ctx.cfg.security.new_talker_days) + 1):
@@ -61,7 +64,7 @@ def run(ctx) -> None:
             frames.append(ctx.report(DAILY_HOSTS.name, day).select("address"))
             days += 1
             continue
-        flows = ctx.flows(day)
+        flows = ctx.flows(day)  # only whether an address was seen: every observation
         if flows.limit(1).count():
             frames.append(daily_hosts(flows).select("address"))
             days += 1

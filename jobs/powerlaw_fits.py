@@ -181,4 +181,4 @@ def _schema_without_date():
     from pyspark.sql.types import StructType  # noqa: PLC0415  (start-up: pyspark)
 
     full = POWERLAW_FITS.spark_schema()
-    return StructType([f for f in full.fields if f.name != "date"])
+    return StructType([f for f in full.fields if f.name not in ("date", "count_at")])  # count_at: ctx.write

@@ -11,6 +11,8 @@ from pyspark.sql import functions as F
 from flowlake.pipelines.security_rules import ScanRule
 from flowlake.schemas.security import SCANNERS
 
+from . import common
+
 NAME = "scanners"
 TABLES = (SCANNERS,)
 
@@ -51,11 +53,11 @@ def find_scanners(flows: DataFrame, small_packets: int = 3, min_destinations: in
     vert = F.col("max_ports_per_destination") >= min_ports
     out = out.where((horizontal | vert) & (F.col("small_share") >= min_small_share))
     kind = F.when(horizontal & vert, "both").when(horizontal, "horizontal").otherwise("vertical")
-    return out.withColumn("kind", kind).select(*[n for n in SCANNERS.names if n != "date"]) \
+    return out.withColumn("kind", kind).select(*[n for n in SCANNERS.names if n not in ("date", "count_at")]) \
         .orderBy(F.desc("distinct_destinations"), F.desc("max_ports_per_destination"), "src_addr")
 
 
 def run(ctx) -> None:
     r = ScanRule.from_config(ctx.cfg)  # the same rule the live scan detector applies
-    ctx.write(find_scanners(ctx.flows(), r.small_packets, r.min_destinations, r.min_ports,
+    ctx.write(find_scanners(common.site_flows(ctx), r.small_packets, r.min_destinations, r.min_ports,
                             r.min_small_share, ctx.cfg.security.sample_size), SCANNERS.name)

@@ -85,7 +85,7 @@ def run(ctx) -> bool:
             # each flow once, by [site] count_at (the run's counted rows: common.counted_files;
             # `all` reads the lake as it is)
             counted = common.counted_files(ctx)
-            if counted is None and count_once.settings(ctx.cfg)[0] != "all":  # no run to share them
+            if counted is None and common.count_at(ctx) != "all":  # no run to share them
                 counted = count_once.counted_parquet(con, files, ctx.cfg, Path(tmp) / "counted")
             files = files if counted is None else counted
             if not files:

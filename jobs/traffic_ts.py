@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from flowlake.schemas.reports import TRAFFIC_TS
 
-from . import common
+from . import common, count_once
 
 NAME = "traffic_ts"
 TABLES = (TRAFFIC_TS,)
@@ -112,6 +112,12 @@ def run(ctx) -> None:
     today = common.shared_flows(ctx).select(*cols)
     # Flows of the previous day still running after midnight contribute to today.
     d0 = dt.datetime(ctx.date.year, ctx.date.month, ctx.date.day, tzinfo=dt.timezone.utc)
-    prev = ctx.flows(ctx.date - dt.timedelta(days=1)).where(F.col("time_end") > F.lit(d0))
+    # Counted by the site's rule as today's are (issue 34): the previous day's observations that
+    # end within the rule's window of midnight, so every observation of a flow still running is
+    # matched with its siblings; those running after midnight are kept.
+    rule, window = count_once.settings(ctx.cfg)
+    prev = ctx.flows(ctx.date - dt.timedelta(days=1))
+    prev = count_once.count_once(prev.where(F.col("time_end") > F.lit(d0 - dt.timedelta(seconds=window))), rule, window)
+    prev = prev.where(F.col("time_end") > F.lit(d0))
     prev = common.with_direction(prev, ctx.cfg.site.local_prefixes).select(*cols)
     ctx.write(traffic_ts(today.unionByName(prev), ctx.date), NAME)

@@ -1,6 +1,6 @@
 """Report tables of the active-test jobs (active_summary, bulk_transfers, bulk_impact,
 path_models). Record.name is the table name; `date` is the partition column."""
-from .core import Field, Record, REPORT_DATE
+from .core import Field, Record, REPORT_COUNT_AT, REPORT_DATE
 
 
 ACTIVE_SUMMARY = Record(
@@ -52,7 +52,7 @@ BULK_TRANSFERS = Record(
         Field("link_speed_bps", "double", "configured speed of the output interface", "bit/s"),
         Field("link_share", "double", "rate_bps / link_speed_bps", "fraction", nullable=True),
         Field("reason", "string", "thresholds, port, or thresholds+port"),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )
@@ -99,7 +99,7 @@ BULK_IMPACT_THROUGHPUT = Record(
         Field("cross_bytes", "double", "bytes of other flows during the test, pro-rated by overlap", "bytes"),
         Field("cross_bps", "double", "cross_bytes*8 / test duration", "bit/s"),
         Field("bulk_flows", "long", "bulk transfers overlapping the test"),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )

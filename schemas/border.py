@@ -2,7 +2,7 @@
 remote end's domain (reverse DNS) and by flow duration ("flow times"). Daily tables
 under `lake/reports/<table>/date=D/`, written by jobs/vlan_mix.py, jobs/remote_domains.py
 and jobs/flow_durations.py. Directions and volumes as in schemas/reports.py."""
-from .core import Field, Record, REPORT_DATE, REPORT_HOUR
+from .core import Field, Record, REPORT_COUNT_AT, REPORT_DATE, REPORT_HOUR
 from .reports import _DIRECTION, _VOLUMES
 
 # (lower edge s, upper edge s or None, label): duration = time_end - time_start
@@ -32,7 +32,7 @@ REMOTE_DOMAINS = Record(
         Field("hosts", "long", "distinct remote addresses", "addresses"),
         Field("flows_share", "double", "flows / all flows of the direction with a remote end", "fraction 0..1"),
         Field("bytes_share", "double", "bytes / all bytes of the direction with a remote end", "fraction 0..1"),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )
@@ -63,7 +63,7 @@ FLOW_DURATIONS = Record(
         Field("duration_p90_s", "double", "90th percentile of durations (nearest rank)", "s"),
         Field("duration_p99_s", "double", "99th percentile of durations (nearest rank)", "s"),
         Field("duration_max_s", "double", "longest duration", "s"),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )
@@ -84,7 +84,7 @@ VLAN_MIX = Record(
         Field("flows_share", "double", "flows / all flows of the same hour, direction and side", "fraction 0..1"),
         Field("packets_share", "double", "packets / all packets of the same hour, direction and side", "fraction 0..1"),
         Field("bytes_share", "double", "bytes / all bytes of the same hour, direction and side", "fraction 0..1"),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )

@@ -140,3 +140,10 @@ def _doc(f: Field) -> str:
 # Columns every report table shares, declared once.
 REPORT_DATE = Field("date", "string", "report date, YYYY-MM-DD (partition)")
 REPORT_HOUR = Field("hour", "int", "UTC hour 0-23; null = the whole day", nullable=True)
+# The counting rule a report of flows was computed with (issue 34): the site's `[site] count_at`
+# (auto, boundary, key: each flow once) or all (every observation: views per device or interface).
+REPORT_COUNT_AT = Field("count_at", "string",
+                        "counting rule the rows were computed with ([site] count_at, issue 34): auto / boundary / key "
+                        "count each flow once at a multi-router border; all = every observation (a view per device or "
+                        "interface, or the site set to all); null in partitions written before the column existed",
+                        nullable=True)

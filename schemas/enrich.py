@@ -9,7 +9,7 @@ Lake days written before enrichment lack these columns: readers see null there.
 The AS numbers themselves (`src_as`, `dst_as`) are in the wire record: the router's when
 it exports them, else the ASN database's, filled at ingest.
 """
-from .core import Field, Record, REPORT_DATE, REPORT_HOUR
+from .core import Field, Record, REPORT_COUNT_AT, REPORT_DATE, REPORT_HOUR
 
 
 def _interface(side: str, what: str) -> tuple[Field, ...]:
@@ -68,7 +68,7 @@ ENRICHED_TOP = Record(
         Field("packets", "long", "packets (sampling-corrected)", "packets"),
         Field("bytes", "long", "bytes at layer 3 (sampling-corrected)", "bytes"),
         Field("bytes_share", "double", "bytes / all bytes of the hour (or day)", "fraction 0..1"),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )

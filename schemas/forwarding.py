@@ -2,7 +2,7 @@
 flows per exporter (drops and their reasons) and traffic by MPLS top label and VRF. Daily
 tables under `lake/reports/<table>/date=D/`, written by jobs/forwarding_status.py and
 jobs/mpls_vrf_mix.py. Directions and volumes as in schemas/reports.py."""
-from .core import REPORT_DATE, REPORT_HOUR, Field, Record
+from .core import REPORT_COUNT_AT, REPORT_DATE, REPORT_HOUR, Field, Record
 from .reports import _DIRECTION, _VOLUMES
 
 # IANA IE 89 forwardingStatus (RFC 7270 section 4.12): the top two bits of the octet are the
@@ -47,7 +47,7 @@ FORWARDING_STATUS = Record(
               nullable=True),
         *_VOLUMES,
         Field("bytes_share", "double", "bytes / all bytes of the exporter that day", "fraction 0..1"),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )
@@ -70,7 +70,7 @@ MPLS_VRF_MIX = Record(
         Field("flows_share", "double", "flows / all flows of the same hour, direction and side", "fraction 0..1"),
         Field("packets_share", "double", "packets / all packets of the same hour, direction and side", "fraction 0..1"),
         Field("bytes_share", "double", "bytes / all bytes of the same hour, direction and side", "fraction 0..1"),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )

@@ -4,7 +4,7 @@ and its largest flows, so no dashboard has to scan the flow lake (10M+ flows a d
 Conventions as in reports.py: `hour` null = whole day; `direction` from
 `[site] local_prefixes` with `all` rows present; `date` (the partition) last.
 """
-from .core import Field, Record, REPORT_DATE, REPORT_HOUR
+from .core import Field, Record, REPORT_COUNT_AT, REPORT_DATE, REPORT_HOUR
 
 _DIRECTION = Field("direction", "string", "all / inbound / outbound / internal / transit (from site.local_prefixes)")
 
@@ -25,7 +25,7 @@ TRAFFIC_TOTALS = Record(
         Field("bytes", "long", "bytes at layer 3 (sampling-corrected)", "bytes"),
         Field("src_addrs", "long", "distinct source addresses", "addresses"),
         Field("dst_addrs", "long", "distinct destination addresses", "addresses"),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )
@@ -55,7 +55,7 @@ LARGEST_FLOWS = Record(
         Field("packets", "long", "packets (sampling-corrected)", "packets"),
         Field("bytes", "long", "bytes at layer 3 (sampling-corrected)", "bytes"),
         Field("duration_s", "double", "time_end - time_start", "s"),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )

@@ -4,7 +4,7 @@ every flow (Flow revision 4: dst_as_path, dst_communities, dst_large_communities
 bgp_next_hop) and the AS numbers ([routing] as_sources). Daily tables under
 `lake/reports/<table>/date=D/`, written by jobs/peering.py; the Peering dashboard reads them.
 """
-from .core import REPORT_DATE, REPORT_HOUR, Field, Record
+from .core import REPORT_COUNT_AT, REPORT_DATE, REPORT_HOUR, Field, Record
 from .reports import _DIRECTION, _VOLUMES
 
 # peering_traffic's dimensions
@@ -32,7 +32,7 @@ PEERING_TRAFFIC = Record(
         *_VOLUMES,
         Field("bytes_share", "double", "bytes / all bytes of the same hour, direction and dimension",
               "fraction 0..1"),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )
@@ -54,7 +54,7 @@ PEERING_CANDIDATES = Record(
         Field("peak_bps", "double", "highest five-minute average rate", "bit/s"),
         Field("peak_time", "timestamp_ms", "start of that five-minute interval (UTC)"),
         Field("bytes_share", "double", "bytes / all bytes sent through transit that day", "fraction 0..1"),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )
@@ -72,7 +72,7 @@ EXIT_PATHS = Record(
         Field("neighbour_as", "long", "first AS of the path"),
         *_VOLUMES,
         Field("bytes_share", "double", "bytes / all routed bytes of the same hour", "fraction 0..1"),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )

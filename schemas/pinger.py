@@ -1,7 +1,7 @@
 """Report tables of issue 26 owned by the PingER/behaviour jobs: pinger_matrix (region by
 region, PingER style), behaviour_classes (EVL tele-immersion flow classes per day) and
 behaviour_needs (per class: do the measured paths meet its latency/jitter needs)."""
-from .core import Field, Record, REPORT_DATE
+from .core import Field, Record, REPORT_COUNT_AT, REPORT_DATE
 
 PINGER_MATRIX = Record(
     name="pinger_matrix", namespace="flowlake.reports",
@@ -43,7 +43,7 @@ BEHAVIOUR_CLASSES = Record(
         Field("packets", "long", "packets", "packets"),
         Field("bytes", "long", "bytes", "bytes"),
         Field("hosts", "long", "distinct addresses (source or destination) taking part"),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )
@@ -74,7 +74,7 @@ BEHAVIOUR_NEEDS = Record(
         Field("meets_loss", "boolean", "loss_pct <= loss_need_pct", nullable=True),
         Field("meets", "boolean", "every stated need is met", nullable=True),
         Field("source", "string", "where the class's needs come from"),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )

@@ -1,5 +1,5 @@
 """Table `powerlaw_fits`: Clauset-Shalizi-Newman power-law fits of flow sizes."""
-from .core import Field, Record, REPORT_DATE, REPORT_HOUR
+from .core import Field, Record, REPORT_COUNT_AT, REPORT_DATE, REPORT_HOUR
 
 POWERLAW_FITS = Record(
     name="powerlaw_fits",
@@ -37,7 +37,7 @@ POWERLAW_FITS = Record(
               nullable=True),
         Field("insufficient", "boolean", "too few tail flows (or values) for a meaningful fit"),
         Field("reason", "string", "why the row is insufficient; empty otherwise"),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )

@@ -9,7 +9,7 @@ Shared conventions, true for every table here:
   record counts as one flow (as nfdump counts them).
 - `date` (YYYY-MM-DD, the partition `lake/reports/<table>/date=.../`) is last.
 """
-from .core import Field, Record, REPORT_DATE, REPORT_HOUR
+from .core import Field, Record, REPORT_COUNT_AT, REPORT_DATE, REPORT_HOUR
 
 DIRECTIONS = ("all", "inbound", "outbound", "internal", "transit")
 
@@ -45,7 +45,7 @@ TOP_TALKERS = Record(
         Field("share", "double", "this key's value of `metric` / total of `metric` in the same hour and direction", "fraction 0..1"),
         Field("rank_change", "int", "previous day's rank minus today's rank for the same hour, direction, by, metric and key "
               "(positive = climbed); null if not in the previous day's list or no previous report", nullable=True),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )
@@ -61,7 +61,7 @@ PROTOCOL_MIX = Record(
         Field("proto_name", "string", "protocol name (TCP, UDP, ICMP, ...; the number as text if unnamed)"),
         *_VOLUMES,
         *_SHARES,
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )
@@ -80,7 +80,7 @@ APP_MIX = Record(
         Field("app", "string", "application label (service name from the port map, or an other-* bucket)"),
         *_VOLUMES,
         *_SHARES,
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )
@@ -115,7 +115,7 @@ TRAFFIC_TS = Record(
         Field("p95_bps", "double", "95th percentile (nearest rank) of the 288 five-minute rates (daily only)", "bit/s", nullable=True),
         Field("peak_pps", "double", "largest 5-minute packet rate of the day (daily only)", "packet/s", nullable=True),
         Field("p95_pps", "double", "95th percentile (nearest rank) of the 288 five-minute packet rates (daily only)", "packet/s", nullable=True),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )
@@ -145,7 +145,7 @@ FLOW_SIZE_DIST = Record(
         Field("ccdf_bytes_y", "array_double", "P(bytes per flow >= x) at each ccdf_bytes_x", "fraction 0..1"),
         Field("ccdf_packets_x", "array_double", "CCDF abscissae for packets per flow (log-binned)", "packets"),
         Field("ccdf_packets_y", "array_double", "P(packets per flow >= x) at each ccdf_packets_x", "fraction 0..1"),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )

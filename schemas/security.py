@@ -3,7 +3,7 @@
 Written by jobs/scanners.py, jobs/fan_in.py and jobs/new_talkers.py under
 `lake/reports/<table>/date=YYYY-MM-DD/`; thresholds in flowlake.toml [security].
 """
-from .core import Field, Record, REPORT_DATE
+from .core import Field, Record, REPORT_COUNT_AT, REPORT_DATE
 
 _SEEN = (
     Field("first_seen", "timestamp_ms", "start of the earliest flow counted (UTC)"),
@@ -33,7 +33,7 @@ SCANNERS = Record(
         Field("sample_targets", "string", "up to [security] sample_size probed destinations, comma separated", address="list"),
         Field("sample_ports", "string", "up to sample_size probed ports, ascending, comma separated"),
         *_SEEN,
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
 )
 
@@ -56,7 +56,7 @@ FAN_IN = Record(
         Field("robust_z", "double", "(sources - median) / scale, see the table doc"),
         Field("sample_sources", "string", "up to sample_size sources, comma separated", address="list"),
         *_SEEN,
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
 )
 
@@ -70,7 +70,7 @@ DAILY_HOSTS = Record(
         Field("flows", "long", "flows with the address at either end", "flows"),
         Field("bytes", "long", "bytes of those flows", "bytes"),
         *_SEEN,
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
 )
 
@@ -87,6 +87,6 @@ NEW_TALKERS = Record(
         Field("peers", "long", "distinct addresses it exchanged flows with"),
         Field("history_days", "int", "previous days (of new_talker_days) that had flows to compare with"),
         *_SEEN,
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
 )

@@ -7,7 +7,7 @@ two days old): per interface the raw counters and their
 deltas since the previous poll (counter wraps undone; an agent restart, sysUpTime going
 back, gives null deltas and `reset` = true).
 """
-from .core import REPORT_DATE, REPORT_HOUR, Field, Record
+from .core import REPORT_COUNT_AT, REPORT_DATE, REPORT_HOUR, Field, Record
 
 # name in the lake, numeric OID of its IF-MIB column, counter width in bits
 COUNTERS = (
@@ -112,7 +112,7 @@ FLOW_COVERAGE = Record(
         Field("coverage", "double", "flow_bytes / counter_bytes; null when the counters saw nothing or cover "
                                     "less than 95 % of the hour (day): a partial hour would read too high", "ratio",
               nullable=True),
-        REPORT_DATE,
+        REPORT_COUNT_AT, REPORT_DATE,
     ),
     partition_by=("date",),
 )

@@ -173,6 +173,40 @@ def test_a_flow_entering_and_leaving_on_external_interfaces_counts_once_and_is_r
 
 
 @pytest.mark.integration
+def test_a_flow_that_never_crosses_the_boundary_counts_once_and_is_not_dropped(spark, tmp_path):
+    """Scanning between two internal hosts, seen only on internal interfaces (R1 ingress and
+    egress, and the core): no observation is external, so `boundary` keeps none of them; the
+    site's rule must not hide it from scanners/fan_in/top talkers' `internal` direction. It
+    counts once at its best point (as under `key`), beside an entering flow counted at its
+    boundary; the DuckDB twin keeps the same rows."""
+    import duckdb  # noqa: PLC0415  (only here)
+
+    inside = {"src_addr": "10.1.1.7", "dst_addr": "10.1.2.9", "src_port": 40000, "dst_port": 22,
+              "in_if_boundary": "internal", "out_if_boundary": "internal", "packets": 2, "bytes": 120}
+    rows = [_obs(),                                                         # entering: counts at R1
+            _obs(flow_direction=1),                                         # its egress record at R1
+            _obs(**inside, input_if=3, output_if=4),                        # R1 ingress, internal both sides
+            _obs(**inside, input_if=3, output_if=4, flow_direction=1),      # R1 egress of it
+            _obs(**{**inside, "packets": 0, "bytes": 0}, exporter="10.9.0.9", input_if=30, output_if=31,
+                 sampling_rate=10),                                         # the core, sampled: no packet
+            *[_obs(**{**inside, "dst_port": port}, exporter="10.9.0.9", input_if=30, output_if=31)
+              for port in (23, 25)]]                                        # two more probes, seen at the core only
+    df = frame(spark, pa.Table.from_pylist(rows), tmp_path, "inside")
+    want = [("10.9.0.1", 0, 22), ("10.9.0.1", 0, 50000), ("10.9.0.9", 0, 23), ("10.9.0.9", 0, 25)]
+    for rule in ("auto", "boundary", "key"):
+        got = count_once.count_once(df, rule, 60)
+        assert sorted((r["exporter"], r["flow_direction"], r["dst_port"]) for r in got.collect()) == want, rule
+        assert totals(got) == {"flows": 4, "packets": 106, "bytes": 100_360}, rule
+        con = duckdb.connect()
+        rel = count_once.duckdb_relation(con, f"read_parquet('{tmp_path / 'inside.parquet'}')")
+        twin = con.execute(f"SELECT exporter, flow_direction, dst_port FROM ({count_rule.duckdb_sql(rel, rule, 60)}) "
+                           "ORDER BY ALL").fetchall()
+        con.close()
+        assert twin == want, rule
+    assert totals(count_once.count_once(df, "all"))["flows"] == 7
+
+
+@pytest.mark.integration
 @pytest.mark.parametrize("rule", ["auto", "boundary", "key", "all"])
 def test_rules_equal_the_truth_on_the_modelled_border(spark, day, tmp_path, rule):
     truth, obs = day
