@@ -102,19 +102,7 @@ class FlowExport:
         self.topo.lab.note(open_window=None)
 
     def _behind(self, ctl: Path) -> int:
-        """Packets the kernel captured that softflowd has not read yet (0 if it cannot say)."""
-        res = sh(*in_ns(self.topo.client, "softflowctl", "-c", ctl, "statistics"), check=False, timeout=10)
-        stats = {}
-        for line in res.stdout.splitlines():
-            key, _, value = line.partition(":")
-            first = value.split()[0] if value.split() else ""
-            if first.isdigit():
-                stats[key.strip()] = int(first)
-        try:
-            read = stats["Packets processed"] + stats["Ignored packets"]
-            return max(0, stats["Packets received by libpcap"] - stats["Packets dropped by libpcap"] - read)
-        except KeyError:
-            return 0
+        return softflowd_backlog(self.topo.client, ctl)
 
     def flush(self, limit_s: float = 20.0) -> None:
         """Wait until softflowd has read every captured packet (on a busy host it lags by
@@ -153,3 +141,20 @@ class FlowExport:
     def stop(self) -> None:
         self.flush(limit_s=5.0)
         time.sleep(0.5)  # the relay passes the last export on before it is stopped
+
+
+def softflowd_backlog(ns: str, ctl: Path) -> int:
+    """Packets the kernel captured that the softflowd behind control socket `ctl` (in
+    namespace `ns`) has not read yet (0 if it cannot say)."""
+    res = sh(*in_ns(ns, "softflowctl", "-c", ctl, "statistics"), check=False, timeout=10)
+    stats = {}
+    for line in res.stdout.splitlines():
+        key, _, value = line.partition(":")
+        first = value.split()[0] if value.split() else ""
+        if first.isdigit():
+            stats[key.strip()] = int(first)
+    try:
+        read = stats["Packets processed"] + stats["Ignored packets"]
+        return max(0, stats["Packets received by libpcap"] - stats["Packets dropped by libpcap"] - read)
+    except KeyError:
+        return 0

@@ -50,7 +50,7 @@ import pytest
 
 import lake_sql
 from flowlake.base.ports import private_env
-from flowlake.collectors.lab.export import FILLER_FRAMES
+from flowlake.collectors.lab.export import FILLER_FRAMES, softflowd_backlog
 from flowlake.collectors.lab.netns import Namespaces, free_udp_port, in_ns, sh
 from needs import require
 
@@ -96,22 +96,6 @@ boundary = "internal"
     return path
 
 
-def _behind(ns: str, ctl: Path) -> int:
-    """Packets libpcap captured that softflowd has not read yet (0 if it cannot say)."""
-    res = sh(*in_ns(ns, "softflowctl", "-c", ctl, "statistics"), check=False, timeout=10)
-    stats = {}
-    for line in res.stdout.splitlines():
-        key, _, value = line.partition(":")
-        first = value.split()[0] if value.split() else ""
-        if first.isdigit():
-            stats[key.strip()] = int(first)
-    try:
-        return max(0, stats["Packets received by libpcap"] - stats["Packets dropped by libpcap"]
-                   - stats["Packets processed"] - stats["Ignored packets"])
-    except KeyError:
-        return 0
-
-
 def _dropped(ns: str, ctl: Path) -> int:
     res = sh(*in_ns(ns, "softflowctl", "-c", ctl, "statistics"), check=False, timeout=10)
     for line in res.stdout.splitlines():
@@ -126,12 +110,13 @@ def _flush(ns: str, dev: str, ctl: Path, limit_s: float = 30.0) -> None:
     hands packets over a block at a time, so non-IP filler frames (which softflowd ignores)
     push the transfer's last block through (as the lab's export does: collectors/lab/export.py)."""
     deadline, filled = time.time() + limit_s, 0
-    while _behind(ns, ctl) > filled and time.time() < deadline:
+    while softflowd_backlog(ns, ctl) > filled and time.time() < deadline:
         sh(*in_ns(ns, sys.executable, "-m", "flowlake.collectors.lab.endpoint", "filler", dev, FILLER_FRAMES),
            check=False, timeout=20)
         filled += FILLER_FRAMES
         time.sleep(0.2)
-    assert _behind(ns, ctl) <= filled, f"softflowd ({ctl.name}) did not read the transfer's packets in {limit_s:g} s"
+    assert softflowd_backlog(ns, ctl) <= filled, \
+        f"softflowd ({ctl.name}) did not read the transfer's packets in {limit_s:g} s"
     assert _dropped(ns, ctl) == 0, f"softflowd ({ctl.name}) lost packets: the proof would not hold"
     sh(*in_ns(ns, "softflowctl", "-c", ctl, "expire-all"), check=False, timeout=10)
 
