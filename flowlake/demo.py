@@ -17,7 +17,7 @@ import click
 
 from flowlake.base import config as _config
 
-from . import demo_attack, demo_sflow, demo_site, demo_snmp, stack, superset_cli
+from . import demo_attack, demo_sflow, demo_site, stack, superset_cli
 from .collectors import nfcapd
 from .pipelines import ingest
 
@@ -88,12 +88,6 @@ def finish(cfg, console, demo_dir, dates: list, no_superset: bool, before_supers
         res = subprocess.run([sys.executable, "-m", "flowlake.cli", "compact", "--date", d.isoformat()])
         if res.returncode != 0:
             raise click.ClickException(f"hour close (compaction and rollups) of {d} failed; see the log above")
-    if demo_snmp.applies(cfg):  # the interface_capacity job reads the counters
-        with console.status("SNMP: the routers' agents polled through the day"):
-            snmp = demo_snmp.run_day(cfg, dates[-1])
-        console.print("SNMP: " + (snmp["skipped"] if "skipped" in snmp else
-                                  f"{snmp['agents']} snmpd agents polled {snmp['polls']:,} times through {day} "
-                                  f"({snmp['errors']} failed) in {snmp['seconds']:.0f} s"))
     dns = demo_site.start_dns(cfg)  # the remote ends' names for remote_domains (their cache keeps them)
     try:
         res = subprocess.run([sys.executable, "-m", "flowlake.cli", "jobs", "run", "--date", day, "--no-warm"])
@@ -145,9 +139,7 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
        amplification in real time: its attack record and the mitigation's dry-run decision
     4. PingER-style pings and iperf3 throughput tests imported beside it (and two sFlow
        agents send to sfcapd in the background: flowlake/demo_sflow.py)
-    5. its hours closed (compacted, rolled up), the routers' SNMP counters through the day
-       (a real snmpd per router, flowlake's poller on the demo's clock: flowlake/demo_snmp.py),
-       and the daily report jobs for that day
+    5. its hours closed (compacted, rolled up) and the daily report jobs for that day
     6. Superset provisioned and started: open the printed URL
 
     Stop everything with `flowlake down`.

@@ -2,10 +2,7 @@
 net-snmp ships no MIB files, and numbers need none.
 
 Each column is a GETBULK walk that stops at the end of its subtree; an agent's columns are
-walked at once (one round trip's latency, not one per column). Answers are not looked up in
-pysnmp's MIB view (lookupMib=False): the numbers are all the poller uses, and the look-up of
-every variable took most of a poll's CPU (0.6 s for 9 columns of 5 interfaces; the bulk
-answers carry up to 50 rows each).
+walked at once (one round trip's latency, not one per column).
 """
 from __future__ import annotations
 
@@ -93,21 +90,21 @@ class Session:
 
         err, status, index, binds = await hl.get_cmd(
             self.engine, _auth(self.agent), await self._target(), hl.ContextData(),
-            *(hl.ObjectType(hl.ObjectIdentity(o)) for o in oids), lookupMib=False)
+            *(hl.ObjectType(hl.ObjectIdentity(o)) for o in oids))
         if err:
             raise SnmpError(_explain(self.agent, err))
         if status:
             raise SnmpError(f"{self.agent.describe()}: {status.prettyPrint()} at {oids[int(index) - 1] if index else '?'}")
         return [value for _, value in binds]
 
-    async def walk(self, oid: str, max_repetitions: int = 50) -> dict[int, object]:
+    async def walk(self, oid: str) -> dict[int, object]:
         """{ifIndex (last sub-identifier): value} of one table column."""
         from pysnmp.hlapi.v3arch import asyncio as hl  # noqa: PLC0415  (start-up: pysnmp)
 
         out = {}
         async for err, status, index, binds in hl.bulk_walk_cmd(
-                self.engine, _auth(self.agent), await self._target(), hl.ContextData(), 0, max_repetitions,
-                hl.ObjectType(hl.ObjectIdentity(oid)), lexicographicMode=False, lookupMib=False):
+                self.engine, _auth(self.agent), await self._target(), hl.ContextData(), 0, 50,
+                hl.ObjectType(hl.ObjectIdentity(oid)), lexicographicMode=False):
             if err:
                 raise SnmpError(_explain(self.agent, err))
             if status:
@@ -151,17 +148,12 @@ async def inventory(session: Session) -> Inventory:
     return out
 
 
-async def sample(session: Session, interfaces: int = 0) -> Sample:
-    """The counters; `interfaces`: how many the agent had at the last inventory (0: unknown).
-    Known, each column's GETBULK asks for that many rows and one more (the end of the column
-    in the same answer; a new interface costs one more round trip), not 50: an answer of 50
-    rows for a router of 5 interfaces was 90 % other columns, decoded and dropped."""
-    reps = min(50, interfaces + 1) if interfaces > 0 else 50
+async def sample(session: Session) -> Sample:
     (uptime,) = await session.get(SYS_UPTIME)
     if not _present(uptime):
         raise SnmpError(f"{session.agent.describe()}: no sysUpTime ({SYS_UPTIME})")
     out = Sample(sys_uptime_cs=int(uptime))
-    columns = await asyncio.gather(*(session.walk(oid, reps) for _name, oid, _bits in COUNTERS))
+    columns = await asyncio.gather(*(session.walk(oid) for _name, oid, _bits in COUNTERS))
     for (name, _oid, _bits), values in zip(COUNTERS, columns):
         for idx, value in values.items():
             if _present(value):

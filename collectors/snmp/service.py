@@ -48,7 +48,6 @@ class Poller:
         self.next_inventory: dict = {}
         self.last_inventory: dict = {}  # monotonic time of each exporter's last inventory poll
         self.next_seen = 0.0
-        self.clock = now_ms  # when a poll reads the counters (the demo's agents run on its modelled day's clock)
         self.add_agents(settings.agents(cfg))
 
     def add_agents(self, agents: dict) -> None:
@@ -80,12 +79,12 @@ class Poller:
         try:
             if inventory:
                 inv = await query.inventory(session)
-                entry.update(sys_name=inv.sys_name, interfaces=inv.interfaces, polled_ms=self.clock(), error="")
+                entry.update(sys_name=inv.sys_name, interfaces=inv.interfaces, polled_ms=now_ms(), error="")
                 st["last_inventory"] = store.iso(entry["polled_ms"])
                 st["interfaces"] = len(inv.interfaces)
             if counters:
-                sample = await query.sample(session, len(entry["interfaces"]))
-                cur = {"time_ms": self.clock(), "sys_uptime_cs": sample.sys_uptime_cs, "counters": sample.counters}
+                sample = await query.sample(session)
+                cur = {"time_ms": now_ms(), "sys_uptime_cs": sample.sys_uptime_cs, "counters": sample.counters}
                 rows = deltas.rows(self.prev.get(addr), cur)
                 for r in rows:
                     i = entry["interfaces"].get(r["if_index"], {})
