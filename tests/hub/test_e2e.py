@@ -316,7 +316,9 @@ def test_sampled_routers_land_scaled_per_sampler_and_unknown_rates_show(stack):
     p.routers = [model.Router(form, f"127.0.0.{90 + i}", 1.0, sampling=SamplingPlan(
         form, [Sampler(1, 1000), Sampler(2, 250)], change_at_ms=t0 + 300_000, change_sampler=1, change_rate=500,
         announce=announce)) for i, (form, announce) in enumerate(forms)]
-    doc = api.generate_day(("127.0.0.1", stack["port"]), start, 600, 1500, "ipfix", params=p, seed=11, max_rate=50_000)
+    # 5,000 flows/s: the test is about rates per sampler, not burst capacity (at 50,000/s, on the
+    # two-worker suite's loaded box, datagrams and sampler options were lost in socket buffers)
+    doc = api.generate_day(("127.0.0.1", stack["port"]), start, 600, 1500, "ipfix", params=p, seed=11, max_rate=5_000)
     want = {}
     for e in doc["exporters"]:
         for rate, v in e["by_rate"].items():
