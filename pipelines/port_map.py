@@ -61,7 +61,7 @@ def _protos(text: str, where: str) -> tuple[int, ...]:
     low = text.lower()
     if low in PROTOS:
         return PROTOS[low]
-    if low.isdigit() and 0 <= int(low) <= 255:
+    if low.isascii() and low.isdigit() and 0 <= int(low) <= 255:  # str.isdigit() also takes '²', int() does not
         return (int(low),)
     raise PortMapError(f"{where}: field proto: {text!r} is not tcp, udp, sctp, any or a protocol number 0-255")
 
