@@ -42,7 +42,7 @@ check: setup
 	echo "make check: $$(( $$(date +%s) - start )) s (set-up excluded)"; exit $$rc
 
 test: setup lint lint-imports
-	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --junitxml=test-output/junit.xml $(PYTEST_ARGS)
 
 # The unit tier alone (what make check runs after the linters).
 test-unit: setup

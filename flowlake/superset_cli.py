@@ -290,13 +290,44 @@ ALL_CHARTS_SETTLED = """() => {
 }"""
 
 
-def browser_login(page, creds: dict) -> None:
-    """Log in through Superset's login page (Playwright page)."""
-    page.goto(creds["url"] + "/login/")
-    page.fill('[data-test="username-input"]', creds["username"])
-    page.fill('[data-test="password-input"]', creds["password"])
-    page.click('[data-test="login-button"]')
-    page.wait_for_url(lambda u: "/login" not in u, timeout=60_000)
+def browser_login(page, creds: dict, attempts: int = 3) -> None:
+    """Log in through Superset's login page (Playwright page).
+
+    A login that does not leave the login page within a minute is tried again from a
+    fresh login page (a loaded box once left the form unsubmitted: no navigation, no
+    message); after `attempts` the error names what the page and the login POST showed."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout  # noqa: PLC0415  (optional: Playwright)
+
+    seen, posts = [], []
+
+    def on_response(r) -> None:
+        if r.request.method == "POST" and "/login" in r.url:
+            posts.append(r.status)
+
+    for attempt in range(1, attempts + 1):
+        posts.clear()
+        page.on("response", on_response)
+        try:
+            page.goto(creds["url"] + "/login/")
+            if "/login" not in page.url:
+                return  # already logged in: the login page sent us on
+            page.fill('[data-test="username-input"]', creds["username"])
+            page.fill('[data-test="password-input"]', creds["password"])
+            page.click('[data-test="login-button"]')
+            # "commit": the next page's response arrived; its scripts may still load.
+            page.wait_for_url(lambda u: "/login" not in u, timeout=60_000, wait_until="commit")
+            return
+        except PlaywrightTimeout:
+            shown = page.evaluate("() => Array.from(document.querySelectorAll("
+                                  "'[role=alert], .ant-form-item-explain, .ant-message')"
+                                  ").map(e => e.innerText.trim()).filter(Boolean).join(' | ')")
+            seen.append(f"attempt {attempt}: still at {page.url}; login POSTs answered "
+                        f"{posts or 'none'}; page shows {shown or 'no message'}")
+            log.warning("superset browser login: %s", seen[-1])
+        finally:
+            page.remove_listener("response", on_response)
+    raise RuntimeError(f"could not log in to Superset at {creds['url']} as {creds['username']!r}: "
+                       + "; ".join(seen))
 
 
 def warm(cfg, timeout_s: float = 180) -> dict:

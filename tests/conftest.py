@@ -8,6 +8,7 @@ Tiers: a test without an `integration`, `e2e`, `browser` or `root` marker is mar
 tests/_tier_guard/flowlake_tier_guard.py. `make check` runs `-m "unit and not slow"`."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -77,22 +78,33 @@ SHARED = {
     "superset": ("tests/hub/test_superset.py", "tests/hub/test_superset_browser.py",
                  "tests/hub/test_superset_delta.py", "tests/hub/test_superset_swap.py"),
 }
-# A test's weight by its markers (slow: over ~30 s alone): the heaviest groups go first so
-# the short ones fill the end of the run.
+# A group's weight: the seconds its modules took in a whole run (tests/durations.json,
+# scripts/test_durations.py writes it from make test's JUnit report); a module not listed
+# there (new) is estimated from its tests' markers (slow: over ~30 s alone). xdist runs
+# with --no-loadscope-reorder (Makefile): its default hands out the groups with the most
+# tests first, which put few-but-long modules (test_faults) last, as the run's tail.
 _WEIGHT = {"slow": 30, "root": 10, "e2e": 10, "browser": 10, "integration": 3}
+_DURATIONS = Path(__file__).with_name("durations.json")
 
 
 def _parallel_groups(items) -> None:
     module_group = {m: g for g, modules in SHARED.items() for m in modules}
-    weight: dict[str, int] = {}
+    measured = json.loads(_DURATIONS.read_text()) if _DURATIONS.is_file() else {}
+    weight: dict[str, float] = {}
     first: dict[str, int] = {}
+    counted: set[str] = set()
     groups = []
     for i, item in enumerate(items):
         module = item.nodeid.split("::", 1)[0]
         group = module_group.get(module, module)
         groups.append(group)
-        names = {m.name for m in item.iter_markers()}
-        weight[group] = weight.get(group, 0) + max((_WEIGHT.get(n, 0) for n in names), default=0)
+        if module in measured:
+            estimate = 0.0 if module in counted else measured[module]  # a module's figure, once
+            counted.add(module)
+        else:
+            names = {m.name for m in item.iter_markers()}
+            estimate = max((_WEIGHT.get(n, 0) for n in names), default=0.1)
+        weight[group] = weight.get(group, 0.0) + estimate
         first.setdefault(group, i)
         item.add_marker(pytest.mark.xdist_group(group))
     # the same order in every worker (xdist checks that the collections agree); a shared

@@ -723,7 +723,7 @@ def _drop_sample(seq: int, reason: int, frame: bytes, *, inp: int = 5, out: int 
     return struct.pack("!II", 5, len(body)) + body
 
 
-def test_discarded_packet_samples_land_once_across_restarts(kafka, cfg, tmp_path):
+def test_discarded_packet_samples_land_once_across_restarts(kafka, spark, cfg, tmp_path):
     """Discarded packet samples (sFlow drop notifications, 0:5), which sfcapd 1.7.1 skips,
     sent to the real sfcapd and sFlow tap: the tap writes each readable one as a flow record
     into nfcapd files of its own in the spool (sflow-drops/), the real shipper ships them
@@ -734,7 +734,8 @@ def test_discarded_packet_samples_land_once_across_restarts(kafka, cfg, tmp_path
     output_if 0, forwarding_status 128 + the mapped reason. The tap restarts between the
     datagrams and the shipper runs three times: no row twice. A truncated sample and one
     whose header is MPLS are counted per agent with their reasons; the flow sample in the
-    same datagram lands as before."""
+    same datagram lands as before. Then the real Spark ingest, run twice, lands each in the
+    lake (the Delta table flows) once, with the fields the topic held."""
     from scapy.all import ICMP, IP, TCP, UDP, Dot1Q, Ether, IPv6, Raw, raw  # noqa: PLC0415  (scapy's import is slow)
     from test_shipper import consume, decode  # noqa: PLC0415  (only this test)
 
@@ -813,3 +814,32 @@ def test_discarded_packet_samples_land_once_across_restarts(kafka, cfg, tmp_path
     # nothing else lost: the flow sample beside the bad ones is sfcapd's row, as ever
     assert [(r["src_addr"], r["packets"], r["forwarding_status"]) for r in rows
             if r["source_file"].startswith(f"{sfcapd.SUBDIR}/")] == [("10.9.0.9", 7, None)], rows
+
+    # the lake: what the ingest made of the topic, twice run (the second finds nothing new)
+    from flowlake.pipelines import ingest  # noqa: PLC0415  (Spark: only this test)
+
+    for _ in range(2):
+        ingest.run(cfg, once=True)
+    lake = sorted(_lake_rows(cfg, agent), key=lambda r: (r["source_file"], r["file_seq"]))
+    lake_drops = [r for r in lake if r["source_file"].startswith(f"{sfcapd.DROPS_SUBDIR}/")]
+    fields = ("source_file", "file_seq", "exporter", "input_if", "output_if", "forwarding_status", "src_addr",
+              "dst_addr", "proto", "src_port", "dst_port", "tcp_flags", "tos", "src_vlan", "sampling_rate",
+              "packets", "bytes")
+    assert [{k: r[k] for k in fields} for r in lake_drops] == [{k: r[k] for k in fields} for r in drops], lake_drops
+    assert [(r["src_addr"], r["packets"]) for r in lake if r["source_file"].startswith(f"{sfcapd.SUBDIR}/")] == [
+        ("10.9.0.9", 7)], lake
+
+
+def _lake_rows(cfg, exporter: str) -> list[dict]:
+    """This exporter's rows of the lake's flows table (Delta: its current version), via DuckDB."""
+    import duckdb  # noqa: PLC0415
+
+    from flowlake.base import delta  # noqa: PLC0415
+
+    con = duckdb.connect()
+    try:
+        delta.duckdb_load_delta(con)
+        return con.execute(f"select * from delta_scan('{cfg.lake}/flows') where exporter = ?",
+                           [exporter]).fetch_arrow_table().to_pylist()
+    finally:
+        con.close()
