@@ -4,7 +4,9 @@ so the Collection dashboard's sFlow charts (lake/sflow_agent_health, written by 
 tap) and the agents' interface counters have data. Their flow samples are an hour of the
 traffic model up to now (collectors/traffic/sflow.py), sampled 1:256 and 1:1024; they land
 in lake/flows as today's flows of exporters 10.255.0.1 and 10.255.0.2 (the modelled day's
-reports do not read them)."""
+reports do not read them). One sampled flow in DROP_EVERY is also reported discarded (sFlow
+drop notifications: ACL, TTL, policer): the tap's drop records, in `flowlake status` ("sFlow
+drop samples") and in the lake as flows with forwarding_status 129/137/138."""
 from __future__ import annotations
 
 import threading
@@ -14,6 +16,7 @@ AGENTS = (("10.255.0.1", 0, 256), ("10.255.0.2", 1, 1024))  # address, sub-agent
 PORTS = (49, 1, 2, 3, 4)  # uplink first, then four access ports
 SECONDS = 90.0            # spread over the demo's steps 4-5 (they take longer)
 FLOWS = 6000
+DROP_EVERY = 10           # of the sampled flows, one in 10 also a discarded packet sample (~40 in a demo)
 
 
 class Sender:
@@ -40,7 +43,7 @@ class Sender:
         target = (c.bind if c.bind not in ("0.0.0.0", "::") else "127.0.0.1", int(c.sflow_port))
         now_ms = int(time.time() * 1000)
         flows, _ = model.generate(api.params_for("ipfix", self.cfg), now_ms - 3_600_000, 3_600_000, FLOWS, seed=35)
-        agents = [encoder.Agent(a, sub, rate, PORTS) for a, sub, rate in AGENTS]
+        agents = [encoder.Agent(a, sub, rate, PORTS, drop_every=DROP_EVERY) for a, sub, rate in AGENTS]
 
         def run():
             self.sent = encoder.send(target, agents, flows, SECONDS, stop=self.stop)
@@ -67,6 +70,7 @@ class Sender:
             self.console.print("[yellow]sFlow: no agent health rows written after the sending (see "
                                "`flowlake status`, sflow-tap)")
         got = {a: f"{s['datagrams']:,} datagrams, {s['flow_samples']:,} flow samples, "
-                  f"{s['counter_samples']:,} counter samples" for a, s in self.sent.items()}
+                  f"{s['discard_samples']:,} discarded packet samples, {s['counter_samples']:,} counter samples"
+               for a, s in self.sent.items()}
         for agent, text in got.items():
             self.console.print(f"sFlow agent {agent}: {text}")

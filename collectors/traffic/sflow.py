@@ -2,9 +2,12 @@
 (a raw packet header record: the packet's first bytes, as `gaps.frame_of` builds them, with
 the frame length of the flow's mean packet), each flow sampled 1 in `rate` of its packets
 (binomial), and every agent port reports generic interface counters that add up exactly
-what its samples stand for (rate x frame length per sample). Sent as datagrams to sfcapd's
-port, they go where a switch's sFlow goes: sfcapd's files, the sFlow tap's counters and
-agent health (`flowlake demo` uses it, flowlake/demo_sflow.py)."""
+what its samples stand for (rate x frame length per sample). An agent given `drop_every`
+also reports every drop_every-th sampled flow's packet as discarded (a discarded packet
+sample, sFlow drop notifications 0:5, with reasons in turn from DROP_REASONS), as a switch
+whose ACLs, TTL checks and policers drop some packets does. Sent as datagrams to sfcapd's
+port, they go where a switch's sFlow goes: sfcapd's files, the sFlow tap's counters, drop
+records and agent health (`flowlake demo` uses it, flowlake/demo_sflow.py)."""
 from __future__ import annotations
 
 import ipaddress
@@ -20,6 +23,9 @@ from .gaps import frame_of
 ETH_FCS = 4  # frame_length counts the FCS; the sampled header has it stripped
 IF_SPEED_BPS = 10_000_000_000
 MAX_SAMPLES_PER_FLOW = 20  # a bulk flow sampled 1:N still has thousands: a demo's datagrams stay few
+# sFlow drop reasons (sFlow drop notifications, drop_reason): acl, ttl_exceeded, rate_limit;
+# the tap maps them to forwarding_status 129 ACL deny, 137 bad TTL, 138 policer
+DROP_REASONS = (258, 257, 261)
 
 
 def datagram(agent: str, sub_agent: int, seq: int, uptime_ms: int, samples: list[bytes]) -> bytes:
@@ -39,6 +45,19 @@ def flow_sample(seq: int, source_index: int, rate: int, pool: int, in_if: int, o
     return struct.pack(">II", 1, len(body)) + body
 
 
+def discard_sample(seq: int, source_index: int, in_if: int, reason: int, frame: bytes, frame_length: int,
+                   drops: int = 0, out_if: int = 0, header_protocol: int = 1) -> bytes:
+    """A discarded packet sample (format 0:5, sFlow drop notifications) with one raw packet
+    header record: header_protocol 1 Ethernet (frame_length counts the FCS), 11 IPv4, 12 IPv6;
+    drops: notifications the agent could not send since its last."""
+    pad = frame + b"\0" * (-len(frame) % 4)
+    fcs = ETH_FCS if header_protocol == 1 else 0
+    rec = struct.pack(">IIII", header_protocol, frame_length, fcs, len(frame)) + pad
+    body = (struct.pack(">8I", seq, 0, source_index, drops, in_if, out_if, reason, 1)
+            + struct.pack(">II", 1, len(rec)) + rec)
+    return struct.pack(">II", 5, len(body)) + body
+
+
 def counter_sample(seq: int, if_index: int, c: list[int], speed_bps: int = IF_SPEED_BPS) -> bytes:
     """A counter sample (format 0:2) with a generic interface counters record (0:1):
     c = [in_octets, in_ucast_pkts, out_octets, out_ucast_pkts]; the port is up."""
@@ -56,8 +75,11 @@ class Agent:
     sub_agent: int
     rate: int
     ports: tuple[int, ...]
+    drop_every: int = 0  # every drop_every-th sampled flow also one discarded packet sample (0: none)
     seq: int = 0
     samples: int = 0
+    discards: int = 0
+    sampled_flows: int = 0
     pool: int = 0
     counters: dict[int, list[int]] = field(default_factory=dict)
 
@@ -76,6 +98,13 @@ class Agent:
             frame_length = max(int(fl["bytes"]) // max(int(fl["packets"]), 1), 40) + l2 + ETH_FCS
             side = lan[int(fl["dst_port"]) % len(lan)]
             in_if, out_if = (self.ports[0], side) if fl["inbound"] else (side, self.ports[0])
+            self.sampled_flows += 1
+            if self.drop_every and self.sampled_flows % self.drop_every == 0:
+                self.samples += 1
+                self.discards += 1
+                out.append(discard_sample(self.samples, self.ports[0], in_if,
+                                          DROP_REASONS[self.discards % len(DROP_REASONS)], frame[:128],
+                                          frame_length))
             for _ in range(int(n)):
                 self.samples += 1
                 self.pool += self.rate
@@ -108,14 +137,15 @@ def send(target: tuple[str, int], agents: list[Agent], flows: np.ndarray, second
     """Spread the agents' samples of these flows over `seconds` of real time (flows split
     among the agents round robin), with every agent's counter samples every
     counter_every_s and once more at the end (then every port's counters hold all its
-    samples); returns per agent: datagrams, flow and counter samples. stop: an Event that
-    ends the sending early."""
+    samples); returns per agent: datagrams, flow, discarded packet and counter samples.
+    stop: an Event that ends the sending early."""
     rng = np.random.default_rng(seed)
     s = socket.socket(socket.AF_INET6 if ":" in target[0] else socket.AF_INET, socket.SOCK_DGRAM)
     boot = time.monotonic() - 3600  # the agents booted an hour ago
     steps = max(1, int(seconds))
     chunks = np.array_split(flows, steps)
-    sent = {a.address: {"datagrams": 0, "flow_samples": 0, "counter_samples": 0} for a in agents}
+    sent = {a.address: {"datagrams": 0, "flow_samples": 0, "discard_samples": 0, "counter_samples": 0}
+            for a in agents}
     t0, next_counters = time.monotonic(), 0.0
     try:
         for step, chunk in enumerate(chunks):
@@ -123,8 +153,10 @@ def send(target: tuple[str, int], agents: list[Agent], flows: np.ndarray, second
                 break
             for i, a in enumerate(agents):
                 uptime = int((time.monotonic() - boot) * 1000)
+                discards = a.discards
                 samples = a.flow_samples(chunk[i::len(agents)], rng)
-                sent[a.address]["flow_samples"] += len(samples)
+                sent[a.address]["discard_samples"] += a.discards - discards
+                sent[a.address]["flow_samples"] += len(samples) - (a.discards - discards)
                 if step * 1.0 >= next_counters:
                     counters = a.counter_samples()
                     sent[a.address]["counter_samples"] += len(counters)

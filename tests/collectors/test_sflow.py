@@ -715,12 +715,12 @@ def test_traffic_model_sflow_agents(sflow, tmp_path):
 
 def _drop_sample(seq: int, reason: int, frame: bytes, *, inp: int = 5, out: int = 0, header_protocol: int = 1,
                  drops: int = 0) -> bytes:
-    """A discarded packet sample (0:5) with one raw packet header record."""
-    pad = frame + b"\x00" * (-len(frame) % 4)
-    fcs = 4 if header_protocol == 1 else 0
-    rec = struct.pack("!IIII", header_protocol, len(frame) + fcs, 4, len(frame)) + pad
-    body = struct.pack("!8I", seq, 0, inp, drops, inp, out, reason, 1) + struct.pack("!II", 1, len(rec)) + rec
-    return struct.pack("!II", 5, len(body)) + body
+    """A discarded packet sample (0:5) with one raw packet header record: the whole frame."""
+    from flowlake.collectors.traffic import sflow as encoder  # noqa: PLC0415  (numpy: only when a test runs)
+
+    fcs = encoder.ETH_FCS if header_protocol == 1 else 0
+    return encoder.discard_sample(seq, inp, inp, reason, frame, len(frame) + fcs, drops=drops, out_if=out,
+                                  header_protocol=header_protocol)
 
 
 def test_discarded_packet_samples_land_once_across_restarts(kafka, spark, cfg, tmp_path):

@@ -2,7 +2,9 @@
 stack's real sfcapd and sFlow tap, as `flowlake demo` starts them, they fill what the
 Collection dashboard's sFlow charts read (lake/sflow_agent_health: both agents, their
 datagrams, samples per second, sampling rates) and land as sfcapd flow records of both
-agents; the sender's wait() returns once the tap's rows of the sending are in the lake."""
+agents; their discarded packet samples become the tap's drop records (status "sFlow drop
+samples", shipped from the spool's sflow-drops/); the sender's wait() returns once the tap's
+rows of the sending are in the lake."""
 from __future__ import annotations
 
 import pyarrow.parquet as pq
@@ -45,5 +47,10 @@ def test_demo_sflow_agents_fill_the_collection_charts(tmp_path, monkeypatch):
         assert any(r["samples_per_s"] > 0 for r in mine)
     state = sfcapd.tap_status(cfg)["agents"]
     assert {k.split("/")[0] for k in state} == set(agents), state
+    for key, a in state.items():  # every discarded packet sample sent became a drop record
+        sent = sender.sent[key.split("/")[0]]
+        assert a["discard_samples"] == a["drop_records"] == sent["discard_samples"] > 0, (key, a, sent)
+        assert not a.get("bad"), a
+    assert sfcapd.drops_usage(cfg)["records"] == sum(s["discard_samples"] for s in sender.sent.values())
     out = (tmp_path / "out.txt").read_text()
     assert all(f"sFlow agent {a}:" in out for a in agents), out

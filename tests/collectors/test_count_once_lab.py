@@ -1,16 +1,4 @@
-"""DRAFT, NOT YET RUN TO THE END (named so pytest does not collect it): rename to
-test_count_once_lab.py once it passes on an idle box. On the loaded box it was written on,
-`flowlake up` timed out waiting for Kafka (load average 22 on 2 cores, at idle priority), and
-a run of the namespace half without the stack showed softflowd holding the transfer's packets
-in its capture ring until filler frames pushed them through (hence _flush) before that run was
-cut off; no flow of it reached the lake yet. Second attempt (2026-11-28 18:30 UTC): not
-started, the box at load average 55-70 (a full suite and other helpers' stacks) gave an
-idle-priority pytest ~1-2 CPU-seconds a minute (the spark fixture alone took 1053 s to set up). Fixed on
-reading, before any run: one export address per capture instead of per router (see below);
-with one per router `--count-at key` would have counted R1's two captures, twice the transfer.
-When it runs: rename, keep markers integration + root, add e2e and slow (a whole stack).
-
-Issue 34's lab proof: one flow, counted once, through a chain of two real routers.
+"""Issue 34's lab proof: one flow, counted once, through a chain of two real routers.
 
 Network namespaces client - R1 - R2 - server, forwarding in R1 and R2. Both routers export
 with softflowd on each of their two interfaces (so every packet is reported at four points:
@@ -54,7 +42,7 @@ from flowlake.collectors.lab.export import FILLER_FRAMES, softflowd_backlog
 from flowlake.collectors.lab.netns import Namespaces, free_udp_port, in_ns, sh
 from needs import require
 
-pytestmark = [pytest.mark.integration, pytest.mark.root]  # network namespaces
+pytestmark = [pytest.mark.integration, pytest.mark.root, pytest.mark.e2e, pytest.mark.slow]  # netns, a whole stack
 FLOWLAKE = [sys.executable, "-m", "flowlake.cli"]
 CLIENT, SERVER = "10.34.1.1", "10.34.3.2"
 PORT = 5201
@@ -161,8 +149,9 @@ def border_lab(tmp_path_factory):
             ctls.append((ns, dev, ctl))
         server = lab.spawn(s, "iperf3", "-s", "-1", "-B", SERVER, "-p", PORT)
         time.sleep(1)
-        # paced: four softflowd on a shared 2-core box read every packet
-        client = sh(*in_ns(c, "iperf3", "-c", SERVER, "-p", PORT, "-n", TRANSFER, "-b", "40M", "-J"), timeout=120)
+        # paced (16 Mbit/s, ~8 s): four softflowd on a shared 2-core box read every packet (at 40 Mbit/s
+        # beside a whole suite, at idle CPU priority, libpcap dropped a few)
+        client = sh(*in_ns(c, "iperf3", "-c", SERVER, "-p", PORT, "-n", TRANSFER, "-b", "16M", "-J"), timeout=120)
         sent = json.loads(client.stdout)["end"]["sum_sent"]["bytes"]
         lab.stop(server)
         for ns, dev, ctl in ctls:
@@ -205,7 +194,7 @@ def _query(lab: dict, rule: str) -> tuple[int, int, str]:
     return sum(r["bytes"] for r in records), sum(r["packets"] for r in records), res.stderr
 
 
-def test_each_rule_counts_the_transfer_once_and_all_counts_every_point(border_lab):
+def test_each_rule_counts_the_transfer_once_and_all_counts_every_point(border_lab, figure):
     landed = _landed(border_lab)
     want = {(address, index) for address, (_, index, _, _) in zip(border_lab["exporters"], CAPTURES, strict=True)}
     assert {(e, i) for e, i, *_ in landed} == want, landed
@@ -223,6 +212,8 @@ def test_each_rule_counts_the_transfer_once_and_all_counts_every_point(border_la
             f"--count-at {rule}: {payload[rule]} bytes of payload ({counted[rule][0]} at layer 3, "
             f"{counted[rule][1]} packets) against iperf3's {sent}")
     factor = payload["all"] / payload["boundary"]
+    figure(f"count-once lab: iperf3 sent {sent:,} B; payload counted: boundary {payload['boundary']:,}, "
+           f"key {payload['key']:,}, all {payload['all']:,} ({factor:.3f}x, {POINTS} observation points)")
     assert factor == pytest.approx(POINTS, rel=0.01), (
         f"--count-at all counted {factor:.3f}x the transfer; the lab has {POINTS} observation points "
         "(R1 and R2, each exporting on both interfaces)")
