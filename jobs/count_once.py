@@ -88,7 +88,8 @@ def exporter_exports(flows: DataFrame) -> DataFrame:
 
 def _with_columns(flows: DataFrame, names) -> DataFrame:
     """Lake days from before enrichment or revision 3 lack these columns: null, as a reader sees them."""
-    types = {"in_if_boundary": "string", "out_if_boundary": "string", "flow_direction": "int"}
+    types = {"in_if_boundary": "string", "out_if_boundary": "string", "flow_direction": "int",
+             "source_file": "string", "file_seq": "long"}
     for n in names:
         if n not in flows.columns:
             flows = flows.withColumn(n, F.lit(None).cast(types[n]))
@@ -98,7 +99,7 @@ def _with_columns(flows: DataFrame, names) -> DataFrame:
 def observed(flows: DataFrame, window_seconds: float = DEFAULT_WINDOW_SECONDS) -> DataFrame:
     """flows + CLASSIFIED, KEPT_BY_BOUNDARY, CLUSTER (the flow within its key), POINTS (its
     observation points) and the ranking columns the rules use."""
-    flows = _with_columns(flows, ("in_if_boundary", "out_if_boundary", "flow_direction"))
+    flows = _with_columns(flows, ("in_if_boundary", "out_if_boundary", "flow_direction", "source_file", "file_seq"))
     window_ms = int(round(window_seconds * 1000))
     exp = exporter_exports(flows).select("exporter", F.col("ingress").alias("_co_ingress_exp"))
     df = flows.join(F.broadcast(exp), "exporter", "left")
@@ -108,7 +109,11 @@ def observed(flows: DataFrame, window_seconds: float = DEFAULT_WINDOW_SECONDS) -
           .withColumn(KEPT_BY_BOUNDARY, (ext_in | ext_out)
                       & (_ingress() | (F.coalesce(F.col("_co_ingress_exp"), F.lit(0)) == 0))))
     start, end = F.unix_millis(F.col("time_start")), F.unix_millis(F.col("time_end"))
-    by_key = Window.partitionBy(*KEY).orderBy(start, end, "exporter")
+    # a total order (a lake row is one (source_file, file_seq)): the two windows below each
+    # sort, and with ties they may order two observations of equal times differently, which
+    # split one flow into two clusters, counted twice (found in DuckDB with threads)
+    by_key = Window.partitionBy(*KEY).orderBy(start, end, "exporter", F.coalesce(F.col("flow_direction"), F.lit(0)),
+                                              "source_file", "file_seq")
     prev_end = F.max(end).over(by_key.rowsBetween(Window.unboundedPreceding, -1))
     new = (prev_end.isNull() | (start > prev_end + F.lit(window_ms))).cast("long")
     df = df.withColumn("_co_new", new).withColumn(

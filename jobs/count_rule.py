@@ -89,7 +89,10 @@ def duckdb_sql(relation: str, rule: str, window_seconds: float = DEFAULT_WINDOW_
         return f"SELECT * FROM {relation}{where}"
     w = int(round(window_seconds * 1000))
     key = ", ".join(KEY)
-    by_key = f"PARTITION BY {key} ORDER BY _co_s, _co_e, exporter"
+    # a total order (a lake row is one (source_file, file_seq)): co_p and co_c sort apart, and
+    # with ties DuckDB's threads ordered two observations of equal times differently in each,
+    # splitting one flow into two clusters (counted twice)
+    by_key = f"PARTITION BY {key} ORDER BY _co_s, _co_e, exporter, _co_d, source_file, file_seq"
     point = f"PARTITION BY {key}, _co_cl, exporter, _co_d"
     cand = "TRUE" if rule == "key" else "_co_cand"
     first = f"(NOT {cand}), " + ("" if rule == "key" else "(NOT _co_cls), ")
@@ -136,7 +139,8 @@ def duckdb_relation(con, relation: str) -> str:
 def with_rule_columns(relation: str, have) -> str:
     """`relation` (whose columns are `have`) with the rule's columns it lacks as NULL."""
     missing = [f"CAST(NULL AS {t}) AS {c}" for c, t in (("in_if_boundary", "VARCHAR"), ("out_if_boundary", "VARCHAR"),
-                                                        ("flow_direction", "INTEGER")) if c not in have]
+                                                        ("flow_direction", "INTEGER"), ("source_file", "VARCHAR"),
+                                                        ("file_seq", "BIGINT")) if c not in have]
     return f"(SELECT *, {', '.join(missing)} FROM {relation})" if missing else relation
 
 
