@@ -211,8 +211,8 @@ def counted_files(ctx) -> list[str] | None:
     date=D/hour=N) written once per run by DuckDB (count_rule.duckdb_sql, held equal to the
     Spark rule): what the local engines (Go top-talkers kernel, DuckDB) and, on this machine,
     the Spark jobs read. None for `all` (the lake's files as they are) and when the reports
-    run on a cluster. DuckDB's memory for the pass is `[site] dedup_memory_mb` (it spills
-    beyond, under $FLOWLAKE_HOME/tmp/duckdb)."""
+    run on a cluster. DuckDB's memory for the pass is `[site] dedup_memory_mb`; a day
+    larger than it allows is counted in passes over flow-key buckets (count_rule.counted_parquet)."""
     from flowlake.pipelines import duck  # noqa: PLC0415  (DuckDB: only for the local engines)
 
     from . import engines  # noqa: PLC0415  (cycle-free, light)

@@ -74,7 +74,7 @@ _SQL_HELPERS = ("_co_ib", "_co_ob", "_co_ing", "_co_s", "_co_e", "_co_d", "_co_r
 
 
 def duckdb_sql(relation: str, rule: str, window_seconds: float = DEFAULT_WINDOW_SECONDS,
-               key_filter: str | None = None) -> str:
+               key_filter: str | None = None, exporters: str | None = None) -> str:
     """The rows of `relation` (a DuckDB table expression with the lake's flow columns) that
     `rule` counts, as a query with the relation's own columns: count_once() in SQL, held
     equal to it row for row by tests/jobs/test_count_once.py.
@@ -82,7 +82,8 @@ def duckdb_sql(relation: str, rule: str, window_seconds: float = DEFAULT_WINDOW_
     `key_filter`: a condition on KEY's columns only (a query's `host`, `port`, `proto`),
     applied before the matching, so the windows sort only the keys asked about. Exact: the
     rule matches observations within a key, and reads one thing across keys, whether an
-    exporter exports ingress records, which comes from every row of `relation`."""
+    exporter exports ingress records, which comes from every row of `relation` (or of
+    `exporters`, the whole day, when `relation` holds only some keys' rows)."""
     rule = check_rule(rule)
     where = f" WHERE {key_filter}" if key_filter else ""
     if rule == "all":
@@ -109,7 +110,7 @@ def duckdb_sql(relation: str, rule: str, window_seconds: float = DEFAULT_WINDOW_
                               ELSE sampling_rate END AS _co_rate
                   FROM {relation}{where}),
     co_x AS (SELECT exporter, max((flow_direction IS NULL OR flow_direction = 0)::INTEGER) AS _co_ing_exp
-             FROM {relation} GROUP BY exporter),
+             FROM {exporters or relation} GROUP BY exporter),
     co_g AS (SELECT co_f.*, co_x._co_ing_exp, (_co_ib <> '' OR _co_ob <> '') AS _co_cls,
                     ((_co_ib = 'external' OR _co_ob = 'external')
                      AND (_co_ing OR coalesce(co_x._co_ing_exp, 0) = 0)) AS _co_kb
@@ -144,18 +145,82 @@ def with_rule_columns(relation: str, have) -> str:
     return f"(SELECT *, {', '.join(missing)} FROM {relation})" if missing else relation
 
 
-def counted_parquet(con, files: list[str], cfg, out_dir) -> list[str]:
+# DuckDB's window operators keep a partition's rows in memory (they do not spill): a
+# 10M-observation day peaked at 4.7 GB unbounded, about 0.47 GB per million; a pass takes
+# half that density (a million observations per GiB of its memory limit) as its margin
+ROWS_PER_GIB = 1_000_000
+_UNITS = {"": 1, "b": 1, "bytes": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def memory_limit_bytes(con) -> float:
+    """DuckDB's memory_limit on `con` ('12.4 GiB', '1000.0 MiB', ...) in bytes."""
+    text = con.execute("SELECT current_setting('memory_limit')").fetchone()[0].strip()
+    num = text.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ").strip()
+    return float(num) * _UNITS[text[len(num):].strip().lower()]
+
+
+def passes_for(rows: int, limit_bytes: float) -> int:
+    """How many passes of the rule (each over one bucket of flow keys) keep a day of `rows`
+    observations inside `limit_bytes`."""
+    per_pass = max(1, int(limit_bytes / 2**30 * ROWS_PER_GIB))
+    return max(1, -(-rows // per_pass))
+
+
+def counted_parquet(con, files: list[str], cfg, out_dir, passes: int | None = None) -> list[str]:
     """The day's flow files `files` (hive paths hour=NN) as the config's rule counts them:
     `files` unchanged for `all`, else Parquet files of the counted rows under `out_dir`, in
-    hive paths hour=N as the local engines read them (the Go top-talkers kernel, DuckDB)."""
+    hive paths hour=N as the local engines read them (the Go top-talkers kernel, DuckDB).
+
+    The rule matches observations within a flow key only, so a day larger than DuckDB's
+    memory limit (`[site] dedup_memory_mb`) is counted in `passes` passes (default: as many
+    as the limit needs, passes_for), each over the keys of one hash bucket: exact, and each
+    pass's windows hold a bucket's rows, not the day's: the day is first written once split
+    by bucket (beside `out_dir`, removed after), so each pass reads only its bucket."""
+    import logging  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415  (only for the local engines)
 
     rule, window = settings(cfg)
     if rule == "all" or not files:
         return list(files)
     listed = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
-    rel = duckdb_relation(con, f"read_parquet([{listed}], hive_partitioning = true, union_by_name = true)")
+    source = f"read_parquet([{listed}], hive_partitioning = true, union_by_name = true)"
+    rel = duckdb_relation(con, source)
     target = str(out_dir).replace("'", "''")
-    con.execute(f"COPY (SELECT * EXCLUDE (date) FROM ({duckdb_sql(rel, rule, window)})) TO '{target}' "
-                "(FORMAT parquet, COMPRESSION zstd, PARTITION_BY (hour))")
+    if passes is None:
+        rows = con.execute(f"SELECT count(*) FROM {source}").fetchone()[0]
+        passes = passes_for(rows, memory_limit_bytes(con))
+        if passes > 1:
+            logging.getLogger("flowlake.count_once").info(
+                "count once (%s): %d observations in %d passes of one key bucket each (DuckDB memory_limit %s)",
+                rule, rows, passes, con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+    if passes == 1:
+        con.execute(f"COPY (SELECT * EXCLUDE (date) FROM ({duckdb_sql(rel, rule, window)})) TO '{target}' "
+                    "(FORMAT parquet, COMPRESSION zstd, PARTITION_BY (hour))")
+        return sorted(str(p) for p in Path(out_dir).glob("hour=*/*.parquet"))
+    # the day once, split by hash bucket of the flow key (a partitioned write needs no window);
+    # then one pass per bucket reads its rows only. Each exporter's ingress flag comes from
+    # the whole day.
+    staged = Path(out_dir).parent / f"{Path(out_dir).name}.buckets"
+    key = ", ".join(KEY)
+    try:
+        con.execute(f"COPY (SELECT *, hash({key}) % {passes} AS _co_bucket FROM {rel}) TO "
+                    f"'{str(staged).replace(chr(39), chr(39) * 2)}' (FORMAT parquet, PARTITION_BY (_co_bucket))")
+        # what each exporter exports on, from the whole day, once (not re-read by every pass)
+        con.execute("CREATE OR REPLACE TEMP TABLE _co_exporters AS "
+                    f"SELECT DISTINCT exporter, flow_direction FROM {rel}")
+        for b in range(passes):
+            files = sorted(str(p).replace("'", "''") for p in (staged / f"_co_bucket={b}").glob("*.parquet"))
+            if not files:
+                continue
+            bucket = "read_parquet([" + ", ".join(f"'{f}'" for f in files) + "], hive_partitioning = false)"
+            counted = duckdb_sql(bucket, rule, window, exporters="_co_exporters")
+            con.execute(f"COPY (SELECT * EXCLUDE (date) FROM ({counted})) "
+                        f"TO '{target}' (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (hour), OVERWRITE_OR_IGNORE, "
+                        f"FILENAME_PATTERN 'pass{b}_{{i}}')")
+    finally:
+        import shutil  # noqa: PLC0415
+
+        shutil.rmtree(staged, ignore_errors=True)
+        con.execute("DROP TABLE IF EXISTS _co_exporters")
     return sorted(str(p) for p in Path(out_dir).glob("hour=*/*.parquet"))

@@ -77,6 +77,92 @@ def test_the_border_model_sees_flows_at_several_points(day):
     assert border.observed_totals(obs)["bytes"] > 1.5 * border.truth_totals(truth)["bytes"]
 
 
+def _duckdb_day(obs: pa.Table, folder) -> list[str]:
+    """The observations as a lake day's hourly files (date=D/hour=HH), as the local engines read them."""
+    hours = obs.column("hour").to_numpy()
+    files = []
+    for h in np.unique(hours):
+        part = folder / f"date={DAY}" / f"hour={h:02d}"
+        part.mkdir(parents=True)
+        pq.write_table(obs.filter(pa.array(hours == h)).drop_columns(["date", "hour"]), part / "part-0.parquet")
+        files.append(str(part / "part-0.parquet"))
+    return files
+
+
+def _counted_rows(con, sql: str) -> list[tuple]:
+    return sorted(con.execute(f"SELECT truth_row, exporter, flow_direction, bytes FROM ({sql})").fetchall())
+
+
+@pytest.mark.parametrize("rule", ["key", "auto"])
+def test_the_duckdb_rule_counts_alike_on_every_run_with_threads(day, tmp_path, rule):
+    """The flow-key windows sort observations of equal times in a total order: with only the
+    times (and exporter) as order, DuckDB's threads sorted ties differently in the rule's two
+    windows, split a flow into two clusters and counted it twice, differently run to run (4
+    extra rows for dst_port 443 on this day). Runs on 1 to 8 threads and by key buckets: the
+    same rows, the truth; and on a day of ties only (every observation of a flow at its flow's
+    times), the same rows."""
+    import duckdb  # noqa: PLC0415  (only here)
+
+    truth, obs = day
+    # the hourly files, as the lake holds a day: DuckDB's threads scan them in varying order
+    listed = ", ".join(f"'{f}'" for f in _duckdb_day(obs, tmp_path))
+    day_files = f"read_parquet([{listed}], hive_partitioning = true)"
+    con = duckdb.connect()
+    con.execute("SET threads = 4")
+    con.execute(f"CREATE VIEW ties AS SELECT * REPLACE (min(time_start) OVER (PARTITION BY truth_row) AS time_start, "
+                f"max(time_end) OVER (PARTITION BY truth_row) AS time_end) FROM {day_files}")
+    want = border.truth_totals(truth)
+    key = ", ".join(count_rule.KEY)
+    for source in (day_files, "ties"):
+        rel = count_rule.duckdb_relation(con, source)
+        runs = []
+        for threads in (4, 1, 4, 2, 4, 8):
+            con.execute(f"SET threads = {threads}")
+            runs.append(_counted_rows(con, count_rule.duckdb_sql(rel, rule, 60)))
+        # the keys asked about (a query's filter, a bucket of the memory-bound pass) change the
+        # scan's order, never the rows
+        runs.append(sorted(r for b in range(3) for r in _counted_rows(
+            con, count_rule.duckdb_sql(rel, rule, 60, key_filter=f"hash({key}) % 3 = {b}"))))
+        assert all(r == runs[0] for r in runs), (source, [len(r) for r in runs])
+        if source != "ties":
+            assert (len(runs[0]), sum(r[3] for r in runs[0])) == (want["flows"], want["bytes"])
+            assert len({r[0] for r in runs[0]}) == want["flows"]  # each truth flow once
+
+
+def test_a_day_larger_than_the_memory_limit_is_counted_in_key_buckets_exactly(day, tmp_path, monkeypatch, caplog):
+    """The rule's windows keep a partition in memory, so counted_parquet splits a day larger
+    than DuckDB's memory_limit (at ROWS_PER_GIB) into passes over hash buckets of the flow key:
+    the rows are those of one pass, and each truth flow is counted once."""
+    import duckdb  # noqa: PLC0415  (only here)
+
+    truth, obs = day
+    files = _duckdb_day(obs, tmp_path / "lake")
+    cfg = private_cfg(tmp_path / "home", FLOWLAKE_SITE_COUNT_AT="auto")
+    con = duckdb.connect()
+    con.execute("SET threads = 4")
+    con.execute("SET memory_limit = '1GiB'")
+    assert count_rule.memory_limit_bytes(con) == pytest.approx(2**30, rel=0.01)
+    assert count_rule.passes_for(2_500_000, 2**30) == 3 and count_rule.passes_for(10, 2**30) == 1
+
+    def rows(folder) -> list[tuple]:
+        got = f"SELECT truth_row, exporter, flow_direction, bytes FROM read_parquet('{folder}/*/*.parquet')"
+        return sorted(con.execute(got).fetchall())
+
+    one = count_rule.counted_parquet(con, files, cfg, tmp_path / "one")
+    assert one and not any("pass" in p for p in one)  # the day fits: one pass
+    monkeypatch.setattr(count_rule, "ROWS_PER_GIB", obs.num_rows // 4)  # a quarter of the day per GiB
+    with caplog.at_level("INFO", logger="flowlake.count_once"):
+        many = count_rule.counted_parquet(con, files, cfg, tmp_path / "many")
+    n = count_rule.passes_for(obs.num_rows, count_rule.memory_limit_bytes(con))
+    assert n >= 4 and f"in {n} passes" in caplog.text, caplog.text
+    assert {p.split("/")[-1].split("_")[0] for p in many} == {f"pass{b}" for b in range(n)}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lake", "many", "one"]  # the buckets' copy is gone
+    assert rows(tmp_path / "many") == rows(tmp_path / "one")
+    want = border.truth_totals(truth)
+    got = rows(tmp_path / "many")
+    assert (len(got), sum(r[3] for r in got), len({r[0] for r in got})) == (want["flows"], want["bytes"], want["flows"])
+
+
 # ---- Spark: the rules ----------------------------------------------------------------------
 def frame(spark, table: pa.Table, tmp_path, name="obs"):
     """A Spark frame of the lake's flows schema from an Arrow table (missing columns null)."""
