@@ -276,6 +276,34 @@ def _confine_duckdb(dbapi_connection, _record):  # noqa: ANN001
 _CONFINE_LOCK = threading.Lock()
 
 
+# Opening the views file: Superset opens a DuckDB connection per chart query and closes it
+# after (so a re-provisioned views file is seen at once), and DuckDB's per-process cache of
+# database instances can race an open against the last close of the same file: a
+# clean-clone run logged "Unique file handle conflict: Cannot attach "lake_views" - the
+# database file ... is already attached" for one chart query. Opens are made one at a time,
+# and one that meets the conflict (the closing instance not yet gone) is tried again.
+_OPEN_LOCK = threading.Lock()
+
+
+@event.listens_for(Engine, "do_connect")
+def _open_duckdb_one_at_a_time(dialect, _record, cargs, cparams):  # noqa: ANN001
+    if dialect.name != "duckdb":
+        return None
+    import time  # noqa: PLC0415
+
+    import duckdb  # noqa: PLC0415
+
+    for attempt in range(40):
+        try:
+            with _OPEN_LOCK:
+                return dialect.connect(*cargs, **cparams)
+        except duckdb.BinderException as e:
+            if "Unique file handle conflict" not in str(e) or attempt == 39:
+                raise
+            time.sleep(0.05)
+    return None
+
+
 class ReadOnlyLakeError(Exception):
     """A statement other than a read was sent to the lake connection."""
 

@@ -108,7 +108,8 @@ def generate_day(target: tuple[str, int] | str, start: datetime | int, duration_
         },
         "model": p.as_dict(), "events": events,
         "send": {"datagrams": stats.datagrams, "udp_payload_bytes": stats.bytes, "seconds": stats.seconds,
-                 "flows_per_s": stats.flows_per_s, "generate_seconds": gen_s, "pack_seconds": pack_s},
+                 "flows_per_s": stats.flows_per_s, "generate_seconds": gen_s, "pack_seconds": pack_s,
+                 "max_late_seconds": stats.max_late_s},
     }
     doc["collected_totals"] = {"flows": doc["totals"]["flows"],
                                "packets": sum(e["collected_packets"] for e in exp_rows),

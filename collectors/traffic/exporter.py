@@ -57,6 +57,9 @@ class SendStats:
     flows: int = 0
     bytes: int = 0
     seconds: float = 0.0
+    # with a speedup: how far behind its schedule the sender fell at worst (a starved
+    # process sends late, and a collector then sees its routers fall silent meanwhile)
+    max_late_s: float = 0.0
 
     @property
     def flows_per_s(self) -> float:
@@ -91,6 +94,8 @@ def send(streams: list[tuple[socket.socket, list[Datagram]]], target: tuple[str,
             ahead = due - (time.perf_counter() - t0)
             if ahead > 0:
                 time.sleep(ahead)
+            elif speedup:
+                stats.max_late_s = max(stats.max_late_s, -ahead)
         while True:
             try:
                 socks[who[j]].sendto(d.payload, target)

@@ -831,15 +831,11 @@ def test_discarded_packet_samples_land_once_across_restarts(kafka, spark, cfg, t
 
 
 def _lake_rows(cfg, exporter: str) -> list[dict]:
-    """This exporter's rows of the lake's flows table (Delta: its current version), via DuckDB."""
+    """This exporter's rows of the lake's flows table (its current version), via DuckDB."""
     import duckdb  # noqa: PLC0415
 
-    from flowlake.base import delta  # noqa: PLC0415
+    import lake_sql  # noqa: PLC0415  (tests/: the reading seam's files, never a glob)
 
-    con = duckdb.connect()
-    try:
-        delta.duckdb_load_delta(con)
-        return con.execute(f"select * from delta_scan('{cfg.lake}/flows') where exporter = ?",
+    with duckdb.connect() as con:
+        return con.execute(f"select * from {lake_sql.source(cfg.lake)} where exporter = ?",
                            [exporter]).fetch_arrow_table().to_pylist()
-    finally:
-        con.close()

@@ -77,14 +77,17 @@ def test_the_border_model_sees_flows_at_several_points(day):
     assert border.observed_totals(obs)["bytes"] > 1.5 * border.truth_totals(truth)["bytes"]
 
 
-def _duckdb_day(obs: pa.Table, folder) -> list[str]:
-    """The observations as a lake day's hourly files (date=D/hour=HH), as the local engines read them."""
+def lake_day(obs: pa.Table, flows, truth_row: bool = False) -> list[str]:
+    """`obs` as the lake holds a day: one Parquet file per hour under `flows`
+    (date=D/hour=HH/part-0.parquet); the model's truth_row kept only when asked (a test's
+    key back to the truth). The count-once tests' one writer of a lake day."""
     hours = obs.column("hour").to_numpy()
+    drop = ["date", "hour"] + ([] if truth_row else ["truth_row"])
     files = []
     for h in np.unique(hours):
-        part = folder / f"date={DAY}" / f"hour={h:02d}"
+        part = flows / f"date={DAY}" / f"hour={h:02d}"
         part.mkdir(parents=True)
-        pq.write_table(obs.filter(pa.array(hours == h)).drop_columns(["date", "hour"]), part / "part-0.parquet")
+        pq.write_table(obs.filter(pa.array(hours == h)).drop_columns(drop), part / "part-0.parquet")
         files.append(str(part / "part-0.parquet"))
     return files
 
@@ -105,7 +108,7 @@ def test_the_duckdb_rule_counts_alike_on_every_run_with_threads(day, tmp_path, r
 
     truth, obs = day
     # the hourly files, as the lake holds a day: DuckDB's threads scan them in varying order
-    listed = ", ".join(f"'{f}'" for f in _duckdb_day(obs, tmp_path))
+    listed = ", ".join(f"'{f}'" for f in lake_day(obs, tmp_path, truth_row=True))
     day_files = f"read_parquet([{listed}], hive_partitioning = true)"
     con = duckdb.connect()
     con.execute("SET threads = 4")
@@ -136,7 +139,7 @@ def test_a_day_larger_than_the_memory_limit_is_counted_in_key_buckets_exactly(da
     import duckdb  # noqa: PLC0415  (only here)
 
     truth, obs = day
-    files = _duckdb_day(obs, tmp_path / "lake")
+    files = lake_day(obs, tmp_path / "lake", truth_row=True)
     cfg = private_cfg(tmp_path / "home", FLOWLAKE_SITE_COUNT_AT="auto")
     con = duckdb.connect()
     con.execute("SET threads = 4")
@@ -401,12 +404,7 @@ def test_local_report_engines_apply_the_rule_as_spark_does(spark, day, tmp_path_
     rule counts: the same tables as the Spark engine under `auto`, and other tables under `all`."""
     truth, obs = day
     home = tmp_path_factory.mktemp("count-once-local")
-    hours = obs.column("hour").to_numpy()
-    for h in np.unique(hours):
-        part = home / "lake" / "flows" / f"date={DAY}" / f"hour={h:02d}"
-        part.mkdir(parents=True)
-        pq.write_table(obs.filter(pa.array(hours == h)).drop_columns(["date", "hour", "truth_row"]),
-                       part / "part-0.parquet")
+    lake_day(obs, home / "lake" / "flows")
     got = {}
     for rule, engine in (("auto", "local"), ("auto", "spark"), ("all", "local")):
         cfg = private_cfg(home, FLOWLAKE_SITE_COUNT_AT=rule, FLOWLAKE_REPORTS_ENGINE=engine)

@@ -11,17 +11,16 @@ from __future__ import annotations
 import datetime as dt
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from test_count_once import DAY, lake_day
 from test_jobs import private_cfg
 
 from flowlake.collectors.traffic import border, lake_rows, model
 from flowlake.jobs import count_rule, runner
 from flowlake.schemas import registry
 
-DAY = dt.date(2026, 4, 7)
 START = int(dt.datetime.combine(DAY, dt.time(), dt.UTC).timestamp() * 1000)
 # views per device or interface: every observation, as the issue asks (Collection, Capacity per interface)
 PER_DEVICE = {"forwarding_status", "flow_coverage"}
@@ -70,12 +69,7 @@ def test_a_job_that_read_no_counted_flows_cannot_write_a_table_that_records_the_
 
 
 def _write_lake(home, table: pa.Table) -> None:
-    hours = table.column("hour").to_numpy()
-    for h in np.unique(hours):
-        part = home / "lake" / "flows" / f"date={DAY}" / f"hour={h:02d}"
-        part.mkdir(parents=True)
-        pq.write_table(table.filter(pa.array(hours == h)).drop_columns(["date", "hour", "truth_row"]),
-                       part / "part-0.parquet")
+    lake_day(table, home / "lake" / "flows")
 
 
 def _rows(cfg, table: str) -> list[dict]:

@@ -10,12 +10,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
-from test_count_once import DAY, modelled
+from test_count_once import lake_day, modelled
 
 from flowlake.collectors.traffic import border
 from flowlake.jobs import count_rule
@@ -33,12 +31,7 @@ def home(day, tmp_path_factory):
     """A lake of the border's observations, one Parquet file per hour."""
     _, obs = day
     home = tmp_path_factory.mktemp("query-count-at")
-    hours = obs.column("hour").to_numpy()
-    for h in np.unique(hours):
-        part = home / "lake" / "flows" / f"date={DAY}" / f"hour={h:02d}"
-        part.mkdir(parents=True)
-        pq.write_table(obs.filter(pa.array(hours == h)).drop_columns(["date", "hour", "truth_row"]),
-                       part / "part-0.parquet")
+    lake_day(obs, home / "lake" / "flows")
     return home
 
 
