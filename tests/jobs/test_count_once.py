@@ -310,12 +310,7 @@ def test_a_modelled_day_s_traffic_totals_count_each_flow_once(spark, day, tmp_pa
     observations: each rule's whole-day totals equal the truth (all: the observations)."""
     truth, obs = day
     home = tmp_path_factory.mktemp("count-once-home")
-    hours = obs.column("hour").to_numpy()
-    for h in np.unique(hours):
-        part = home / "lake" / "flows" / f"date={DAY}" / f"hour={h:02d}"
-        part.mkdir(parents=True)
-        pq.write_table(obs.filter(pa.array(hours == h)).drop_columns(["date", "hour", "truth_row"]),
-                       part / "part-0.parquet")
+    lake_day(obs, home / "lake" / "flows")
     for rule in ("auto", "key", "all"):
         cfg = private_cfg(home, FLOWLAKE_SITE_COUNT_AT=rule)
         out = runner.run_jobs(spark, cfg, DAY, runner.order(runner.discover(), ["traffic_totals"]))
