@@ -6,8 +6,10 @@ round trip per row would cost more than the whole report.
 """
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 from pyspark.sql import Column, DataFrame
@@ -18,6 +20,7 @@ from flowlake.schemas import FLOWS_TABLE
 from flowlake.schemas.protocols import PROTO_NAMES  # noqa: F401  (re-exported for the jobs)
 
 from . import count_once
+from .count_rule import PASS_STATE
 
 DIRECTIONS = ("inbound", "outbound", "internal", "transit")
 DAY_HOUR = -1  # stands for "whole day" inside the jobs (joins/partitions on null are awkward)
@@ -238,7 +241,14 @@ def counted_files(ctx) -> list[str] | None:
         mb = int(getattr(ctx.cfg.site, "dedup_memory_mb", 0) or 0)
         if mb > 0:
             con.execute(f"SET memory_limit = '{mb}MB'")
-        out = count_once.counted_parquet(con, files, ctx.cfg, folder / f"date={ctx.date.isoformat()}")
+        t0, done = time.monotonic(), {}
+        out = count_once.counted_parquet(con, files, ctx.cfg, folder / f"date={ctx.date.isoformat()}", report=done)
+        # what the pass took, for `flowlake status` (one small file, overwritten by each run)
+        if done:
+            done.update(date=ctx.date.isoformat(), seconds=round(time.monotonic() - t0, 1))
+            state = Path(ctx.cfg.path("state"))
+            state.mkdir(parents=True, exist_ok=True)
+            (state / PASS_STATE).write_text(json.dumps(done))
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise

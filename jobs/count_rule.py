@@ -149,6 +149,8 @@ def with_rule_columns(relation: str, have) -> str:
 # 10M-observation day peaked at 4.7 GB unbounded, about 0.47 GB per million; a pass takes
 # half that density (a million observations per GiB of its memory limit) as its margin
 ROWS_PER_GIB = 1_000_000
+# the last run's pass (rule, observations, passes, memory limit, date, seconds), for status
+PASS_STATE = "count_once_pass.json"
 _UNITS = {"": 1, "b": 1, "bytes": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
@@ -167,7 +169,8 @@ def passes_for(rows: int, limit_bytes: float) -> int:
     return max(1, -(-rows // per_pass))
 
 
-def counted_parquet(con, files: list[str], cfg, out_dir, passes: int | None = None) -> list[str]:
+def counted_parquet(con, files: list[str], cfg, out_dir, passes: int | None = None,
+                    report: dict | None = None) -> list[str]:
     """The day's flow files `files` (hive paths hour=NN) as the config's rule counts them:
     `files` unchanged for `all`, else Parquet files of the counted rows under `out_dir`, in
     hive paths hour=N as the local engines read them (the Go top-talkers kernel, DuckDB).
@@ -176,7 +179,8 @@ def counted_parquet(con, files: list[str], cfg, out_dir, passes: int | None = No
     memory limit (`[site] dedup_memory_mb`) is counted in `passes` passes (default: as many
     as the limit needs, passes_for), each over the keys of one hash bucket: exact, and each
     pass's windows hold a bucket's rows, not the day's: the day is first written once split
-    by bucket (beside `out_dir`, removed after), so each pass reads only its bucket."""
+    by bucket (beside `out_dir`, removed after), so each pass reads only its bucket.
+    `report`, if given, receives what the pass did (rule, observations, passes, memory_limit)."""
     import logging  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415  (only for the local engines)
 
@@ -187,13 +191,16 @@ def counted_parquet(con, files: list[str], cfg, out_dir, passes: int | None = No
     source = f"read_parquet([{listed}], hive_partitioning = true, union_by_name = true)"
     rel = duckdb_relation(con, source)
     target = str(out_dir).replace("'", "''")
+    rows = con.execute(f"SELECT count(*) FROM {source}").fetchone()[0]
+    limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
     if passes is None:
-        rows = con.execute(f"SELECT count(*) FROM {source}").fetchone()[0]
         passes = passes_for(rows, memory_limit_bytes(con))
         if passes > 1:
             logging.getLogger("flowlake.count_once").info(
                 "count once (%s): %d observations in %d passes of one key bucket each (DuckDB memory_limit %s)",
-                rule, rows, passes, con.execute("SELECT current_setting('memory_limit')").fetchone()[0])
+                rule, rows, passes, limit)
+    if report is not None:
+        report.update(rule=rule, observations=int(rows), passes=int(passes), memory_limit=limit)
     if passes == 1:
         con.execute(f"COPY (SELECT * EXCLUDE (date) FROM ({duckdb_sql(rel, rule, window)})) TO '{target}' "
                     "(FORMAT parquet, COMPRESSION zstd, PARTITION_BY (hour))")

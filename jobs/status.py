@@ -3,9 +3,11 @@ the PingER regions, reverse DNS. `sections()` feeds `status --json` and `/metric
 `render()` prints."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from . import engines, pinger_regions, rdns
+from .count_rule import PASS_STATE
 from .query.status import status as query_status
 
 
@@ -25,6 +27,10 @@ def border_status(cfg) -> dict:
     site = getattr(cfg, "site", None)
     out = {"count_at": str(getattr(site, "count_at", "auto")),
            "dedup_window_seconds": float(getattr(site, "dedup_window_seconds", 60)), "date": None, "exporters": []}
+    try:
+        out["last_pass"] = json.loads((Path(cfg.path("state")) / PASS_STATE).read_text())
+    except (OSError, ValueError):
+        out["last_pass"] = None  # no run has applied the rule on this machine yet
     base = Path(cfg.lake) / "reports" / "observation_points"
     days = sorted(p for p in base.glob("date=*") if p.is_dir() and any(p.glob("*.parquet")))
     if not days:
@@ -52,6 +58,7 @@ def _print_border(console, b: dict) -> None:
     console.print(head + f"; observation points on {b['date']}: {site.get('multi_point_share', 0.0):.1%} of flows "
                   f"seen at more than one point, {site.get('counted', 0):,} of {site.get('observations', 0):,} "
                   "records counted", markup=False)
+    _print_last_pass(console, b.get("last_pass"))
     for r in sorted(b["exporters"], key=lambda r: r["exporter"]):
         name = f" ({r['exporter_name']})" if r["exporter_name"] else ""
         console.print(f"  {r['exporter']}{name}: exports {r['exports']}, external interfaces "
@@ -68,6 +75,17 @@ def _print_border(console, b: dict) -> None:
     if b["unclassified"] and b["count_at"] == "boundary":
         console.print("  count_at = boundary, but these exporters have no classified interfaces and are counted "
                       f"by key: {', '.join(b['unclassified'])} (add [[enrich.interface_rules]])", markup=False)
+
+
+def _print_last_pass(console, p: dict | None) -> None:
+    """The rule's DuckDB pass of the last report run: one pass, or passes over key buckets
+    when the day outgrew `[site] dedup_memory_mb` (slower: worth raising the limit)."""
+    if not p:
+        return
+    how = "one pass" if p["passes"] == 1 else (f"{p['passes']} passes over flow-key buckets (the day outgrew "
+                                               "[site] dedup_memory_mb; a larger limit counts it in one, faster)")
+    console.print(f"  the rule's pass on {p['date']}: {p['observations']:,} observations by {p['rule']} in {how}, "
+                  f"DuckDB memory_limit {p['memory_limit']}, {p['seconds']:g} s", markup=False)
 
 
 def _print_rdns(console, r: dict) -> None:

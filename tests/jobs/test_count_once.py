@@ -5,6 +5,7 @@ equal the truth exactly), `all` counts every observation."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections import Counter
 
 import numpy as np
@@ -151,7 +152,9 @@ def test_a_day_larger_than_the_memory_limit_is_counted_in_key_buckets_exactly(da
         got = f"SELECT truth_row, exporter, flow_direction, bytes FROM read_parquet('{folder}/*/*.parquet')"
         return sorted(con.execute(got).fetchall())
 
-    one = count_rule.counted_parquet(con, files, cfg, tmp_path / "one")
+    done = {}
+    one = count_rule.counted_parquet(con, files, cfg, tmp_path / "one", report=done)
+    assert done == {"rule": "auto", "observations": obs.num_rows, "passes": 1, "memory_limit": "1.0 GiB"}, done
     assert one and not any("pass" in p for p in one)  # the day fits: one pass
     monkeypatch.setattr(count_rule, "ROWS_PER_GIB", obs.num_rows // 4)  # a quarter of the day per GiB
     with caplog.at_level("INFO", logger="flowlake.count_once"):
@@ -372,6 +375,16 @@ def test_status_shows_the_border_from_the_last_report(tmp_path):
     assert "counted by key: 127.0.0.3" in text
     assert "4 flows entered and left on external interfaces (transit, or contradictory direction data" in text
     assert "each counted once by boundary" in text
+    assert "the rule's pass" not in text  # no run has applied it here
+    # the last run's pass, as common.counted_files records it
+    (cfg.path("state")).mkdir(parents=True, exist_ok=True)
+    (cfg.path("state") / count_rule.PASS_STATE).write_text(json.dumps(
+        {"rule": "boundary", "observations": 10_059_340, "passes": 11, "memory_limit": "976.5 MiB",
+         "date": "2026-04-07", "seconds": 101.0}))
+    console = Console(record=True, width=300)
+    status._print_border(console, status.border_status(cfg))
+    assert ("the rule's pass on 2026-04-07: 10,059,340 observations by boundary in 11 passes over flow-key "
+            "buckets (the day outgrew [site] dedup_memory_mb") in console.export_text()
 
 
 @pytest.mark.integration
@@ -410,6 +423,11 @@ def test_local_report_engines_apply_the_rule_as_spark_does(spark, day, tmp_path_
         got[rule, engine] = {"top_talkers": sorted(map(str, tables["top_talkers"])),
                              "size_all": [r for r in tables["flow_size_dist"] if r.get("hour") is None
                                           and r["direction"] == "all" and r["flow_class"] == "all"]}
+    # the run's pass, for `flowlake status` (the last run, `all`, needed none and left the file)
+    last = json.loads((cfg.path("state") / count_rule.PASS_STATE).read_text())
+    assert {k: last[k] for k in ("rule", "observations", "passes", "date")} == (
+        {"rule": "auto", "observations": obs.num_rows, "passes": 1, "date": DAY.isoformat()}), last
+    assert status.border_status(cfg)["last_pass"] == last
     assert got["auto", "local"]["top_talkers"] == got["auto", "spark"]["top_talkers"]
     assert got["auto", "local"]["top_talkers"] != got["all", "local"]["top_talkers"]
     for key, want in ((("auto", "local"), border.truth_totals(truth)), (("auto", "spark"), border.truth_totals(truth)),
