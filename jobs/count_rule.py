@@ -155,9 +155,9 @@ _UNITS = {"": 1, "b": 1, "bytes": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
-def memory_limit_bytes(con) -> float:
-    """DuckDB's memory_limit on `con` ('12.4 GiB', '1000.0 MiB', ...) in bytes."""
-    text = con.execute("SELECT current_setting('memory_limit')").fetchone()[0].strip()
+def memory_limit_bytes(con, text: str | None = None) -> float:
+    """DuckDB's memory_limit on `con` ('12.4 GiB', '1000.0 MiB', ...; or `text`, as read) in bytes."""
+    text = (text or con.execute("SELECT current_setting('memory_limit')").fetchone()[0]).strip()
     num = text.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ").strip()
     return float(num) * _UNITS[text[len(num):].strip().lower()]
 
@@ -182,6 +182,7 @@ def counted_parquet(con, files: list[str], cfg, out_dir, passes: int | None = No
     by bucket (beside `out_dir`, removed after), so each pass reads only its bucket.
     `report`, if given, receives what the pass did (rule, observations, passes, memory_limit)."""
     import logging  # noqa: PLC0415
+    import shutil  # noqa: PLC0415
     from pathlib import Path  # noqa: PLC0415  (only for the local engines)
 
     rule, window = settings(cfg)
@@ -194,7 +195,7 @@ def counted_parquet(con, files: list[str], cfg, out_dir, passes: int | None = No
     rows = con.execute(f"SELECT count(*) FROM {source}").fetchone()[0]
     limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
     if passes is None:
-        passes = passes_for(rows, memory_limit_bytes(con))
+        passes = passes_for(rows, memory_limit_bytes(con, limit))
         if passes > 1:
             logging.getLogger("flowlake.count_once").info(
                 "count once (%s): %d observations in %d passes of one key bucket each (DuckDB memory_limit %s)",
@@ -226,8 +227,6 @@ def counted_parquet(con, files: list[str], cfg, out_dir, passes: int | None = No
                         f"TO '{target}' (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (hour), OVERWRITE_OR_IGNORE, "
                         f"FILENAME_PATTERN 'pass{b}_{{i}}')")
     finally:
-        import shutil  # noqa: PLC0415
-
         shutil.rmtree(staged, ignore_errors=True)
         con.execute("DROP TABLE IF EXISTS _co_exporters")
     return sorted(str(p) for p in Path(out_dir).glob("hour=*/*.parquet"))
