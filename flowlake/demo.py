@@ -17,7 +17,7 @@ import click
 
 from flowlake.base import config as _config
 
-from . import demo_attack, demo_sflow, demo_site, stack, superset_cli
+from . import demo_attack, demo_sflow, demo_site, demo_snmp, stack, superset_cli
 from .collectors import nfcapd
 from .pipelines import ingest
 
@@ -136,7 +136,9 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
        then a day of border traffic from the traffic model (flow record revision 3
        included), exported as real NetFlow
     3. every flow shipped and streamed into the lake (counts checked); then an NTP
-       amplification in real time: its attack record and the mitigation's dry-run decision
+       amplification in real time: its attack record and the mitigation's dry-run decision;
+       then a net-snmp agent per modelled router serves its interfaces' counters, polled
+       every 5 minutes of the day on the day's clock (flowlake/demo_snmp.py)
     4. PingER-style pings and iperf3 throughput tests imported beside it (and two sFlow
        agents send to sfcapd in the background: flowlake/demo_sflow.py)
     5. its hours closed (compacted, rolled up) and the daily report jobs for that day
@@ -199,7 +201,8 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
         truth = traffic.generate_day(
             target=target, start=dt.datetime.combine(date, dt.time(), dt.timezone.utc), duration_s=86400, flows=flows,
             protocol=protocol, truth_path=demo_dir / "truth.json", active_dir=demo_dir / "active", seed=seed,
-            params=demo_site.params(protocol, cfg), cfg=cfg, progress=lambda m: bar.update(task, completed=m))
+            params=demo_site.params(protocol, cfg), cfg=cfg, progress=lambda m: bar.update(task, completed=m),
+            counters_path=demo_dir / "interfaces.json" if site_toml else None)
         extra = (truth.get("record3") or {}).get("biflows", 0)  # one more lake row each
         bar.update(task, completed=total)
         console.rule("[bold]3. shipping and streaming into the lake")
@@ -216,11 +219,23 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
                       "loaded machine or a small socket buffer); the reports cover what arrived")
     console.rule("[bold]3b. an attack (Attacks dashboard; the mitigation in dry-run)")
     attack = demo_attack.show(cfg, console, protocol)
+    snmp = None
+    if site_toml:
+        console.rule("[bold]3c. SNMP: a net-snmp agent per router, its interface counters polled over the day")
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console) as bar:
+            task = bar.add_task("polls", total=None)
+            snmp = demo_snmp.replay(cfg, demo_dir / "interfaces.json",
+                                    progress=lambda k, n: bar.update(task, completed=k, total=n))
+        console.print(f"{snmp['agents']} agents, {snmp['polls']} polls on the day's clock: {snmp['rows']:,} counter "
+                      f"rows in lake/interface_counters ({snmp['errors']} failed polls) in {snmp['seconds']} s")
+        if snmp["errors"]:
+            console.print(f"[yellow]SNMP polls failed: {snmp['last_error']}")
     sflow = demo_sflow.Sender(cfg, console).start()  # sFlow v5 agents, in the background during steps 4-5
     url = finish(cfg, console, demo_dir, [date], no_superset, before_superset=sflow.wait)
     summary = {"date": day, "history_days": len(days), "flows_sent": total, "biflows": extra,
                "config": str(site_toml or cfg.source), "nfcapd_received": got["received"], "lake_rows": got["lake"],
-               "truth": str(demo_dir / "truth.json"), "superset": url, "attack": attack,
+               "truth": str(demo_dir / "truth.json"), "superset": url, "attack": attack, "snmp": snmp,
                "seconds": round(time.monotonic() - t_start, 1)}
     click.echo(json.dumps(summary, indent=2))
     console.print("The stack keeps running: `flowlake status`, `flowlake query ...`, `flowlake down` to stop.")

@@ -83,6 +83,14 @@ ALERTS = {"watched_ports": [23], "talkers_learn_minutes": 10.0}
 FORECAST_MIN_DAYS = 7  # the demo's week of history (and its day): enough for a trend
 
 
+def interfaces(addr: str) -> dict[int, tuple[str, str, int]]:
+    """A modelled router's interfaces: ifIndex -> (name, description, speed in Mbit/s), as the
+    demo's [exporters] tables and its SNMP agents (flowlake/demo_snmp.py) give them."""
+    out = {UPLINK_IF: (f"et-0/0/{UPLINK_IF}", ROUTERS[addr][1], UPLINK_MBPS)}
+    out.update({i: (f"xe-1/0/{i}", d, LAN_MBPS) for i, d in LAN.items()})
+    return out
+
+
 def _tld(cc: str) -> str:
     return {"US": "com", "GB": "uk"}.get(cc, cc.lower())
 
@@ -190,10 +198,9 @@ def config_text(cfg, files: dict[str, Path]) -> str:
     """The demo's flowlake.toml (merged over the embedded defaults)."""
     lines = ["# Written by `flowlake demo` (flowlake/demo_site.py): the embedded defaults plus the demo site.",
              f"home = {_toml(str(cfg.home_dir))}", ""]
-    for addr, (name, uplink) in ROUTERS.items():
+    for addr, (name, _uplink) in ROUTERS.items():
         lines += [f'[exporters."{addr}"]', f"name = {_toml(name)}", ""]
-        for idx, descr, mbps in [(UPLINK_IF, uplink, UPLINK_MBPS), *((i, d, LAN_MBPS) for i, d in LAN.items())]:
-            ifname = f"et-0/0/{idx}" if idx == UPLINK_IF else f"xe-1/0/{idx}"
+        for idx, (ifname, descr, mbps) in interfaces(addr).items():
             lines += [f'[exporters."{addr}".interfaces.{idx}]', f"name = {_toml(ifname)}",
                       f"description = {_toml(descr)}", f"speed_mbps = {mbps}", ""]
     lines += ["[enrich]", f"asn_database = {_toml(str(files['asn']))}", f"geo_database = {_toml(str(files['geo']))}",

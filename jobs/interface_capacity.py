@@ -1,6 +1,7 @@
 """Interface capacity from the SNMP counters (issue 21): utilisation per interface and side
 (5-minute, hourly, daily mean/peak/p95 against ifHighSpeed) and flow coverage per hour
-(sampling-corrected flow bytes / counter bytes).
+(sampling-corrected flow bytes / counter bytes; on the out side only the flows that left:
+a flow the router dropped or consumed never reached its output interface's counters).
 
 Each poll's delta covers (previous poll, poll]; it is spread evenly over the 5-minute
 buckets that interval overlaps (a constant rate within one poll interval, the most the
@@ -79,7 +80,9 @@ def utilisation_sql(buckets: str) -> str:
 
 def coverage_sql(buckets: str, flows: str | None) -> str:
     """flow_coverage rows: per exporter, interface, side and hour (and the day: hour null),
-    flow bytes over counter bytes. `flows` has exporter, input_if, output_if, hour, bytes
+    flow bytes over counter bytes. `flows` has exporter, input_if, output_if, hour, bytes and
+    `leaves` (false for a flow the router dropped or consumed, forwardingStatus 128-255: it
+    came in but never went out, so the output interface's counters never saw it)
     (None: no flows that day, so coverage 0 wherever the counters saw traffic)."""
     if flows:
         flow_sides = f"""
@@ -87,7 +90,7 @@ def coverage_sql(buckets: str, flows: str | None) -> str:
                    sum(bytes) AS flow_bytes, count(*) AS flows FROM {flows} GROUP BY ALL
             UNION ALL
             SELECT exporter, CAST(output_if AS BIGINT), 'out', CAST(hour AS INTEGER), sum(bytes), count(*)
-            FROM {flows} GROUP BY ALL"""
+            FROM {flows} WHERE leaves GROUP BY ALL"""
     else:
         flow_sides = "SELECT NULL::VARCHAR AS exporter, 0::BIGINT AS if_index, '' AS side, 0 AS hour, 0.0 AS flow_bytes, 0 AS flows WHERE false"
     return f"""
@@ -130,9 +133,12 @@ def run(ctx) -> None:
     flow_files = duck.flow_files(ctx)
     flows = None
     if flow_files:
+        src = f"read_parquet({duck.sql_list(flow_files)}, hive_partitioning = true, union_by_name = true)"
+        # flow record revision 3's forwarding status, where the day's files have it (null: forwarded)
+        has_status = "forwarding_status" in {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+        leaves = "coalesce(forwarding_status, 64) < 128" if has_status else "true"
         con.execute(f"""CREATE OR REPLACE TEMP VIEW cov_flows AS
-            SELECT exporter, input_if, output_if, hour, bytes
-            FROM read_parquet({duck.sql_list(flow_files)}, hive_partitioning = true, union_by_name = true)""")
+            SELECT exporter, input_if, output_if, hour, bytes, {leaves} AS leaves FROM {src}""")
         flows = "cov_flows"
     ctx.write_duckdb(con, utilisation_sql("buckets"), INTERFACE_UTILISATION.name)
     ctx.write_duckdb(con, coverage_sql("buckets", flows), FLOW_COVERAGE.name)

@@ -1,5 +1,6 @@
 """The SNMP requests, with pysnmp (asyncio high-level API), numeric OIDs only: Debian's
-net-snmp ships no MIB files, and numbers need none.
+net-snmp ships no MIB files, and numbers need none (`lookupMib=False`: pysnmp's MIB view
+resolution of every answer was most of a poll's CPU).
 
 Each column is a GETBULK walk that stops at the end of its subtree; an agent's columns are
 walked at once (one round trip's latency, not one per column).
@@ -21,6 +22,9 @@ IF_HIGH_SPEED = "1.3.6.1.2.1.31.1.1.1.15"   # Mbit/s
 IF_SPEED = "1.3.6.1.2.1.2.2.1.5"            # bit/s, Gauge32 (caps at 4.29 Gbit/s)
 IF_OPER_STATUS = "1.3.6.1.2.1.2.2.1.8"
 IF_DESCR = "1.3.6.1.2.1.2.2.1.2"            # the name when ifName is missing (old agents)
+
+
+BULK = 50  # GETBULK max-repetitions of a walk when the interface count is not known yet
 
 
 class SnmpError(RuntimeError):
@@ -67,11 +71,16 @@ def _explain(agent: Agent, indication) -> str:
 
 
 class Session:
-    """Requests to one agent over one engine."""
+    """Requests to one agent over one engine.
 
-    def __init__(self, engine, agent: Agent):
+    `rows`: the interfaces the agent is known to have (0: unknown); a walk then asks for
+    that many rows and one more in one GETBULK, instead of 50 (most of which belong to the
+    next column and are decoded for nothing)."""
+
+    def __init__(self, engine, agent: Agent, rows: int = 0):
         self.engine, self.agent = engine, agent
         self.target = None
+        self.bulk = min(BULK, rows + 1) if rows else BULK
 
     async def _target(self):
         from pysnmp.hlapi.v3arch import asyncio as hl  # noqa: PLC0415  (start-up: pysnmp)
@@ -90,7 +99,7 @@ class Session:
 
         err, status, index, binds = await hl.get_cmd(
             self.engine, _auth(self.agent), await self._target(), hl.ContextData(),
-            *(hl.ObjectType(hl.ObjectIdentity(o)) for o in oids))
+            *(hl.ObjectType(hl.ObjectIdentity(o)) for o in oids), lookupMib=False)
         if err:
             raise SnmpError(_explain(self.agent, err))
         if status:
@@ -103,8 +112,8 @@ class Session:
 
         out = {}
         async for err, status, index, binds in hl.bulk_walk_cmd(
-                self.engine, _auth(self.agent), await self._target(), hl.ContextData(), 0, 50,
-                hl.ObjectType(hl.ObjectIdentity(oid)), lexicographicMode=False):
+                self.engine, _auth(self.agent), await self._target(), hl.ContextData(), 0, self.bulk,
+                hl.ObjectType(hl.ObjectIdentity(oid)), lexicographicMode=False, lookupMib=False):
             if err:
                 raise SnmpError(_explain(self.agent, err))
             if status:

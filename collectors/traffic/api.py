@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,9 +38,13 @@ def generate_day(target: tuple[str, int] | str, start: datetime | int, duration_
                  protocol: str = "v9", truth_path: str | Path | None = None,
                  active_dir: str | Path | None = None, speedup: float | None = None, seed: int = 1,
                  params: model.ModelParams | None = None, max_rate: float | None = 250_000,
-                 progress: Callable[[int], None] | None = None, cfg=None) -> dict:
+                 progress: Callable[[int], None] | None = None, cfg=None,
+                 counters_path: str | Path | None = None) -> dict:
     """Model `flows` flows over [start, start+duration), export them to target, write the
     truth (and ping, iperf3 and message-size sweep files under active_dir) and return the truth dict.
+
+    counters_path: also write the routers' interface counters over the day there (JSON,
+    if_counters.series at 5-minute polls: what the demo's SNMP agents serve).
 
     speedup None = as fast as max_rate (flows/s) allows; otherwise model time runs
     `speedup` times faster than wall time."""
@@ -83,6 +88,12 @@ def generate_day(target: tuple[str, int] | str, start: datetime | int, duration_
                          "uplink_if": r.uplink_if, "uplink_bps": r.uplink_bps,
                          "lan_ifs": list(r.lan_ifs), "lan_bps": r.lan_bps})
     pack_s = time.perf_counter() - t0 - gen_s
+    if counters_path is not None:
+        from . import if_counters  # noqa: PLC0415  (start-up: only the demo serves counters)
+
+        path = Path(counters_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(if_counters.series(f, p, start_ms, start_ms + duration_ms, rev3=rev3)))
     try:
         stats = exporter.send(streams, target, start_ms, speedup, max_rate, progress)
     finally:

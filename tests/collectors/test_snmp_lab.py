@@ -24,9 +24,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from flowlake.base.ports import free_port
+from flowlake.collectors.snmp.snmpd import Snmpd, V3User
 from flowlake.impact_lab import Lab, _sh
 from needs import require
-from services.snmpd import Snmpd, V3User
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]  # network namespaces
 

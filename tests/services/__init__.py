@@ -1,2 +1,2 @@
-"""Real servers the tests start and stop (dnsmasq, an SMTP server, net-snmp's snmpd):
+"""Real servers the tests start and stop (dnsmasq, an SMTP server):
 fixtures of the tests, not components of flowlake."""
