@@ -1,7 +1,8 @@
 """Interface capacity from the SNMP counters (issue 21): utilisation per interface and side
 (5-minute, hourly, daily mean/peak/p95 against ifHighSpeed) and flow coverage per hour
-(sampling-corrected flow bytes / counter bytes; on the out side only the flows that left:
-a flow the router dropped or consumed never reached its output interface's counters).
+(sampling-corrected flow bytes / counter bytes: each flow's bytes spread over the hours it
+lasted, as the counters moved; on the out side only the flows that left: a flow the router
+dropped or consumed never reached its output interface's counters).
 
 Each poll's delta covers (previous poll, poll]; it is spread evenly over the 5-minute
 buckets that interval overlaps (a constant rate within one poll interval, the most the
@@ -78,18 +79,40 @@ def utilisation_sql(buckets: str) -> str:
         ORDER BY exporter, if_index, side, period, bucket"""
 
 
+def flow_hours_sql(src: str, day: dt.date, leaves: str, spread: bool) -> str:
+    """The day's flows as coverage_sql reads them (exporter, input_if, output_if, hour, bytes,
+    leaves, flows): each flow's bytes spread evenly over the hours it lasted, as the
+    counters saw them move (a 120 MB flow from 14:59:51 to 15:04:51 is 97 % 15:00's: counted
+    in its first hour, one such transfer put an interface's hour at 2.2x coverage and the
+    next at 0.7x), the share after the day's end left out; `flows` counts a flow once, in
+    its first hour. spread False (files without time_start/time_end): by the hour it started."""
+    if not spread:
+        return f"SELECT exporter, input_if, output_if, hour, bytes, {leaves} AS leaves, 1 AS flows FROM {src}"
+    lo, hi = day_ms(day), day_ms(day) + 86_400_000
+    return f"""
+        WITH f AS (SELECT exporter, input_if, output_if, bytes, {leaves} AS leaves, epoch_ms(time_start) AS ts,
+                          greatest(epoch_ms(time_end), epoch_ms(time_start)) AS te FROM {src}),
+        h AS (SELECT *, unnest(range(ts // 3600000 * 3600000, greatest(te, ts + 1), 3600000)) AS h0 FROM f)
+        SELECT exporter, input_if, output_if, CAST((h0 - {lo}) // 3600000 AS INTEGER) AS hour,
+               CASE WHEN te > ts THEN bytes * (least(te, h0 + 3600000) - greatest(ts, h0)) / (te - ts)
+                    ELSE bytes END AS bytes,
+               leaves, CASE WHEN h0 = ts // 3600000 * 3600000 THEN 1 ELSE 0 END AS flows
+        FROM h WHERE h0 >= {lo} AND h0 < {hi}"""
+
+
 def coverage_sql(buckets: str, flows: str | None) -> str:
     """flow_coverage rows: per exporter, interface, side and hour (and the day: hour null),
-    flow bytes over counter bytes. `flows` has exporter, input_if, output_if, hour, bytes and
-    `leaves` (false for a flow the router dropped or consumed, forwardingStatus 128-255: it
-    came in but never went out, so the output interface's counters never saw it)
+    flow bytes over counter bytes. `flows` has exporter, input_if, output_if, hour, bytes,
+    `flows` (flows starting there) and `leaves` (false for a flow the router dropped or
+    consumed, forwardingStatus 128-255: it came in but never went out, so the output
+    interface's counters never saw it): flow_hours_sql's rows
     (None: no flows that day, so coverage 0 wherever the counters saw traffic)."""
     if flows:
         flow_sides = f"""
             SELECT exporter, CAST(input_if AS BIGINT) AS if_index, 'in' AS side, CAST(hour AS INTEGER) AS hour,
-                   sum(bytes) AS flow_bytes, count(*) AS flows FROM {flows} GROUP BY ALL
+                   sum(bytes) AS flow_bytes, sum(flows) AS flows FROM {flows} GROUP BY ALL
             UNION ALL
-            SELECT exporter, CAST(output_if AS BIGINT), 'out', CAST(hour AS INTEGER), sum(bytes), count(*)
+            SELECT exporter, CAST(output_if AS BIGINT), 'out', CAST(hour AS INTEGER), sum(bytes), sum(flows)
             FROM {flows} WHERE leaves GROUP BY ALL"""
     else:
         flow_sides = "SELECT NULL::VARCHAR AS exporter, 0::BIGINT AS if_index, '' AS side, 0 AS hour, 0.0 AS flow_bytes, 0 AS flows WHERE false"
@@ -134,11 +157,11 @@ def run(ctx) -> None:
     flows = None
     if flow_files:
         src = f"read_parquet({duck.sql_list(flow_files)}, hive_partitioning = true, union_by_name = true)"
+        columns = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
         # flow record revision 3's forwarding status, where the day's files have it (null: forwarded)
-        has_status = "forwarding_status" in {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
-        leaves = "coalesce(forwarding_status, 64) < 128" if has_status else "true"
-        con.execute(f"""CREATE OR REPLACE TEMP VIEW cov_flows AS
-            SELECT exporter, input_if, output_if, hour, bytes, {leaves} AS leaves FROM {src}""")
+        leaves = "coalesce(forwarding_status, 64) < 128" if "forwarding_status" in columns else "true"
+        spread = {"time_start", "time_end"} <= columns
+        con.execute(f"CREATE OR REPLACE TEMP TABLE cov_flows AS {flow_hours_sql(src, ctx.date, leaves, spread)}")
         flows = "cov_flows"
     ctx.write_duckdb(con, utilisation_sql("buckets"), INTERFACE_UTILISATION.name)
     ctx.write_duckdb(con, coverage_sql("buckets", flows), FLOW_COVERAGE.name)

@@ -12,8 +12,9 @@ values at every poll time of a grid. The demo serves them from a real snmpd per 
   bytes / (bytes + 18 x packets), a little below 1, as on a real router.
 - A flow enters on its input interface and leaves on its output interface; the reverse
   half of a biflow (flow record revision 3) the other way round. A flow the router dropped
-  or consumed (forwardingStatus 128-255) is counted coming in (dropped: in ifInDiscards as
-  well) and never goes out (job interface_capacity leaves it out of the out side's coverage).
+  or consumed (forwardingStatus 128-255; a biflow's status is both halves') is counted
+  coming in (dropped: in ifInDiscards as well) and never goes out (job interface_capacity
+  leaves it out of the out side's coverage).
 - A flow's bytes are spread evenly over [t_start, t_end] (a counter moves while the flow
   lasts), so a long transfer raises several polls' deltas.
 """
@@ -83,11 +84,12 @@ def series(f: np.ndarray, params, start_ms: int, end_ms: int, step_ms: int = 300
                 w = np.where(forward, fw, 0.0) + np.where(reverse, rw, 0.0)
                 return cumulative(t, sub["t_start"][mask], sub["t_end"][mask], w[mask])
 
+            # a biflow's status is both halves' (the lake gives the reverse row the record's)
             c = {"in_octets": side(fin, fout, octets, roct),
-                 "out_octets": side(fout & leaves, fin, octets, roct),
+                 "out_octets": side(fout & leaves, fin & leaves, octets, roct),
                  "in_ucast_pkts": side(fin, fout, pk, rpk),
-                 "out_ucast_pkts": side(fout & leaves, fin, pk, rpk),
-                 "in_discards": side(fin & dropped, np.zeros(len(sub), bool), pk, rpk)}
+                 "out_ucast_pkts": side(fout & leaves, fin & leaves, pk, rpk),
+                 "in_discards": side(fin & dropped, fout & dropped, pk, rpk)}
             # counters are integers; rounding a non-decreasing sum keeps it non-decreasing
             ifs[int(idx)] = {k: np.rint(v).astype(np.int64).tolist() for k, v in c.items()}
         out["routers"][r.address] = {"name": r.name, "interfaces": ifs}

@@ -52,6 +52,13 @@ def demo(tmp_path_factory):
     return cfg, doc, table, summary
 
 
+def _in_day(row) -> float:
+    ts, te = (int(row[k].timestamp() * 1000) for k in ("time_start", "time_end"))
+    if te <= ts:
+        return row["bytes"]
+    return row["bytes"] * (min(te, START + 86_400_000) - ts) / (te - ts)
+
+
 def _counters(cfg):
     return pq.read_table(cfg.lake / "interface_counters").to_pylist()
 
@@ -105,18 +112,18 @@ def test_the_capacity_report_has_the_model_counters_and_coverage(demo):
                     assert hours[hour]["counter_seconds"] == pytest.approx(3600)
                 day = hours[None]
                 col = "input_if" if side == "in" else "output_if"
-                flow_bytes = sum(x["bytes"] for x in day_rows if x["exporter"] == exp and x[col] == idx
+                # the share of each flow's bytes within the day (spread over its lifetime, as the counters)
+                flow_bytes = sum(_in_day(x) for x in day_rows if x["exporter"] == exp and x[col] == idx
                                  and (side == "in" or (x["forwarding_status"] or 64) < 128))
-                assert day["flow_bytes"] == flow_bytes
+                assert day["flow_bytes"] == pytest.approx(flow_bytes, rel=1e-9)
                 assert day["coverage"] == pytest.approx(flow_bytes / (series[k0 + 288] - series[k0]), rel=1e-9)
                 # frames carry 18 bytes a packet more than the flows' IP bytes: coverage a little
                 # below 1 (the flows that end after midnight count whole in the day's flows)
                 assert 0.9 < day["coverage"] < 1.02, (exp, idx, side, day["coverage"])
             fives = [u for u in util if (u["exporter"], u["if_index"], u["period"]) == (exp, idx, "5m")]
             assert len(fives) == 2 * 288 and all(u["speed_bps"] == 1e10 for u in fives)
+    # flows spread over their hours as the counters are: no hour outside the tolerance, even on
+    # a small day of heavy-tailed transfers crossing the hours
     st = coverage.coverage_status(cfg)
     assert st["date"] == str(DAY) and st["interfaces"] == 2 * sum(len(r["interfaces"]) for r in doc["routers"].values())
-    # an hour's flows are the flows that started in it, the counters what moved in it: on a
-    # small day one long transfer can put an hour outside the tolerance, never many
-    outside = sum(o["hours"] for o in st["outside"])
-    assert outside <= 0.05 * 24 * st["interfaces"], st["warnings"]
+    assert st["warnings"] == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from flowlake.base import config
 from flowlake.collectors.snmp import coverage, deltas, store
 from flowlake.jobs.context import JobContext
-from flowlake.jobs.interface_capacity import run
+from flowlake.jobs.interface_capacity import flow_hours_sql, run
 
 DAY = dt.date(2026, 11, 20)
 T0 = int(dt.datetime(2026, 11, 20, tzinfo=dt.timezone.utc).timestamp() * 1000)
@@ -106,3 +107,22 @@ def test_a_day_without_counters_or_flows_writes_empty_tables(cfg):
     run(JobContext(spark=None, cfg=cfg, date=DAY))
     assert read(cfg, "interface_utilisation") == [] and read(cfg, "flow_coverage") == []
     assert coverage.coverage_status(cfg)["warnings"] == []
+
+
+def test_a_flow_counts_in_the_hours_it_lasted_as_the_counters_saw_it():
+    """flow_hours_sql: bytes spread evenly over the flow's lifetime, the share past the day's
+    end left out, the flow counted once (its first hour); a dropped flow does not leave."""
+    con = duckdb.connect()
+    rows = [  # start, end (ms into the day), bytes, forwarding status
+        (59 * 60_000, 61 * 60_000, 120, 64),              # 00:59-01:01: half in hour 0, half in hour 1
+        (5 * 60_000, 5 * 60_000, 7, None),               # no duration: all at its start
+        (86_400_000 - 60_000, 86_400_000 + 60_000, 50, 64),  # 23:59-00:01 the next day: half today
+        (3_600_000, 3_600_000 + 1000, 9, 130)]            # dropped
+    con.execute("CREATE TABLE f AS SELECT * FROM (VALUES " + ", ".join(
+        f"('{EXP}', {IDX}, 9, make_timestamp(({T0} + {s}) * 1000), make_timestamp(({T0} + {e}) * 1000), {b}, "
+        f"{'NULL' if st is None else st}::INTEGER)" for s, e, b, st in rows)
+        + ") t(exporter, input_if, output_if, time_start, time_end, bytes, forwarding_status)")
+    got = con.execute(f"""SELECT hour, sum(bytes), sum(flows), bool_and(leaves)
+        FROM ({flow_hours_sql('f', DAY, 'coalesce(forwarding_status, 64) < 128', True)}) GROUP BY hour
+        ORDER BY hour""").fetchall()
+    assert got == [(0, 60 + 7, 2, True), (1, 60 + 9, 1, False), (23, 25, 1, True)]
