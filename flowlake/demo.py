@@ -63,6 +63,44 @@ def wait_for_lake(cfg, expect_flows: int, timeout: float, progress=None, extra_r
         time.sleep(2)
 
 
+LAB_SPEC = _config.REPO_ROOT / "examples" / "lab" / "demo.toml"
+
+
+def lab_study(cfg, console, timeout: float = 600) -> dict | None:
+    """examples/lab/demo.toml through `flowlake lab run` (namespaces: root only; a rerun of
+    the demo finds its runs done), then until its rows are in lake/experiments. None
+    when the lab cannot run here (the reason printed)."""
+    if os.geteuid() != 0:
+        console.print("[yellow]the experiment lab needs root (network namespaces): skipped; the Experiments "
+                      "dashboard stays empty (run `sudo flowlake lab run examples/lab/demo.toml` to fill it)")
+        return None
+    from .collectors.lab.run import State  # noqa: PLC0415  (start-up: the lab's modules)
+    from .collectors.lab.spec import load  # noqa: PLC0415  (start-up: the lab's modules)
+
+    spec, state = load(LAB_SPEC), State(cfg.path("state", "lab"), "demo")
+    done_before = sum(1 for r in spec.runs if (state.done(r) or {}).get("status") == "done")
+    before = ingest.counts(cfg).get("experiments", {}).get("rows", 0)
+    res = subprocess.run([sys.executable, "-m", "flowlake.cli", "lab", "run", str(LAB_SPEC), "--json"],
+                         stdout=subprocess.PIPE, text=True)
+    if res.returncode != 0:
+        console.print("[yellow]the experiment lab failed (see above); the demo goes on without it")
+        return None
+    summary = json.loads(res.stdout.strip().splitlines()[-1])
+    settle = 2 * (float(cfg.spark.trigger_seconds) + 1)
+    deadline, last, changed = time.monotonic() + timeout, None, time.monotonic()
+    while time.monotonic() < deadline:  # the rows go through Kafka and the ingest
+        rows = ingest.counts(cfg).get("experiments", {}).get("rows", 0)
+        if rows != last:
+            last, changed = rows, time.monotonic()
+        # the runs done now published rows (a rerun of the demo finds every run done before)
+        if (rows > before or summary.get("done", 0) <= done_before) and time.monotonic() - changed >= settle:
+            break
+        time.sleep(1)
+    console.print(f"lab study {summary.get('study', 'demo')}: {summary.get('done', 0)} runs done, "
+                  f"{summary.get('skipped', 0)} skipped; lake/experiments holds {last:,} rows")
+    return {k: summary.get(k) for k in ("study", "runs", "done", "skipped")} | {"rows": last}
+
+
 def finish(cfg, console, demo_dir, dates: list, no_superset: bool, before_superset=None) -> str | None:
     """Steps 4-6 once the lake holds the demo's flows: active results, hour close of every
     date, the daily reports of the last one, Superset. Returns Superset's URL (None: skipped).
@@ -107,6 +145,12 @@ def finish(cfg, console, demo_dir, dates: list, no_superset: bool, before_supers
         superset_cli.provision(cfg)
         superset_cli.start(cfg)
         superset_cli.refill_cache(cfg, console)  # the first visitor then gets cached charts
+        try:  # what a visitor will see: every chart with data, or the ones without and why
+            from .superset_check import check, print_check  # noqa: PLC0415  (start-up: requests)
+
+            print_check(console, check(cfg))
+        except Exception as exc:  # noqa: BLE001  (the demo's outcome stands)
+            console.print(f"[yellow]Superset's charts not checked: {exc}")
         creds = superset_cli.credentials(cfg)
         url = creds["url"]
         console.print(f"Superset: [bold]{creds['url']}[/]  user [bold]{creds['username']}[/]  "
@@ -138,7 +182,8 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
     3. every flow shipped and streamed into the lake (counts checked); then an NTP
        amplification in real time: its attack record and the mitigation's dry-run decision;
        then a net-snmp agent per modelled router serves its interfaces' counters, polled
-       every 5 minutes of the day on the day's clock (flowlake/demo_snmp.py)
+       every 5 minutes of the day on the day's clock (flowlake/demo_snmp.py); and, as
+       root, a small study of the experiment lab (examples/lab/demo.toml, ~1.5 min)
     4. PingER-style pings and iperf3 throughput tests imported beside it (and two sFlow
        agents send to sfcapd in the background: flowlake/demo_sflow.py)
     5. its hours closed (compacted, rolled up) and the daily report jobs for that day
@@ -231,11 +276,13 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
                       f"rows in lake/interface_counters ({snmp['errors']} failed polls) in {snmp['seconds']} s")
         if snmp["errors"]:
             console.print(f"[yellow]SNMP polls failed: {snmp['last_error']}")
+    console.rule("[bold]3d. the experiment lab: a small study on real packets (Experiments dashboard)")
+    lab = lab_study(cfg, console)
     sflow = demo_sflow.Sender(cfg, console).start()  # sFlow v5 agents, in the background during steps 4-5
     url = finish(cfg, console, demo_dir, [date], no_superset, before_superset=sflow.wait)
     summary = {"date": day, "history_days": len(days), "flows_sent": total, "biflows": extra,
                "config": str(site_toml or cfg.source), "nfcapd_received": got["received"], "lake_rows": got["lake"],
-               "truth": str(demo_dir / "truth.json"), "superset": url, "attack": attack, "snmp": snmp,
+               "truth": str(demo_dir / "truth.json"), "superset": url, "attack": attack, "snmp": snmp, "lab": lab,
                "seconds": round(time.monotonic() - t_start, 1)}
     click.echo(json.dumps(summary, indent=2))
     console.print("The stack keeps running: `flowlake status`, `flowlake query ...`, `flowlake down` to stop.")

@@ -395,6 +395,7 @@ def superset() -> None:
       flowlake superset start            # bootstrap once, run on 127.0.0.1:$FLOWLAKE_SUPERSET_PORT
       flowlake superset provision        # build the bundle and import it (repeatable)
       flowlake superset warm             # after the report jobs: fill the cache
+      flowlake superset check            # which charts show no data, and why
       flowlake superset views            # after `flowlake lake migrate`: views read Delta tables
       flowlake superset credentials --json
       flowlake superset bundle -o /tmp/bundle.zip   # only build the ZIP, no Superset needed
@@ -490,6 +491,33 @@ def warm_cmd() -> None:
         else:
             click.echo(f"{slug}: rendered in {seconds:.2f} s (now cached)")
     if slow:
+        raise SystemExit(1)
+
+
+@superset.command("check")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdicts as JSON.")
+def check_cmd(as_json: bool) -> None:
+    """Run every chart's query as its dashboard does and say which show no data: failed,
+    empty ("No results"), or led by "(unknown)" (the enrichment is missing). Exits 1 when
+    any does. Superset must be running.
+
+    \b
+    Example:
+      flowlake jobs run --date 2026-11-20 && flowlake superset check
+    """
+    from rich.console import Console  # noqa: PLC0415  (start-up: rich)
+
+    from .superset_check import check, print_check  # noqa: PLC0415  (start-up: requests)
+
+    cfg = _cfg()
+    if not healthy(cfg):
+        raise click.ClickException(f"Superset does not answer at {url(cfg)}: `flowlake superset start` first")
+    res = check(cfg)
+    if as_json:
+        click.echo(json.dumps(res, indent=1))
+    else:
+        print_check(Console(), res)
+    if res["failed"] or res["empty"] or res["unknown_first"]:
         raise SystemExit(1)
 
 

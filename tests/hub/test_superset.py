@@ -393,19 +393,28 @@ def all_charts(api) -> list[dict]:
 
 
 @pytest.mark.integration
-def test_every_chart_returns_rows(api, superset):
+def test_every_chart_returns_rows(api, superset, cfg):
+    """`flowlake superset check` (superset_check.check) over every dashboard of the test lake."""
+    from flowlake.superset_check import check
+
     charts = all_charts(api)
     expected = sum(len(v) for v in superset["provision"]["dashboards"].values())
     assert len(charts) == expected >= 25
-    empty, failed = [], []
-    for chart in charts:
-        r = api.get(f"{api.base}/api/v1/chart/{chart['id']}/data/")
-        if r.status_code != 200:
-            failed.append((chart["slice_name"], r.status_code, r.text[:200]))
-        elif r.json()["result"][0]["rowcount"] == 0:
-            empty.append(chart["slice_name"])
-    assert not failed, failed
-    assert not empty, empty
+    res = check(cfg)
+    assert res["charts"] == expected and len(res["dashboards"]) == len(superset["provision"]["dashboards"])
+    assert not res["failed"], res["failed"]
+    assert not res["empty"], res["empty"]
+
+
+def test_the_check_names_empty_charts_and_unknown_leaders():
+    from flowlake.superset_check import judge
+
+    assert judge({"rowcount": 0, "data": []}) == "empty"
+    rows = [{"provider": "(unknown)", "hour": 3, "bytes": 900}, {"provider": "Cogent", "hour": 9, "bytes": 100}]
+    assert judge({"rowcount": 2, "colnames": ["provider", "hour", "bytes"], "data": rows}) == "unknown first"
+    rows[1]["bytes"] = 1000  # the largest names something: unknowns further down are fine
+    assert judge({"rowcount": 2, "colnames": ["provider", "hour", "bytes"], "data": rows}) is None
+    assert judge({"rowcount": 1, "colnames": ["total"], "data": [{"total": 5}]}) is None
 
 
 @pytest.mark.integration
