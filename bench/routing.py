@@ -52,9 +52,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
-import bmpgen  # noqa: E402
 from flowlake.base.gobuild import ROUTING  # noqa: E402
 from flowlake.collectors.routing.service import Client  # noqa: E402
+from flowlake.collectors.traffic import bmp as bmpgen  # noqa: E402
 from services.bgp import BmpServer, GoBGP, Neighbor, free_port  # noqa: E402
 
 V4_LENGTHS = [(24, 60), (23, 9), (22, 10), (21, 5), (20, 5), (19, 3), (18, 2), (17, 1), (16, 3), (15, 1), (14, 1)]

@@ -17,7 +17,7 @@ import click
 
 from flowlake.base import config as _config
 
-from . import demo_attack, demo_sflow, demo_site, demo_snmp, stack, superset_cli
+from . import demo_attack, demo_routing, demo_sflow, demo_site, demo_snmp, stack, superset_cli
 from .collectors import nfcapd
 from .pipelines import ingest
 
@@ -148,7 +148,7 @@ def finish(cfg, console, demo_dir, dates: list, no_superset: bool, before_supers
         try:  # what a visitor will see: every chart with data, or the ones without and why
             from .superset_check import check, print_check  # noqa: PLC0415  (start-up: requests)
 
-            print_check(console, check(cfg))
+            print_check(console, check(superset_cli.credentials(cfg)))
         except Exception as exc:  # noqa: BLE001  (the demo's outcome stands)
             console.print(f"[yellow]Superset's charts not checked: {exc}")
         creds = superset_cli.credentials(cfg)
@@ -177,8 +177,9 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
        rules, PingER regions, alert settings (flowlake/demo_site.py), as FLOWLAKE_CONFIG
     1. `flowlake up` (Kafka, ingest, shipper, nfcapd)
     2. a week of history at low volume (rollups of the model's flows, written directly),
-       then a day of border traffic from the traffic model (flow record revision 3
-       included), exported as real NetFlow
+       then the modelled routers' BGP views over BMP (flowlake/demo_routing.py), then a
+       day of border traffic from the traffic model (flow record revision 3 included),
+       exported as real NetFlow
     3. every flow shipped and streamed into the lake (counts checked); then an NTP
        amplification in real time: its attack record and the mitigation's dry-run decision;
        then a net-snmp agent per modelled router serves its interfaces' counters, polled
@@ -236,6 +237,11 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
         console.print(f"history {days[0]} .. {days[-1]}: {hist['flows']:,} modelled flows as rollups "
                       f"({hist['1d']:,} daily rows) in {time.monotonic() - t_hist:.1f} s")
 
+    feeds = None
+    if site_toml and cfg.routing.enabled:
+        feeds = demo_routing.announce(cfg)  # open until the demo ends
+        console.print(f"BMP: {len(demo_site.ROUTERS)} modelled routers sent {feeds.routes:,} routes to the routing "
+                      "collector: every flow of the day gets its AS path, communities and prefixes")
     already = nfcapd.received(cfg)["flows"]
     already_rows = ingest.counts(cfg)["flows"]["rows"]
     target = (cfg.collector.bind if cfg.collector.bind != "0.0.0.0" else "127.0.0.1", cfg.collector.port)
@@ -284,5 +290,8 @@ def demo(flows: int, day: str | None, protocol: str, seed: int, history_days: in
                "config": str(site_toml or cfg.source), "nfcapd_received": got["received"], "lake_rows": got["lake"],
                "truth": str(demo_dir / "truth.json"), "superset": url, "attack": attack, "snmp": snmp, "lab": lab,
                "seconds": round(time.monotonic() - t_start, 1)}
+    if feeds is not None:
+        feeds.close()
+        console.print("the modelled routers' BMP sessions end with the demo: later flows are unrouted")
     click.echo(json.dumps(summary, indent=2))
     console.print("The stack keeps running: `flowlake status`, `flowlake query ...`, `flowlake down` to stop.")

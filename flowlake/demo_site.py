@@ -14,7 +14,7 @@ Built at demo time under $FLOWLAKE_HOME/demo/site/, nothing downloaded:
 - flowlake.toml: the embedded defaults plus [exporters] names, interface names, aliases and
   speeds of the modelled routers, [[enrich.interface_rules]] that classify them, the files
   above, [active] interface_speeds, alert settings for a modelled day and a forecast over the
-  demo's week of history.
+  demo's week of history, and [routing] on (the modelled routers' BMP: demo_routing.py).
 
 Only for a home run on the embedded defaults (no FLOWLAKE_CONFIG, no ./flowlake.toml of the
 user's): `flowlake demo` then points FLOWLAKE_CONFIG at this file for itself and the stack
@@ -216,7 +216,9 @@ def config_text(cfg, files: dict[str, Path]) -> str:
               # the local dnsmasq answers at once: every remote end of the day within the budget
               # (at the defaults' 200/s, 60 s, the unnamed tail outweighed every named domain)
               "[rdns]", "server = '127.0.0.1'", f"port = {free_port(socket.SOCK_DGRAM)}", "rate = 5000.0",
-              "max_lookups = 100000", ""]
+              "max_lookups = 100000", "",
+              # the modelled routers' BMP sessions (flowlake/demo_routing.py): routes on every flow
+              "[routing]", "enabled = true", f"bmp_port = {free_port()}", ""]
     return "\n".join(lines)
 
 

@@ -30,12 +30,9 @@ def judge(result: dict) -> str | None:
     return None
 
 
-def _session(cfg):
+def _session(creds: dict):
     import requests  # noqa: PLC0415  (start-up: only this check talks REST)
 
-    from .superset_cli import credentials  # noqa: PLC0415  (start-up: the CLI module)
-
-    creds = credentials(cfg)
     s = requests.Session()
     r = s.post(creds["url"] + "/api/v1/security/login", timeout=30,
                json={"username": creds["username"], "password": creds["password"], "provider": "db", "refresh": False})
@@ -45,10 +42,11 @@ def _session(cfg):
     return s
 
 
-def check(cfg) -> dict:
-    """{"charts": n, "dashboards": {title: n}, "failed": [(dashboard, chart, why)],
-    "empty": [(dashboard, chart)], "unknown_first": [(dashboard, chart)]}."""
-    s = _session(cfg)
+def check(creds: dict) -> dict:
+    """Every chart of the Superset that creds ({"url", "username", "password"}: superset_cli.
+    credentials) log in to: {"charts": n, "dashboards": {title: n}, "failed": [(dashboard,
+    chart, why)], "empty": [(dashboard, chart)], "unknown_first": [(dashboard, chart)]}."""
+    s = _session(creds)
     out = {"charts": 0, "dashboards": {}, "failed": [], "empty": [], "unknown_first": []}
     dashboards = s.get(s.base + "/api/v1/dashboard/?q=(page_size:100)", timeout=30).json()["result"]
     for d in sorted(dashboards, key=lambda d: d["dashboard_title"]):

@@ -512,7 +512,7 @@ def check_cmd(as_json: bool) -> None:
     cfg = _cfg()
     if not healthy(cfg):
         raise click.ClickException(f"Superset does not answer at {url(cfg)}: `flowlake superset start` first")
-    res = check(cfg)
+    res = check(credentials(cfg))
     if as_json:
         click.echo(json.dumps(res, indent=1))
     else:

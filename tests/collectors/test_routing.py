@@ -31,7 +31,7 @@ from flowlake.base.gobuild import ROUTING, go_binary
 from flowlake.collectors.routing import service
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared helpers
-import bmpgen  # noqa: E402
+from flowlake.collectors.traffic import bmp as bmpgen  # noqa: E402
 from services.bgp import BmpServer, GoBGP, Neighbor, PmBmpd, free_port  # noqa: E402
 
 pytestmark = pytest.mark.integration

@@ -396,11 +396,12 @@ def all_charts(api) -> list[dict]:
 def test_every_chart_returns_rows(api, superset, cfg):
     """`flowlake superset check` (superset_check.check) over every dashboard of the test lake."""
     from flowlake.superset_check import check
+    from flowlake.superset_cli import credentials
 
     charts = all_charts(api)
     expected = sum(len(v) for v in superset["provision"]["dashboards"].values())
     assert len(charts) == expected >= 25
-    res = check(cfg)
+    res = check(credentials(cfg))
     assert res["charts"] == expected and len(res["dashboards"]) == len(superset["provision"]["dashboards"])
     assert not res["failed"], res["failed"]
     assert not res["empty"], res["empty"]

@@ -1,5 +1,6 @@
-"""BMP messages built byte by byte (RFC 7854, RFC 4271) for tests that send the routing
-collector what a router would, or what no router should (bad input)."""
+"""BMP messages built byte by byte (RFC 7854, RFC 4271): what the modelled routers send the
+routing collector in the demo (flowlake/demo_routing.py), and what tests send it, as a
+router would, or as no router should (bad input)."""
 from __future__ import annotations
 
 import ipaddress
