@@ -273,6 +273,22 @@ def test_detector_in_the_engine_feeds_the_alert_channels(ddos_cfg):
     assert "amplification attack on 10.1.2.3" in rec.events[0]["summary"]
 
 
+def test_a_replayed_hour_in_one_interval_is_not_an_attack(ddos_cfg):
+    """One file holding an hour of a host's ordinary traffic (a modelled day sent in
+    seconds, an archive imported through the live stack): measured over its last MAX_BINS
+    seconds, the flows that ended before them are history. Piled into the first bin they
+    were a flood of 3,600 seconds' packets in one (a false attack); the same rate as a live
+    flood in the last seconds is still found."""
+    det = detector(ddos_cfg, baseline_factor=0.0)
+    hour = flood("10.1.2.3", 2_000, T0 - 3_600_000, 3_600, sources=20, proto=17, tcp_flags=0)
+    # piled into one bin, the hour would be a flood far over the threshold
+    assert sum(r["packets"] for r in hour) / det.s.window_s > 10 * det.s.thresholds["threshold_pps"]
+    assert det.evaluate(Interval("f", T0 - 3_600_000, T0, flows(hour))) == []
+    last = flood("10.1.2.4", 50_000, T0 - 10_000, 10, proto=17, src_port=123, tcp_flags=0)
+    got = det.evaluate(Interval("g", T0 - 3_600_000, T0, flows(hour + last)))
+    assert {f.subject for f in got} == {"10.1.2.4"}
+
+
 def test_an_interval_spanning_days_is_binned_over_its_flows(ddos_cfg):
     """The first file after a gap (a stack back after days) spans days: the detector bins only
     the seconds its flows cover (at most MAX_BINS), not every second of the interval (that
