@@ -284,10 +284,7 @@ class DdosDetector(Detector):
         edges = start + BIN_MS * np.arange(nb + 1, dtype=np.int64)
         s = np.clip(ts, start, end)
         e = np.clip(np.maximum(te, ts), start, end)
-        # shares of the flow's whole duration: the part outside the interval is not counted
-        # (divided by the clipped duration, a 5-minute transfer in a 2 s interval put all its
-        # packets in those 2 s: the demo's 8 kpkt/s iperf transfer read as 4 Mpkt/s)
-        dur = np.maximum(np.maximum(te, ts) - ts, 1)
+        dur = np.maximum(e - s, 1)
         lo, hi = edges[:-1][None, :], edges[1:][None, :]
         overlap = np.clip(np.minimum(e[:, None], hi) - np.maximum(s[:, None], lo), 0, None).astype(np.float64)
         point = (e - s) <= 0  # a flow of no duration (or wholly outside, clipped to an edge): its end's bin
