@@ -282,10 +282,12 @@ _CONFINE_LOCK = threading.Lock()
 # clean-clone run logged "Unique file handle conflict: Cannot attach "lake_views" - the
 # database file ... is already attached" for one chart query. Opens are made one at a time,
 # and one that meets the conflict (the closing instance not yet gone) is tried again.
+# SQLAlchemy 1.4 calls a do_connect listener of the dialect's own class, not one on Engine
+# (listened on Engine, this never ran, and a clean-clone run logged the conflict again).
 _OPEN_LOCK = threading.Lock()
+OPEN_RETRIES = {"conflicts": 0}  # opens that met the conflict and were tried again (tests read it)
 
 
-@event.listens_for(Engine, "do_connect")
 def _open_duckdb_one_at_a_time(dialect, _record, cargs, cparams):  # noqa: ANN001
     if dialect.name != "duckdb":
         return None
@@ -300,8 +302,17 @@ def _open_duckdb_one_at_a_time(dialect, _record, cargs, cparams):  # noqa: ANN00
         except duckdb.BinderException as e:
             if "Unique file handle conflict" not in str(e) or attempt == 39:
                 raise
+            OPEN_RETRIES["conflicts"] += 1
             time.sleep(0.05)
     return None
+
+
+try:
+    import duckdb_engine as _duckdb_engine
+
+    event.listen(_duckdb_engine.Dialect, "do_connect", _open_duckdb_one_at_a_time)
+except ImportError:  # no DuckDB driver: no lake connection to open
+    pass
 
 
 class ReadOnlyLakeError(Exception):

@@ -297,6 +297,32 @@ for q in ["COPY (SELECT 1) TO '{lake}/t/x.csv'", "ATTACH '{lake}/x.db'", "SELECT
     assert [ln.split()[0] for ln in lines] == ["BLOCKED", "BLOCKED", "BLOCKED", "BLOCKED", "ALLOWED"], lines
 
 
+def test_duckdb_connections_are_opened_by_the_one_at_a_time_hook(tmp_path):
+    """superset_config.py's do_connect hook runs for every DuckDB connection (listened on the
+    duckdb_engine dialect: on Engine, SQLAlchemy 1.4 never called it) and tries again an
+    open that meets DuckDB's "Unique file handle conflict" (here: DuckDB made to raise it
+    twice), instead of failing the chart query."""
+    code = f"""
+import runpy, duckdb, sqlalchemy as sa
+conf = runpy.run_path('superset/superset_config.py')
+real, raised = duckdb.connect, []
+def flaky(*a, **k):
+    if len(raised) < 2 and str(a[0] if a else k.get('database', '')).endswith('v.duckdb'):
+        raised.append(1)
+        raise duckdb.BinderException('Binder Error: Unique file handle conflict: Cannot attach "v"')
+    return real(*a, **k)
+duckdb.connect = flaky
+eng = sa.create_engine('duckdb:///{tmp_path}/v.duckdb', poolclass=sa.pool.NullPool)
+with eng.connect() as c:
+    print(c.execute(sa.text("SELECT 7")).scalar(), conf['OPEN_RETRIES']['conflicts'])
+"""
+    env = {**os.environ, "FLOWLAKE_SUPERSET_STATE_DIR": str(tmp_path), "FLOWLAKE_LAKE_DIR": str(tmp_path / "lake"),
+           "FLOWLAKE_SUPERSET_SECRET_KEY": "x" * 40}
+    res = subprocess.run([str(SUPERSET_PY), "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split() == ["7", "2"], res.stdout + res.stderr[-3000:]
+
+
 def test_views_file_connections_share_one_confined_instance(tmp_path):
     """Concurrent connections of one process to the read-only views file share one DuckDB
     instance: the first confines and locks it, the others must neither fail on the locked
