@@ -546,7 +546,12 @@ def test_open_vswitch_live_agent(sflow, tmp_path):
     bound = 5 * math.sqrt(sent * p * (1 - p))
     assert abs(samples - sent * p) <= bound, (samples, sent * p, bound, tap["agents"], len(flows))
     assert sum(f["packets"] for f in stream) == samples * rate
-    assert sum(f["bytes"] for f in stream) == samples * rate * (size + 28)  # layer 3, each sample scaled once
+    # iperf3's UDP client opens with a 4-byte datagram to the same port (32 bytes at layer 3);
+    # sampled like any packet, it is in the stream about one run in ten (CI once had it)
+    hello = [f for f in stream if f["bytes"] == rate * (4 + 28)]
+    assert len(hello) <= 2, hello
+    data = [f for f in stream if f["bytes"] != rate * (4 + 28)]
+    assert sum(f["bytes"] for f in data) == len(data) * rate * (size + 28)  # layer 3, each sample scaled once
 
     files = sorted((cfg.lake / "interface_counters").glob("date=*/sflow_*.parquet"))
     rows = [r for f in files for r in pq.read_table(f).to_pylist() if r["if_index"] == ifindex]
