@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -154,9 +155,17 @@ def status(cfg=None) -> dict:
     out["tap_disk"] = {"fingerprint_files": len(fp), "bytes": sum(p.stat().st_size for p in fp),
                        "keep_minutes": int(cfg.sampling.keep_minutes)}
     try:
-        shipped = json.loads(cfg.path("state", "shipper.json").read_text()).get("sampling") or {}
+        shipper = json.loads(cfg.path("state", "shipper.json").read_text())
     except (OSError, ValueError):
-        shipped = {}
+        shipper = {}
+    shipped = shipper.get("sampling") or {}
+    # the shipper waits for the tap to read a file's datagrams before resolving its flows
+    # (collectors/shipper/watermark.go); files shipped before it caught up may hold unknown rates
+    out["tap_wait"] = shipper.get("tap_wait") or {}
+    try:
+        out["tap_watermark_age_s"] = round(time.time() - int((tap_dir(cfg) / "tap.watermark").read_text()) / 1000, 1)
+    except (OSError, ValueError):
+        out["tap_watermark_age_s"] = None
     for addr, c in shipped.items():
         out["exporters"][addr] = {"flows": c.get("flows", 0), "unknown_rate_flows": c.get("unknown", 0),
                                   "decided_by": c.get("sources", {}), "rates": c.get("rates", {}), "samplers": {}}
@@ -222,7 +231,14 @@ def print_status(console, st: dict) -> None:
     tap, disk = st.get("tap") or {}, st.get("tap_disk") or {}
     if tap:
         console.print(f"sampling tap: {tap.get('datagrams', 0):,} datagrams read, {tap.get('malformed', 0):,} malformed; "
-                      f"{disk.get('bytes', 0):,} bytes of record fingerprints (kept {disk.get('keep_minutes')} min)")
+                      f"{disk.get('bytes', 0):,} bytes of record fingerprints (kept {disk.get('keep_minutes')} min)"
+                      + (f"; read up to {st['tap_watermark_age_s']:.1f} s ago" if st.get("tap_watermark_age_s") is not None else ""))
+    wait = st.get("tap_wait") or {}
+    if wait.get("files"):
+        console.print(f"the shipper waited for the tap on {wait['files']:,} files ({wait.get('wait_ms', 0) / 1000:,.1f} s in all)")
+    if wait.get("late"):
+        console.print(f"[bold red]{wait['late']:,} files shipped before the sampling tap caught up (their flows' rates "
+                      f"came from the rate history): {wait.get('last_lag', '')}[/]")
     times = st.get("times") or {}
     if times.get("exporters"):
         tt = Table(title="flow times per exporter (corrected / quarantined to lake/quarantine/flows/)")

@@ -328,37 +328,51 @@ func cmdSFlowTap(args []string) error {
 		last, flushed = time.Now(), time.Now()
 	}
 	buf := make([]byte, 1<<16)
+	rd := newRawReader(conn)
+	wm := watermark{path: filepath.Join(*dir, sflowWatermarkFile)}
+	dirty := false
 	for {
 		if time.Since(flushed) >= *flush {
 			toLake()
 		}
-		_ = conn.SetReadDeadline(time.Now().Add(time.Second))
-		n, src, err := conn.ReadFromIP(buf)
+		began := time.Now()
+		_ = conn.SetReadDeadline(began.Add(250 * time.Millisecond))
+		n, src, at, err := rd.read(buf)
 		if err != nil {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				save()
-				last = time.Now()
+				wm.read(began) // the queue was empty when this read began
+				if dirty || time.Since(last) > watermarkEvery {
+					save()
+					wm.write()
+					last, dirty = time.Now(), false
+				}
 				continue
 			}
 			break // closed by the signal
 		}
-		if n < 8 || int(binary.BigEndian.Uint16(buf[2:])) != *port {
-			continue
+		dirty = true
+		if n >= 8 && int(binary.BigEndian.Uint16(buf[2:])) == *port {
+			ulen := int(binary.BigEndian.Uint16(buf[4:]))
+			if ulen < 8 || ulen > n {
+				ulen = n
+			}
+			addr, _ := netip.AddrFromSlice(src.IP)
+			known := len(st.Agents)
+			st.sflowDatagram(addr.Unmap(), buf[8:ulen], at)
+			if len(st.Agents) != known {
+				last = time.Time{} // a new agent: the shipper must know it before its records
+			}
 		}
-		ulen := int(binary.BigEndian.Uint16(buf[4:]))
-		if ulen < 8 || ulen > n {
-			ulen = n
-		}
-		addr, _ := netip.AddrFromSlice(src.IP)
-		known := len(st.Agents)
-		st.sflowDatagram(addr.Unmap(), buf[8:ulen], time.Now())
-		if len(st.Agents) != known || time.Since(last) > time.Second {
+		wm.read(at)
+		if time.Since(last) > watermarkEvery {
 			save()
-			last = time.Now()
+			wm.write()
+			last, dirty = time.Now(), false
 		}
 	}
 	toLake()
 	save()
+	wm.write()
 	if st.drops != nil {
 		if err := st.drops.close(); err != nil {
 			log.Printf("ERROR closing the drop records file in %s: %v", *dropsDir, err)

@@ -179,6 +179,8 @@ type Counters struct {
 	Times map[string]*ExporterTimeCounts `json:"times"`
 	// per exporter: records completed from flowlake's own decode of what nfcapd lost (gaps.go)
 	OwnDecode map[string]*ExporterDecodeCounts `json:"own_decode"`
+	// files that waited for the sampling taps to read their datagrams (watermark.go)
+	TapWait TapWait `json:"tap_wait"`
 }
 
 // ExporterTimeCounts are one exporter's corrected and quarantined flows by reason.
@@ -371,6 +373,9 @@ func (s *Shipper) shipAs(ctx context.Context, path string, id fileID) (*Stats, e
 		}
 	}
 	s.res.Counts = map[string]*ExporterSamplingCounts{}
+	if info, err := os.Stat(path); err == nil { // the spool file as nfcapd closed it (import: the archive)
+		waitForTaps(s.res.dir, info.ModTime(), name, &s.count.TapWait)
+	}
 	s.res.reset()
 	var packets, bytes, shipped uint64
 	times := map[string]*ExporterTimeCounts{}

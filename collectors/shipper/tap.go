@@ -153,6 +153,8 @@ type tap struct {
 	fix       fixWriter // gaps.go: DIR/fix/YYYYMMDDhhmm.bin
 	state     TapState
 	lastSave  time.Time
+	wm        watermark // watermark.go: written after the files it covers
+	dirty     bool      // datagrams read since the last save
 }
 
 // TapState is DIR/tap.json.
@@ -214,7 +216,7 @@ func cmdTap(args []string) error {
 	if err := attachPortFilter(conn, network == "ip6:udp", o.port); err != nil {
 		log.Printf("WARNING no socket filter (every UDP datagram of this host is read and dropped here): %v", err)
 	}
-	t := &tap{o: o, exporters: map[string]*texporter{}}
+	t := &tap{o: o, exporters: map[string]*texporter{}, wm: watermark{path: filepath.Join(o.dir, tapWatermarkFile)}}
 	t.state = TapState{PID: os.Getpid(), Port: o.port, Exporters: map[string]TapExporter{}}
 	if t.rates, err = os.OpenFile(filepath.Join(o.dir, "rates.jsonl"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err != nil {
 		return err
@@ -226,29 +228,34 @@ func cmdTap(args []string) error {
 	log.Printf("INFO sampling tap on %s port %d -> %s", network, o.port, o.dir)
 	t.save()
 	buf := make([]byte, 1<<16)
+	rd := newRawReader(conn)
 	for {
-		_ = conn.SetReadDeadline(time.Now().Add(time.Second))
-		n, src, err := conn.ReadFromIP(buf)
+		began := time.Now()
+		_ = conn.SetReadDeadline(began.Add(250 * time.Millisecond))
+		n, src, at, err := rd.read(buf)
 		if err != nil {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				t.tick()
+				t.wm.read(began) // the queue was empty when this read began
+				t.tick(true)
 				continue
 			}
 			break // closed by the signal
 		}
-		if n < 8 || int(binary.BigEndian.Uint16(buf[2:])) != o.port {
-			continue
+		t.dirty = true
+		if n >= 8 && int(binary.BigEndian.Uint16(buf[2:])) == o.port {
+			ulen := int(binary.BigEndian.Uint16(buf[4:]))
+			if ulen < 8 || ulen > n {
+				ulen = n
+			}
+			addr, _ := netip.AddrFromSlice(src.IP)
+			t.datagram(addr.Unmap(), buf[8:ulen], at)
 		}
-		ulen := int(binary.BigEndian.Uint16(buf[4:]))
-		if ulen < 8 || ulen > n {
-			ulen = n
-		}
-		addr, _ := netip.AddrFromSlice(src.IP)
-		t.datagram(addr.Unmap(), buf[8:ulen], time.Now())
-		t.tick()
+		t.wm.read(at)
+		t.tick(false)
 	}
 	t.flushFP()
 	t.save()
+	t.wm.write()
 	log.Printf("INFO sampling tap stopped")
 	return nil
 }
@@ -268,10 +275,14 @@ func (t *tap) restore() {
 	}
 }
 
-func (t *tap) tick() {
-	if time.Since(t.lastSave) > time.Second {
+// tick writes the files, the state and then the watermark: once a second while busy, and
+// as soon as the socket falls idle after datagrams (nfcapd's file may be closing now).
+func (t *tap) tick(idle bool) {
+	if time.Since(t.lastSave) > watermarkEvery || (idle && t.dirty) {
 		t.flushFP()
 		t.save()
+		t.wm.write()
+		t.dirty = false
 	}
 }
 

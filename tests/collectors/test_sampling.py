@@ -178,3 +178,63 @@ def test_configured_and_forced_rates_and_unknown_samplers(tmp_path, nfdump_bin):
         assert len(mine) == by[addr]["flows"] and {r["sampling_rate"] for r in mine} == {rate}
         assert sum(r["packets"] for r in mine) == by[addr]["packets"] * max(rate, 1)
         assert sum(r["bytes"] for r in mine) == by[addr]["bytes"] * max(rate, 1)
+
+
+@pytest.mark.integration
+def test_tap_watermark_passes_a_burst_only_once_its_fingerprints_are_on_disk(tmp_path):
+    """The shipper resolves a file only once the tap's watermark has passed the file's close
+    (collectors/shipper/watermark.go; CI once shipped a burst before the tap had flushed it,
+    and a third of its flows landed with sampling_rate 0). The contract, on the real tap: at
+    the moment the watermark passes a burst's last datagram, every fingerprint of the burst
+    is on disk; stopping the tap (its last flush) adds none."""
+    import datetime as dt
+    import signal
+    import subprocess
+    import time
+
+    from flowlake.base.gobuild import SHIPPER
+    from flowlake.base.ports import free_port
+    from flowlake.collectors.traffic import api, model
+    from flowlake.collectors.traffic.sampling import Sampler, SamplingPlan
+
+    port, tap_dir = free_port(socket.SOCK_DGRAM), tmp_path / "tap"
+    tap_dir.mkdir()
+    log = open(tmp_path / "tap.log", "wb")
+    tap = subprocess.Popen([str(SHIPPER.build()), "tap", "--port", str(port), "--dir", str(tap_dir)],
+                           stdout=log, stderr=subprocess.STDOUT)
+
+    def fingerprints() -> int:
+        return sum(p.stat().st_size for p in (tap_dir / "fp").glob("*.bin")) // 12
+
+    try:
+        deadline = time.monotonic() + 10
+        while not (tap_dir / "tap.json").exists() and tap.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert tap.poll() is None, (tmp_path / "tap.log").read_text()
+        time.sleep(0.3)  # the kernel turns receive timestamps on in deferred work
+        start = dt.datetime(2026, 11, 21, 6, tzinfo=dt.timezone.utc)
+        p = api.params_for("ipfix")
+        p.bulk, p.scanners, p.fanin, p.teleimmersion = [], [], [], []
+        p.routers = [model.Router("ipfix-302-309-310", f"127.0.0.{95 + i}", 1.0, sampling=SamplingPlan(
+            "ipfix-302-309-310", [Sampler(1, 1000), Sampler(2, 250)], announce=True)) for i in range(2)]
+        api.generate_day(("127.0.0.1", port), start, 600, 3000, "ipfix", params=p, seed=5, max_rate=50_000)
+        sent_ms = time.time() * 1000  # every datagram of the burst arrived before this
+        mark = tap_dir / "tap.watermark"
+        deadline = time.monotonic() + 5
+        seen = 0
+        while time.monotonic() < deadline:
+            try:
+                seen = int(mark.read_text())
+            except (OSError, ValueError):
+                seen = 0
+            if seen >= sent_ms:
+                break
+            time.sleep(0.01)
+        at_mark = fingerprints()
+        assert seen >= sent_ms, f"the tap's watermark {seen} never passed the burst's end {sent_ms:.0f} in 5 s"
+    finally:
+        tap.send_signal(signal.SIGTERM)
+        tap.wait(timeout=20)
+        log.close()
+    assert at_mark > 2000, at_mark  # the burst's records of announced samplers
+    assert fingerprints() == at_mark
