@@ -23,12 +23,15 @@ PEERING_TRAFFIC = Record(
          "its communities); `provider` = the interface's provider from [enrich] interface_rules "
          "(the input interface for inbound traffic, the output one otherwise). Flows without a "
          "value (no route, AS 0, no community, no provider) are left out of that dimension. "
-         "Shares are of the same hour, direction and dimension."),
+         "Shares are of the same hour, direction and dimension. Per hour, direction and dimension the "
+         "top [reports] peering_top_n keys by bytes are kept; the rest add up in one row with key "
+         "'(other)', so every list sums to its traffic and the table stays bounded."),
     fields=(
         REPORT_HOUR,
         _DIRECTION,
         Field("dimension", "string", "neighbour_as / transit / origin_as / community / provider"),
-        Field("key", "string", "the AS number, community (65401:10 or 64501:1:2) or provider name"),
+        Field("key", "string", "the AS number, community (65401:10 or 64501:1:2) or provider name; "
+              "'(other)' = every key beyond the top [reports] peering_top_n"),
         *_VOLUMES,
         Field("bytes_share", "double", "bytes / all bytes of the same hour, direction and dimension",
               "fraction 0..1"),

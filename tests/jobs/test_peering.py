@@ -156,3 +156,31 @@ def test_the_job_runs_whole_on_a_lake(spark, tmp_path):
     for table in ("peering_traffic", "peering_candidates", "exit_paths"):
         got = pq.read_table(cfg.lake / "reports" / table / f"date={day}")
         assert got.num_rows > 0, table
+
+
+def test_peering_traffic_keeps_the_top_n_and_folds_the_rest(spark):
+    """Per hour, direction and dimension the top_n keys by bytes; the rest in one '(other)'
+    row: the lists add up to the same traffic as unbounded, the shares to 1."""
+    f = frame(spark, SPECS)
+    full = {(r.hour, r.direction, r.dimension, r.key): (r.flows, r.packets, r.bytes)
+            for r in peering_traffic(f, top_n=1000).collect()}
+    got = {(r.hour, r.direction, r.dimension, r.key): (r.flows, r.packets, r.bytes, r.bytes_share)
+           for r in peering_traffic(f, top_n=1).collect()}
+    groups = {k[:3] for k in full}
+    for g in groups:
+        want = sorted(((v, k[3]) for k, v in full.items() if k[:3] == g), key=lambda x: (-x[0][2], x[1]))
+        rows = {k[3]: v for k, v in got.items() if k[:3] == g}
+        top_key = want[0][1]
+        assert rows[top_key][:3] == want[0][0], g
+        rest = [v for v, _ in want[1:]]
+        if rest:
+            assert set(rows) == {top_key, "(other)"}, g
+            assert rows["(other)"][:3] == tuple(sum(x[i] for x in rest) for i in range(3)), g
+        else:
+            assert set(rows) == {top_key}, g
+        assert sum(v[3] for v in rows.values()) == pytest.approx(1.0), g
+    # the day's outbound communities: 65401:10 (4000 bytes) kept; 65401:1000, 64501:1:2, 65402:7 folded
+    assert got[(None, "outbound", "community", "65401:10")][2] == 4000
+    assert got[(None, "outbound", "community", "(other)")][2] == 3000 + 1000 + 700
+    with pytest.raises(ValueError, match="peering_top_n"):
+        peering_traffic(f, top_n=0)
