@@ -93,8 +93,11 @@ def peering_candidates(flows: DataFrame) -> DataFrame:
         .select("origin_as", (F.col("_bb") * 8.0 / PEAK_SECONDS).alias("peak_bps"),
                 F.col("_bucket").cast("timestamp").alias("peak_time")))
     out = totals.join(top, "origin_as").join(peak, "origin_as")
-    out = out.withColumn("rank", F.row_number().over(Window.orderBy(F.desc("bytes"), F.asc("origin_as"))))
-    total = F.sum("bytes").over(Window.partitionBy())
+    # one list (a few thousand ASes at most): a window over a constant, so Spark does not
+    # warn about the single partition once per task
+    whole = Window.partitionBy(F.lit(0))
+    out = out.withColumn("rank", F.row_number().over(whole.orderBy(F.desc("bytes"), F.asc("origin_as"))))
+    total = F.sum("bytes").over(whole)
     return out.withColumn("bytes_share", F.when(total > 0, F.col("bytes") / total).otherwise(F.lit(0.0)))
 
 

@@ -153,6 +153,48 @@ def test_direction_matches_ipaddress(spark, tmp_path):
 
 
 @pytest.mark.integration
+def test_day_direction_by_duckdb_equals_the_spark_rule(spark, tmp_path):
+    """On this machine the jobs label `direction` by joining the day's local addresses, which
+    DuckDB decides once per run (common.local_addresses); the Spark rule (with_direction) is
+    the reference: every flow gets the same label, odd address texts included."""
+    from flow_rows import lake_row
+    from flowlake.jobs import common
+    from flowlake.jobs.context import JobContext
+    from flowlake.pipelines.lake_read import LakeReader
+    from flowlake.schemas import FLOWS_TABLE
+
+    prefixes = LOCAL + ["172.16.0.0/12", "fd00:1:2:3::/64"]
+    cfg = private_cfg(tmp_path, FLOWLAKE_SITE_LOCAL_PREFIXES=",".join(prefixes))
+    assert list(cfg.site.local_prefixes) == prefixes
+    rng = random.Random(3)
+    addrs = ["10.0.0.0", "11.0.0.0", "192.0.2.255", "172.31.255.255", "::", "2001:db8::", "2001:DB8::1",
+             "2001:db9::1", "fd00:1:2:3::9", "::ffff:10.1.2.3", "::ffff:8.8.8.8", "::ffff:a01:203", "010.0.0.9",
+             "+10.0.0.5", " 10.3.3.3 ", "10.0.0.1.", "256.1.1.1", "not-an-address", ""]
+    addrs += [str(ipaddress.IPv4Address(rng.choice([0x0A000000, 0xC0000200, 0x08080800]) + rng.randrange(256)))
+              for _ in range(60)]
+    day = dt.date(2026, 3, 12)
+    ts = dt.datetime(2026, 3, 12, 7, tzinfo=dt.UTC)
+    rows = [lake_row(time_start=ts, time_end=ts, exporter="192.0.2.100", src_addr=a, dst_addr=rng.choice(addrs),
+                     src_port=1, dst_port=2, proto=6, packets=1, bytes=1, source_file="t", file_seq=i,
+                     date=day.isoformat(), hour=7) for i, a in enumerate(addrs * 3)]
+    spark.createDataFrame(rows, FLOWS_TABLE.spark_schema()).write.partitionBy("date", "hour").parquet(
+        str(cfg.lake / "flows"))
+    ctx = JobContext(spark=spark, cfg=cfg, date=day, snapshot=LakeReader(cfg.lake))
+    ctx.shared = {}
+    try:
+        assert common.local_addresses(ctx) is not None  # the join path, not the fallback
+        flows = ctx.flows()
+        got = {r.file_seq: r.direction for r in common.day_direction(ctx, flows).collect()}
+        want = {r.file_seq: r.direction for r in common.with_direction(flows, prefixes).collect()}
+    finally:
+        for v in ctx.shared.values():
+            v.unpersist()
+        ctx.snapshot.close()
+    assert len(got) == len(rows) and got == want
+    assert set(want.values()) == {"internal", "outbound", "inbound", "transit"}
+
+
+@pytest.mark.integration
 def test_direction_labels(spark):
     df = frame(spark, [{"src_addr": "10.1.1.1", "dst_addr": "8.8.8.8"}, {"src_addr": "8.8.8.8", "dst_addr": "2001:db8::5"},
                        {"src_addr": "192.0.2.1", "dst_addr": "10.0.0.9"}, {"src_addr": "1.1.1.1", "dst_addr": "2001:db9::1"}])
