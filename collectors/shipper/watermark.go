@@ -37,6 +37,7 @@ const (
 	watermarkStale = 4 * time.Second
 	// the longest a file waits for a running tap (a tap this far behind is reported)
 	watermarkMaxWait = 20 * time.Second
+	mtimeMargin      = 50 * time.Millisecond
 )
 
 // rawReader reads a raw socket with each datagram's kernel receive time.
@@ -156,7 +157,9 @@ func waitForTaps(dir string, closed time.Time, name string, w *TapWait) {
 	if dir == "" || closed.IsZero() {
 		return
 	}
-	want := closed.UnixMilli()
+	// mtimes come from the kernel's coarse clock (a tick behind the precise one the packets
+	// are stamped by): a margin keeps a datagram read in the file's last tick covered
+	want := closed.Add(mtimeMargin).UnixMilli()
 	start := time.Now()
 	waited, late := false, false
 	for _, f := range [2]string{tapWatermarkFile, sflowWatermarkFile} {
