@@ -233,11 +233,8 @@ def counted_files(ctx) -> list[str] | None:
     if key in cache:
         return cache[key].files
     files = duck.flow_files(ctx)
-    tmp = Path(ctx.cfg.path("tmp"))
-    tmp.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="count-once-", dir=tmp))
-    con = duck.connect(ctx.cfg)
-    try:
+
+    def count(con, folder: Path) -> list[str]:
         mb = int(getattr(ctx.cfg.site, "dedup_memory_mb", 0) or 0)
         if mb > 0:
             con.execute(f"SET memory_limit = '{mb}MB'")
@@ -249,13 +246,28 @@ def counted_files(ctx) -> list[str] | None:
             state = Path(ctx.cfg.path("state"))
             state.mkdir(parents=True, exist_ok=True)
             (state / PASS_STATE).write_text(json.dumps(done))
+        return out
+
+    cache[key] = _scratch(ctx, "count-once-", count)
+    return cache[key].files
+
+
+def _scratch(ctx, prefix: str, fill) -> _Counted:
+    """fill(DuckDB connection, a new folder under $FLOWLAKE_HOME/tmp) -> the files it wrote
+    there; the folder is removed if it fails, else when the run ends (_Counted)."""
+    from flowlake.pipelines import duck  # noqa: PLC0415  (DuckDB: only for the local engines)
+
+    tmp = Path(ctx.cfg.path("tmp"))
+    tmp.mkdir(parents=True, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=prefix, dir=tmp))
+    con = duck.connect(ctx.cfg)
+    try:
+        return _Counted(folder, fill(con, folder))
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
     finally:
         con.close()
-    cache[key] = _Counted(folder, out)
-    return out
 
 
 # At most this many local addresses are broadcast to Spark's tasks (a few tens of MB); a
@@ -284,28 +296,21 @@ def local_addresses(ctx) -> str | None:
     if key in cache:
         return cache[key].files[0] if cache[key].files else None
     files = duck.flow_files(ctx)
-    tmp = Path(ctx.cfg.path("tmp"))
-    tmp.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix="local-addresses-", dir=tmp))
-    out: list[str] = []
-    if files:
-        con = duck.connect(ctx.cfg)
-        try:
-            src = f"read_parquet({duck.sql_list(files)}, hive_partitioning = true, union_by_name = true)"
-            duck._local_addresses(con, "day_addr", f"(SELECT src_addr AS a FROM {src} UNION ALL "
-                                                   f"SELECT dst_addr FROM {src})", list(prefixes))
-            n = con.execute("SELECT count(*) FROM day_addr WHERE loc").fetchone()[0]
-            if n <= LOCAL_ADDRESSES_MAX:
-                path = folder / "local.parquet"
-                con.execute(f"COPY (SELECT a FROM day_addr WHERE loc) TO '{path}' (FORMAT parquet)")
-                out = [str(path)]
-        except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise
-        finally:
-            con.close()
-    cache[key] = _Counted(folder, out)
-    return out[0] if out else None
+
+    def decide(con, folder: Path) -> list[str]:
+        if not files:
+            return []
+        src = f"read_parquet({duck.sql_list(files)}, hive_partitioning = true, union_by_name = true)"
+        duck._local_addresses(con, "day_addr", f"(SELECT src_addr AS a FROM {src} UNION ALL "
+                                               f"SELECT dst_addr FROM {src})", list(prefixes))
+        if con.execute("SELECT count(*) FROM day_addr WHERE loc").fetchone()[0] > LOCAL_ADDRESSES_MAX:
+            return []
+        path = folder / "local.parquet"
+        con.execute(f"COPY (SELECT a FROM day_addr WHERE loc) TO '{path}' (FORMAT parquet)")
+        return [str(path)]
+
+    cache[key] = _scratch(ctx, "local-addresses-", decide)
+    return cache[key].files[0] if cache[key].files else None
 
 
 def day_direction(ctx, flows: DataFrame) -> DataFrame:
