@@ -30,6 +30,9 @@ def observation_points(flows: DataFrame, rule: str, window_seconds: float) -> Da
                F.concat_ws(" ", F.col("input_if").cast("string"), F.coalesce("in_if_name", F.lit("")))),
         F.when(F.col("out_if_boundary") == "external",
                F.concat_ws(" ", F.col("output_if").cast("string"), F.coalesce("out_if_name", F.lit(""))))))
+    # One aggregation over the marked observations (the rule's windows are the cost: each
+    # further pass over `m` ran them again); the site's row adds up the exporters' rows (Spark
+    # reuses the aggregation's exchange for both).
     per = m.groupBy("exporter").agg(
         F.max(F.coalesce("exporter_name", F.lit(""))).alias("exporter_name"),
         F.array_join(F.array_sort(F.array_distinct(F.flatten(F.collect_set(ext)))), ", ").alias("external_ifs"),
@@ -39,27 +42,29 @@ def observation_points(flows: DataFrame, rule: str, window_seconds: float) -> Da
         F.sum("bytes").alias("bytes_observed"),
         F.sum(F.when(counted, F.col("bytes")).otherwise(0)).alias("bytes_counted"),
         F.avg(multi).alias("multi_point_share"),
-        F.sum(F.col(co.CONTRADICTORY).cast("long")).alias("contradictory"))
+        F.sum(F.col(co.CONTRADICTORY).cast("long")).alias("contradictory"),
+        # for the site's row: of the counted records, those seen at more than one point, and
+        # those contradictory (multi is 0 or 1: the sums are exact in a double)
+        F.sum(F.when(counted, multi).otherwise(0.0)).alias("_counted_multi"),
+        F.sum((counted & F.col(co.CONTRADICTORY)).cast("long")).alias("_counted_contradictory"))
     exports = (F.when((F.col("_in") == 1) & (F.col("_out") == 1), "both")
                .when(F.col("_in") == 1, "ingress").otherwise("egress"))
     applied = (F.lit("all") if rule == "all" else F.lit("key") if rule == "key"
                else F.when(F.col("_classified") == 1, "boundary").otherwise("key"))
-    per = (per.withColumn("exports", exports).withColumn("classified", F.col("_classified") == 1)
-           .withColumn("count_at", applied).drop("_in", "_out", "_classified"))
-    # the site's share: of the flow records counted (each flow once), those seen at more than one point
-    share = m.where(counted).agg(F.coalesce(F.avg(multi), F.lit(0.0)).alias("multi_point_share"))
-    site = m.agg(F.count(F.lit(1)).alias("observations"), F.sum(counted.cast("long")).alias("counted"),
-                 F.sum("bytes").alias("bytes_observed"),
-                 F.sum(F.when(counted, F.col("bytes")).otherwise(0)).alias("bytes_counted"),
-                 F.max(F.col(co.CLASSIFIED).cast("int")).alias("_classified"),
-                 F.max(ingress.cast("int")).alias("_in"), F.max((~ingress).cast("int")).alias("_out"),
-                 F.sum((counted & F.col(co.CONTRADICTORY)).cast("long")).alias("contradictory"))
-    site = (site.where(F.col("observations") > 0).crossJoin(share)
+    site = per.agg(F.sum("observations").alias("observations"), F.sum("counted").alias("counted"),
+                   F.sum("bytes_observed").alias("bytes_observed"), F.sum("bytes_counted").alias("bytes_counted"),
+                   F.max("_classified").alias("_classified"), F.max("_in").alias("_in"), F.max("_out").alias("_out"),
+                   F.sum("_counted_contradictory").alias("contradictory"),
+                   F.sum("_counted_multi").alias("_multi"))
+    site = (site.where(F.col("observations") > 0)
             .select(F.lit("all").alias("exporter"), F.lit("all").alias("exporter_name"),
                     F.lit("").alias("external_ifs"),
                     exports.alias("exports"), (F.col("_classified") == 1).alias("classified"),
                     F.lit(rule).alias("count_at"), "observations", "counted", "bytes_observed", "bytes_counted",
-                    "multi_point_share", "contradictory"))
+                    F.when(F.col("counted") > 0, F.col("_multi") / F.col("counted")).otherwise(F.lit(0.0))
+                    .alias("multi_point_share"), "contradictory"))
+    per = (per.withColumn("exports", exports).withColumn("classified", F.col("_classified") == 1)
+           .withColumn("count_at", applied))
     cols = [f.name for f in OBSERVATION_POINTS.fields if f.name != "date"]
     return per.select(*cols).unionByName(site.select(*cols))
 
