@@ -371,7 +371,14 @@ def test_a_stale_attacks_json_withdraws_hold_down_after_its_last_update(stack, r
     assert "attacks.json stale since" in wd["reason"] and wd["prefix"] == "198.51.100.90/32"
     log_text = service.managed(s.cfg).logfile.read_text()
     assert "attacks.json stale" in log_text, log_text[-2000:]
-    # the detector is back and the attack still open: announced again
-    s.write_attacks([attack("s1", "198.51.100.90")])
-    wait(lambda: "198.51.100.90/32" in rib(router), ANNOUNCE_BOUND_S, "the route again once the file is fresh")
-    assert not s.status().get("attacks_stale")
+    # the detector is back (beating again: a single write is stale again stale_s later, which a
+    # loaded box's announce bound can exceed, as CI saw) and the attack still open: announced again
+    beating[0] = True
+    t = threading.Thread(target=detector, daemon=True)
+    t.start()
+    try:
+        wait(lambda: "198.51.100.90/32" in rib(router), ANNOUNCE_BOUND_S, "the route again once the file is fresh")
+        wait(lambda: not s.status().get("attacks_stale"), 10, "the status to clear once the file is fresh")
+    finally:
+        beating[0] = False
+        t.join()
