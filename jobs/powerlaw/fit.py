@@ -85,7 +85,8 @@ class PowerLawFit:
 
 
 def fit(data, discrete: bool = False, xmin: float | None = None,
-        min_tail: int = DEFAULT_MIN_TAIL, max_alpha: float | None = None) -> PowerLawFit:
+        min_tail: int = DEFAULT_MIN_TAIL, max_alpha: float | None = None,
+        stop_below: float | None = None, try_first: float | None = None) -> PowerLawFit:
     """Fit a power law to `data` (a Sample or an array of positive numbers).
 
     xmin=None scans every distinct value (CSN 2009); a number fixes it. `max_alpha`
@@ -93,6 +94,11 @@ def fit(data, discrete: bool = False, xmin: float | None = None,
     alpha >= 3 as an invalid fit; leave it None for the faithful method.
     A result whose tail has fewer than `min_tail` observations is returned with
     insufficient=True and a reason, never as a plain number.
+
+    `stop_below` (the bootstrap's: it only asks whether the best D is below the observed
+    one) ends the scan at the first candidate whose D is below it, trying the candidate
+    at `try_first` before any other: the result's D is then that candidate's, an upper
+    bound of the best D and below `stop_below`; otherwise the scan is the full one.
     """
     s = data if isinstance(data, Sample) else Sample.from_values(data)
     if discrete and np.any(s.values != np.round(s.values)):
@@ -100,7 +106,7 @@ def fit(data, discrete: bool = False, xmin: float | None = None,
         raise SampleError(f"discrete fit needs integers, got {bad!r} (use a continuous fit or --scale)")
     scan = _Scan(s, discrete, max_alpha)
     if xmin is None:
-        j = scan.best()
+        j = scan.best(stop_below, try_first)
     else:
         j = int(np.searchsorted(s.values, xmin))
         if j >= s.distinct - 1:
@@ -178,25 +184,38 @@ class _Scan:
             out[lo:lo + chunk] = self._diff(j[:, None], k).max(axis=1)
         return out
 
-    def best(self) -> int:
+    def best(self, stop_below: float | None = None, try_first: float | None = None) -> int:
         if self.J == 0:
             raise SampleError("need at least two distinct values to choose xmin")
         cand = np.flatnonzero(self.valid)
         if cand.size == 0:
             return -1
-        lb = self._bound(cand, self.LEVEL0 if not self.discrete else self.LEVEL0 // 3)
-        order = np.argsort(lb, kind="stable")
         best_d, best_j = math.inf, -1
 
-        def consider(j: int) -> None:
+        def consider(j: int) -> bool:
+            """Evaluate candidate j; True once the best D is below stop_below (decided)."""
             nonlocal best_d, best_j
             d = self.exact_D(j)
             # ties go to the smaller xmin, as argmin does in the reference package
             if d < best_d or (d == best_d and j < best_j):
                 best_d, best_j = d, j
+            return stop_below is not None and best_d < stop_below
 
+        def decided() -> int:
+            self.best_D = best_d
+            return best_j
+
+        if stop_below is not None and try_first is not None:
+            # a bootstrap replicate is drawn from the fit above its xmin: its D there is
+            # usually below the observed D already, which decides the replicate for p
+            j = min(int(np.searchsorted(self.s.values, try_first)), self.J - 1)
+            if self.valid[j] and consider(j):
+                return decided()
+        lb = self._bound(cand, self.LEVEL0 if not self.discrete else self.LEVEL0 // 3)
+        order = np.argsort(lb, kind="stable")
         for i in order[: self.SEED]:
-            consider(int(cand[i]))
+            if consider(int(cand[i])):
+                return decided()
         keep = lb <= best_d
         cand, lb = cand[keep], lb[keep]
         for level in self.LEVELS:    # finer grids for the candidates still in the running
@@ -208,10 +227,9 @@ class _Scan:
         for i in np.argsort(lb, kind="stable"):
             if lb[i] > best_d:
                 break
-            if int(cand[i]) != best_j:
-                consider(int(cand[i]))
-        self.best_D = best_d
-        return best_j
+            if int(cand[i]) != best_j and consider(int(cand[i])):
+                break
+        return decided()
 
     def result(self, j: int) -> PowerLawFit:
         s = self.s

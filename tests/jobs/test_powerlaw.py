@@ -223,6 +223,25 @@ def test_bootstrap_p_blackouts(blackouts):
     assert bootstrap_p(res, 20, seed=4).D == bootstrap_p(res, 20, seed=4).D
 
 
+def test_bootstrap_decides_replicates_early_with_the_same_p(blackouts):
+    """p only asks which side of the observed D each replicate falls on: the scan that
+    stops at the first candidate below it gives the same p as whole scans, on a fit that
+    holds (blackouts, CSN p = 0.62: many replicates scan whole) and on ones that do not
+    (a lognormal, p = 0: every replicate stops early, with a D below the observed)."""
+    _, held, _ = blackouts
+    rng = np.random.default_rng(11)
+    rejected = fit(np.round(rng.lognormal(6, 2, 20000)) + 1, discrete=True)
+    ps = []
+    for res, seed in ((held, 4), (rejected, 1)):
+        whole = bootstrap_p(res, 24, seed=seed, decide=False)
+        early = bootstrap_p(res, 24, seed=seed)
+        assert early.p == whole.p
+        assert [d >= res.D for d in early.D] == [d >= res.D for d in whole.D]
+        assert all(e == w or w <= e < res.D for e, w in zip(early.D, whole.D, strict=True))   # early: a bound below D
+        ps.append(early.p)
+    assert ps[0] > 0.3 and ps[1] == 0.0
+
+
 def test_bootstrap_rejects_an_exponential():
     # small exponential samples pass (a steep power law fits their last few points);
     # with 2e4 values the best tail is long enough for the bootstrap to reject it
