@@ -32,6 +32,9 @@ TABLES = (BEHAVIOUR_CLASSES,)
 CLASSES = ("avatar", "audio", "video", "realtime_state", "state_update", "small_bulk", "large_bulk",
            "streaming_bulk", "other")
 CONVERSATION = ("src_addr", "dst_addr", "src_port", "dst_port", "proto")
+# what classify and per_class read, and behaviour_needs after them (class, ends, bytes): the
+# conversation window shuffles and the cache holds these, not the lake's ~60 columns
+USED = (*CONVERSATION, "time_start", "time_end", "packets", "bytes")
 
 
 def classify(flows, b):
@@ -83,6 +86,6 @@ def per_class(classified):
 
 
 def run(ctx) -> None:
-    classified = classify(common.site_flows(ctx), ctx.cfg.behaviour).cache()
+    classified = classify(common.site_flows(ctx).select(*USED), ctx.cfg.behaviour).cache()
     ctx.shared["behaviour_flows"] = classified  # behaviour_needs reads the classes (unpersisted by the runner)
     ctx.write(per_class(classified), NAME)

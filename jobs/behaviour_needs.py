@@ -37,7 +37,7 @@ from flowlake.schemas.pinger import BEHAVIOUR_NEEDS
 
 from . import common
 from .active_summary import rtt_tests
-from .behaviour_classes import CLASSES, classify
+from .behaviour_classes import CLASSES, USED, classify
 
 log = logging.getLogger(__name__)
 NAME = "behaviour_needs"
@@ -170,7 +170,7 @@ def run(ctx) -> None:
     common.count_at(ctx)  # the shared flows were counted by the site's rule too
     classified = ctx.shared.get("behaviour_flows")
     if classified is None:  # run alone: classify again
-        classified = classify(common.site_flows(ctx), b)
+        classified = classify(common.site_flows(ctx).select(*USED), b)
     measured = paths(ctx.active()).cache()
     try:
         nets, names = target_networks([r.target for r in measured.select("target").collect()], v4, v6)

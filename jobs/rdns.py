@@ -5,7 +5,9 @@ Bounds ([rdns] in flowlake.toml): at most `max_lookups` addresses per report (th
 gives them busiest first), `rate` lookups started per second, `concurrency` in flight,
 `timeout_seconds` per lookup and `budget_seconds` for the whole report: what the budget
 does not reach stays unknown and the report completes. Offline (no server answers) every
-address is unknown or timed out, never an error.
+address is unknown or timed out, never an error, and it costs seconds, not the budget: once
+SILENT_AFTER lookups have timed out before the resolver answered any, the rest are not
+asked (`resolver_silent` in the counts, and in `flowlake status`).
 
 The cache ($FLOWLAKE_HOME/state/rdns_cache.sqlite) keeps answers (a name, or NXDOMAIN /
 no PTR as "unknown") for `cache_ttl_hours`, at most `cache_max_entries` addresses, least
@@ -26,6 +28,9 @@ from pathlib import Path
 RESOLVED, UNKNOWN, TIMED_OUT, NOT_TRIED = "resolved", "unknown", "timed_out", "not_tried"
 CACHE_FILE = "rdns_cache.sqlite"
 LAST_RUN_FILE = "rdns_last.json"
+# Timeouts without a single answer (a name, NXDOMAIN or a refusal) after which the resolver is
+# taken as unreachable: a resolver that answers anything, however slowly, is asked on.
+SILENT_AFTER = 32
 
 
 @dataclass(frozen=True)
@@ -129,7 +134,8 @@ def resolve(addresses: list[str], settings: Settings, cache_file: Path | None = 
         ask = [a for a in addrs if a not in cached]
         for a in ask[settings.max_lookups:]:
             names[a], status[a] = None, NOT_TRIED
-        asked = asyncio.run(_lookup_all(ask[:settings.max_lookups], settings)) if settings.max_lookups else {}
+        silent: list[bool] = []
+        asked = asyncio.run(_lookup_all(ask[:settings.max_lookups], settings, silent)) if settings.max_lookups else {}
         for a, (name, st, _) in asked.items():
             names[a], status[a] = name, st
         if cache:
@@ -142,12 +148,15 @@ def resolve(addresses: list[str], settings: Settings, cache_file: Path | None = 
         if cache:
             cache.close()
     counts = {k: sum(1 for s in status.values() if s == k) for k in (RESOLVED, UNKNOWN, TIMED_OUT, NOT_TRIED)}
-    counts.update(addresses=len(addrs), cached=len(cached), asked=len(asked), cache_entries=size)
+    counts.update(addresses=len(addrs), cached=len(cached), asked=len(asked), cache_entries=size,
+                  resolver_silent=bool(settings.max_lookups and silent and silent[0]))
     return Result(names, status, counts, time.monotonic() - t0)
 
 
-async def _lookup_all(addrs: list[str], s: Settings) -> dict[str, tuple[str | None, str, bool]]:
-    """address -> (name, status, worth caching)."""
+async def _lookup_all(addrs: list[str], s: Settings,
+                      silent: list[bool] | None = None) -> dict[str, tuple[str | None, str, bool]]:
+    """address -> (name, status, worth caching); `silent` gets whether the resolver was
+    given up as unreachable (SILENT_AFTER timeouts before any answer)."""
     import dns.asyncresolver  # noqa: PLC0415  (start-up: dns)
     import dns.exception  # noqa: PLC0415  (start-up: dns)
     import dns.resolver  # noqa: PLC0415  (start-up: dns)
@@ -164,12 +173,16 @@ async def _lookup_all(addrs: list[str], s: Settings) -> dict[str, tuple[str | No
     interval = 1.0 / s.rate
     next_slot = loop.time()
     out: dict[str, tuple[str | None, str, bool]] = {}
+    answered, timeouts = 0, 0
+
+    def unreachable() -> bool:
+        return answered == 0 and timeouts >= SILENT_AFTER
 
     async def one(addr: str) -> None:
-        nonlocal next_slot
+        nonlocal next_slot, answered, timeouts
         async with gate:
             slot = max(loop.time(), next_slot)  # token bucket: one start per interval
-            if slot >= deadline:
+            if slot >= deadline or unreachable():
                 out[addr] = (None, NOT_TRIED, False)
                 return
             next_slot = slot + interval
@@ -178,18 +191,30 @@ async def _lookup_all(addrs: list[str], s: Settings) -> dict[str, tuple[str | No
             if left <= 0:
                 out[addr] = (None, NOT_TRIED, False)
                 return
+            if unreachable():   # decided while this one waited for its slot
+                out[addr] = (None, NOT_TRIED, False)
+                return
             try:
                 answer = await resolver.resolve_address(addr, lifetime=min(s.timeout_seconds, left))
                 out[addr] = (str(answer[0].target).rstrip(".").lower(), RESOLVED, True)
+                answered += 1
             except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer):
                 out[addr] = (None, UNKNOWN, True)
+                answered += 1
             except dns.exception.Timeout:
                 out[addr] = (None, TIMED_OUT, False)
-            except (dns.exception.DNSException, OSError, ValueError):
-                # REFUSED, SERVFAIL, unreachable server, not an address: unknown, asked again next time
+                timeouts += 1
+            except dns.exception.DNSException:
+                # REFUSED, SERVFAIL: an answer all the same; unknown, asked again next time
+                out[addr] = (None, UNKNOWN, False)
+                answered += 1
+            except (OSError, ValueError):
+                # unreachable server, not an address: unknown, asked again next time
                 out[addr] = (None, UNKNOWN, False)
 
     await asyncio.gather(*(one(a) for a in addrs))
+    if silent is not None:
+        silent.append(unreachable())
     return out
 
 

@@ -98,6 +98,9 @@ def _print_rdns(console, r: dict) -> None:
     if last:
         line += (f"; last report {last['date']}: {last['resolved']:,} resolved, {last['unknown']:,} unknown, "
                  f"{last['timed_out']:,} timed out, {last['not_tried']:,} not tried (budget) in {last['seconds']:.1f} s")
+        if last.get("resolver_silent"):
+            line += (f" [yellow](the resolver answered none of the first {last['timed_out']:,} lookups: "
+                     "the rest were not asked)[/]")
     console.print(line)
 
 

@@ -59,13 +59,17 @@ MPLS_VRF_MIX = Record(
          "direction, where the exporters send them: `side` = 'mpls' counts flows by the top label "
          "of their stack (mpls_labels[0]: IPFIX mplsTopLabelStackSection 70 / NetFlow v9 MPLS_LABEL_1), "
          "'vrf_in' by ingress_vrf (IE 234) and 'vrf_out' by egress_vrf (IE 235). `value` null = the "
-         "flow has none (no label stack, no VRF exported). Shares are of the same hour, direction and side."),
+         "flow has none (no label stack, no VRF exported). The top [reports] mpls_vrf_top_n values by "
+         "bytes are kept per hour, direction and side; the rest add up in one row with value -1 "
+         "('(other)'). Shares are of the same hour, direction and side."),
     fields=(
         REPORT_HOUR,
         _DIRECTION,
         Field("side", "string", "mpls (top label) / vrf_in (ingress VRF) / vrf_out (egress VRF)"),
-        Field("value", "long", "the label (20-bit value) or VRF id; null = none", nullable=True),
-        Field("value_label", "string", "'label N', 'vrf N' or '(none)': the value as the dashboards show it"),
+        Field("value", "long", "the label (20-bit value) or VRF id; null = none; -1 = every value beyond "
+              "the top [reports] mpls_vrf_top_n", nullable=True),
+        Field("value_label", "string",
+              "'label N', 'vrf N', '(none)' or '(other)': the value as the dashboards show it"),
         *_VOLUMES,
         Field("flows_share", "double", "flows / all flows of the same hour, direction and side", "fraction 0..1"),
         Field("packets_share", "double", "packets / all packets of the same hour, direction and side", "fraction 0..1"),

@@ -113,6 +113,29 @@ def test_offline_every_name_is_unknown_and_nothing_fails(tmp_path):
     assert r.counts["resolved"] == 0 and r.counts["cache_entries"] == 0
 
 
+def test_a_silent_resolver_is_given_up_after_its_first_timeouts(silent_port):
+    """Offline (the demo's DNS server down, no route to the site's resolver) a report used to
+    spend its whole budget on timeouts; once SILENT_AFTER lookups timed out before any answer
+    the rest are not asked, and the counts say why."""
+    addrs = [f"198.51.{i // 250}.{i % 250 + 1}" for i in range(400)]
+    s = rdns.Settings(server="127.0.0.1", port=silent_port, timeout_seconds=0.3, budget_seconds=120.0)
+    r = rdns.resolve(addrs, s)
+    assert r.counts["resolver_silent"] is True and set(r.names.values()) == {None}
+    # the ones in flight when it was decided still time out; nothing after them is asked
+    assert rdns.SILENT_AFTER <= r.counts["timed_out"] <= rdns.SILENT_AFTER + s.concurrency
+    assert r.counts["not_tried"] == 400 - r.counts["timed_out"]
+
+
+@pytest.mark.integration
+def test_a_resolver_that_answers_anything_is_asked_on(dns_server):
+    """One answer first, then 40 names forwarded to a server that never answers: the resolver
+    is alive (slow for some zones), so every name is asked."""
+    addrs = ["203.0.113.1"] + [f"198.51.66.{i}" for i in range(1, 41)]
+    r = rdns.resolve(addrs, settings(dns_server, timeout_seconds=0.3, budget_seconds=60.0))
+    assert r.counts["resolver_silent"] is False and r.names["203.0.113.1"] == "www.example.co.uk"
+    assert (r.counts["timed_out"], r.counts["not_tried"]) == (40, 0)
+
+
 def test_settings_errors_name_the_key(tmp_path):
     cfg = private_cfg(tmp_path, FLOWLAKE_RDNS_RATE="0")
     with pytest.raises(ValueError, match=r"\[rdns\] rate"):

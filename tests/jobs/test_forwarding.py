@@ -184,6 +184,35 @@ def test_mpls_vrf_mix_by_top_label_and_vrf(spark):
     assert day_all[("mpls", "(none)")] == 80 and day_all[("vrf_out", "vrf 9")] == 1500
 
 
+def test_mpls_vrf_mix_keeps_the_top_n_and_folds_the_rest(spark):
+    """[reports] mpls_vrf_top_n: per hour, direction and side the top labels / VRFs by bytes,
+    the rest in one '(other)' row (value -1); '(none)' is no label and always stays; every
+    list adds up to the unbounded one's totals, shares to 1."""
+    flows = common.with_direction(frame(spark, MIX_SPECS), LOCAL)
+    whole = table(mpls_vrf_mix(flows), MIX_COLS)
+    got = table(mpls_vrf_mix(flows, top_n=1), MIX_COLS)
+
+    def lists(rows):
+        out = defaultdict(list)
+        for r in rows:
+            out[r[:3]].append(r)
+        return out
+
+    bounded, unbounded = lists(got), lists(whole)
+    assert bounded.keys() == unbounded.keys()
+    for key, rows in bounded.items():
+        assert [sum(r[i] for r in rows) for i in (5, 6, 7)] == [sum(r[i] for r in unbounded[key]) for i in (5, 6, 7)]
+        assert sum(r[10] for r in rows) == pytest.approx(1.0)
+        assert len([r for r in rows if r[3] is not None and r[3] >= 0]) <= 1
+    day_all = {(r[2], r[4]): (r[3], r[7]) for r in got if r[0] is None and r[1] == "all"}
+    assert day_all[("mpls", "label 16004")] == (16004, 1200) and day_all[("mpls", "(other)")] == (-1, 500)
+    assert day_all[("mpls", "(none)")] == (None, 80) and ("mpls", "label 24001") not in day_all
+    assert day_all[("vrf_in", "vrf 7")] == (7, 1200) and day_all[("vrf_in", "(other)")] == (-1, 500)
+    assert ("vrf_out", "(other)") not in day_all    # one VRF: nothing to fold
+    with pytest.raises(ValueError, match="mpls_vrf_top_n"):
+        mpls_vrf_mix(flows, top_n=0)
+
+
 def test_both_jobs_run_whole_on_a_lake_without_the_new_columns(spark, tmp_path):
     """A lake written before revision 3 (no forwarding_status, labels or VRFs in its files):
     the jobs write their declared columns, every flow counted once as none / not exported."""
