@@ -99,8 +99,8 @@ def _print_rdns(console, r: dict) -> None:
         line += (f"; last report {last['date']}: {last['resolved']:,} resolved, {last['unknown']:,} unknown, "
                  f"{last['timed_out']:,} timed out, {last['not_tried']:,} not tried (budget) in {last['seconds']:.1f} s")
         if last.get("resolver_silent"):
-            line += (f" [yellow](the resolver answered none of the first {last['timed_out']:,} lookups: "
-                     "the rest were not asked)[/]")
+            line += (f" [yellow](the resolver answered none of {last['timed_out']:,} lookups: taken as "
+                     "unreachable, the rest were not tried)[/]")
     console.print(line)
 
 
