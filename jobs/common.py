@@ -168,6 +168,20 @@ def add_shares(df: DataFrame, cols=("flows", "packets", "bytes"), by=("hour", "d
     return df
 
 
+def fold_beyond_top(df: DataFrame, group: list[str], key: str, top_n: int, other, sums: list[str],
+                    always: Column | None = None) -> DataFrame:
+    """Per `group`, the top_n rows by bytes (ties by `key`) as they are and the rest summed
+    into one row whose `key` is `other`, so a list is bounded and still adds up. Rows where
+    `always` holds (e.g. "none") stay whatever their volume and rank after the others."""
+    from pyspark.sql import Window  # noqa: PLC0415  (as add_shares)
+
+    order = [F.desc("bytes"), F.asc(key)] if always is None else [always, F.desc("bytes"), F.asc(key)]
+    rank = F.row_number().over(Window.partitionBy(*group).orderBy(*order))
+    keep = rank <= top_n if always is None else always | (rank <= top_n)
+    return (df.withColumn(key, F.when(keep, F.col(key)).otherwise(F.lit(other).cast(df.schema[key].dataType)))
+            .groupBy(*group, key).agg(*[F.sum(c).alias(c) for c in sums]))
+
+
 def hour_to_null(df: DataFrame) -> DataFrame:
     return df.withColumn("hour", F.when(F.col("hour") == DAY_HOUR, F.lit(None)).otherwise(F.col("hour")).cast("int"))
 

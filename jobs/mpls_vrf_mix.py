@@ -3,7 +3,7 @@
 shares: the Border dashboard's split of provider-network traffic (vlan_mix's shape)."""
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from flowlake.schemas.forwarding import MPLS_VRF_MIX
@@ -37,13 +37,9 @@ def mpls_vrf_mix(flows: DataFrame, top_n: int = 100) -> DataFrame:
                 .withColumn("side", F.lit(side)))
         sides = part if sides is None else sides.unionByName(part)
     mix = common.rollup_hour_direction(sides, ["side", "value"], SUMS)
-    group = ["hour", "direction", "side"]
-    # none (null) is not a label: it stays its own row and ranks after every label
-    rank = F.row_number().over(Window.partitionBy(*group).orderBy(
-        F.col("value").isNull(), F.desc("bytes"), F.asc("value")))
-    keep = F.col("value").isNull() | (rank <= top_n)
-    mix = (mix.withColumn("value", F.when(keep, F.col("value")).otherwise(F.lit(OTHER).cast("long")))
-           .groupBy(*group, "value").agg(*[F.sum(c).alias(c) for c in SUMS]))
+    # none (null) is not a label: it stays its own row
+    mix = common.fold_beyond_top(mix, ["hour", "direction", "side"], "value", top_n, OTHER, SUMS,
+                                 always=F.col("value").isNull())
     prefix = F.when(F.col("side") == "mpls", F.lit("label ")).otherwise(F.lit("vrf "))
     mix = mix.withColumn("value_label", F.when(F.col("value").isNull(), F.lit("(none)"))
                          .when(F.col("value") == OTHER, F.lit("(other)"))

@@ -66,9 +66,7 @@ def peering_traffic(flows: DataFrame, top_n: int = 100) -> DataFrame:
     base = _volumes(keyed, ["hour", "direction", "dimension", "key"])
     out = common.rollup_hour_direction(base, ["dimension", "key"], SUMS)
     group = ["hour", "direction", "dimension"]
-    rank = F.row_number().over(Window.partitionBy(*group).orderBy(F.desc("bytes"), F.asc("key")))
-    out = (out.withColumn("key", F.when(rank <= top_n, F.col("key")).otherwise(F.lit(OTHER)))
-           .groupBy(*group, "key").agg(*[F.sum(c).alias(c) for c in SUMS]))
+    out = common.fold_beyond_top(out, group, "key", top_n, OTHER, SUMS)
     out = common.add_shares(out, cols=("bytes",), by=group)
     return common.hour_to_null(out)
 

@@ -134,8 +134,8 @@ def resolve(addresses: list[str], settings: Settings, cache_file: Path | None = 
         ask = [a for a in addrs if a not in cached]
         for a in ask[settings.max_lookups:]:
             names[a], status[a] = None, NOT_TRIED
-        silent: list[bool] = []
-        asked = asyncio.run(_lookup_all(ask[:settings.max_lookups], settings, silent)) if settings.max_lookups else {}
+        asked, silent = (asyncio.run(_lookup_all(ask[:settings.max_lookups], settings)) if settings.max_lookups
+                         else ({}, False))
         for a, (name, st, _) in asked.items():
             names[a], status[a] = name, st
         if cache:
@@ -149,14 +149,13 @@ def resolve(addresses: list[str], settings: Settings, cache_file: Path | None = 
             cache.close()
     counts = {k: sum(1 for s in status.values() if s == k) for k in (RESOLVED, UNKNOWN, TIMED_OUT, NOT_TRIED)}
     counts.update(addresses=len(addrs), cached=len(cached), asked=len(asked), cache_entries=size,
-                  resolver_silent=bool(settings.max_lookups and silent and silent[0]))
+                  resolver_silent=silent)
     return Result(names, status, counts, time.monotonic() - t0)
 
 
-async def _lookup_all(addrs: list[str], s: Settings,
-                      silent: list[bool] | None = None) -> dict[str, tuple[str | None, str, bool]]:
-    """address -> (name, status, worth caching); `silent` gets whether the resolver was
-    given up as unreachable (SILENT_AFTER timeouts before any answer)."""
+async def _lookup_all(addrs: list[str], s: Settings) -> tuple[dict[str, tuple[str | None, str, bool]], bool]:
+    """(address -> (name, status, worth caching), whether the resolver was given up as
+    unreachable: SILENT_AFTER timeouts before any answer)."""
     import dns.asyncresolver  # noqa: PLC0415  (start-up: dns)
     import dns.exception  # noqa: PLC0415  (start-up: dns)
     import dns.resolver  # noqa: PLC0415  (start-up: dns)
@@ -188,10 +187,7 @@ async def _lookup_all(addrs: list[str], s: Settings,
             next_slot = slot + interval
             await asyncio.sleep(slot - loop.time())
             left = deadline - loop.time()
-            if left <= 0:
-                out[addr] = (None, NOT_TRIED, False)
-                return
-            if unreachable():   # decided while this one waited for its slot
+            if left <= 0 or unreachable():   # the budget, or a verdict reached while this one waited
                 out[addr] = (None, NOT_TRIED, False)
                 return
             try:
@@ -213,9 +209,7 @@ async def _lookup_all(addrs: list[str], s: Settings,
                 out[addr] = (None, UNKNOWN, False)
 
     await asyncio.gather(*(one(a) for a in addrs))
-    if silent is not None:
-        silent.append(unreachable())
-    return out
+    return out, unreachable()
 
 
 # ---- names to domains -----------------------------------------------------------------
