@@ -87,5 +87,5 @@ def per_class(classified):
 
 def run(ctx) -> None:
     classified = classify(common.site_flows(ctx).select(*USED), ctx.cfg.behaviour).cache()
-    ctx.shared["behaviour_flows"] = classified  # behaviour_needs reads the classes (unpersisted by the runner)
+    ctx.shared["behaviour_flows"] = classified  # for behaviour_needs; the runner unpersists it after that job
     ctx.write(per_class(classified), NAME)

@@ -66,7 +66,10 @@ def discover() -> dict[str, Job]:
 
 
 def order(jobs: dict[str, Job], selected: list[str]) -> list[Job]:
-    """Selected jobs in dependency order (Kahn's algorithm; ties alphabetical)."""
+    """Selected jobs in dependency order (a topological order; ties alphabetical), each job
+    as soon after the jobs it depends on as it can run: what a job shares with its dependents
+    (ctx.shared, often a cached DataFrame) is then released early (run_jobs), not held in the
+    session's memory through the rest of the set."""
     for name in selected:
         for dep in jobs[name].depends:
             if dep not in jobs:
@@ -78,11 +81,13 @@ def order(jobs: dict[str, Job], selected: list[str]) -> list[Job]:
         ready = sorted(n for n, deps in pending.items() if not deps)
         if not ready:
             raise click.ClickException(f"jobs depend on each other in a cycle: {', '.join(sorted(pending))}")
-        for n in ready:
-            out.append(jobs[n])
-            del pending[n]
+        last = out[-1].name if out else None
+        following = [n for n in ready if last in jobs[n].depends]
+        n = (following or ready)[0]
+        out.append(jobs[n])
+        del pending[n]
         for deps in pending.values():
-            deps.difference_update(ready)
+            deps.discard(n)
     return out
 
 
@@ -121,7 +126,8 @@ def run_jobs(spark, cfg, date: dt.date, jobs: list[Job], progress=None) -> list[
 def _run_jobs(spark, cfg, date, jobs, progress, Ctx, shared, snapshot) -> list[Outcome]:
     failed: set[str] = set()
     outcomes = []
-    for job in jobs:
+    producer: dict[str, str] = {}  # shared key -> the job that put it there
+    for i, job in enumerate(jobs):
         if job.error:
             outcomes.append(Outcome(job.name, "failed", error=job.error))
             failed.add(job.name)
@@ -146,10 +152,28 @@ def _run_jobs(spark, cfg, date, jobs, progress, Ctx, shared, snapshot) -> list[O
             outcomes.append(Outcome(job.name, "failed", time.monotonic() - t0, dict(ctx.results),
                                     f"{type(exc).__name__}: {_short(exc)}"))
             failed.add(job.name)
-    for df in shared.values():
-        if hasattr(df, "unpersist"):
-            df.unpersist()
+        producer.update({k: job.name for k in shared if k not in producer})
+        _release(spark, shared, producer, jobs[i + 1:])
+    for value in shared.values():  # the run's scratch: counted rows' folders, ...
+        if hasattr(value, "unpersist"):
+            value.unpersist()
     return outcomes
+
+
+def _release(spark, shared: dict, producer: dict, rest: list[Job]) -> None:
+    """Free the caches no job still to run needs. A cached DataFrame a job handed its
+    dependents through ctx.shared (behaviour_classes' classified flows) is unpersisted once
+    none of `rest` depends on that job; and while no such hand-off is alive, every cache a
+    job left behind goes too (a transform's .cache() that the job cannot unpersist, as the
+    transform returns its frame lazily). Without this the caches pile up over the set and
+    later jobs run short of memory. The run's own scratch (counted rows, plans) stays."""
+    needed = {d for job in rest for d in job.depends}
+    cached = {k for k, v in shared.items() if getattr(v, "is_cached", False)}
+    for key in [k for k in cached if producer.get(k) not in needed]:
+        shared.pop(key).unpersist()
+        cached.discard(key)
+    if not cached:
+        spark.catalog.clearCache()
 
 
 def _short(exc: Exception) -> str:

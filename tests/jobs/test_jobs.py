@@ -518,10 +518,52 @@ def test_runner_orders_by_depends():
     from flowlake.jobs.runner import Job, order
 
     jobs = {n: Job(n, n, depends=d) for n, d in {"c": ("b",), "b": ("a",), "a": (), "z": ()}.items()}
-    assert [j.name for j in order(jobs, ["z", "c", "b", "a"])] == ["a", "z", "b", "c"]
+    # a dependent runs right after what it depends on (its hand-off is freed early), else alphabetical
+    assert [j.name for j in order(jobs, ["z", "c", "b", "a"])] == ["a", "b", "c", "z"]
+    jobs.update({n: Job(n, n, depends=d) for n, d in {"y": ("a", "z"), "d": ()}.items()})
+    assert [j.name for j in order(jobs, ["y", "z", "d", "c", "b", "a"])] == ["a", "b", "c", "d", "z", "y"]
     jobs["a"] = Job("a", "a", depends=("c",))
     with pytest.raises(Exception, match="cycle"):
         order(jobs, ["a", "b", "c"])
+
+
+@pytest.mark.integration
+def test_runner_frees_a_hand_off_after_its_dependents_and_every_leaked_cache(spark, tmp_path):
+    """Caches must not pile up over the set (later jobs ran 1.5-1.8x slower in it than alone):
+    a cached frame handed on through ctx.shared lives until its dependents ran, a cache a
+    job left behind until the next job that holds no hand-off; the run's scratch stays."""
+    from flowlake.jobs.runner import Job, order, run_jobs
+
+    seen = {}
+
+    def cached(df):  # what Spark's cache manager holds for df's plan (is_cached is only Python's flag)
+        level = df.storageLevel
+        return level.useMemory or level.useDisk
+
+    def hand_off(ctx):
+        ctx.shared["frames"] = spark.range(10).cache()
+        ctx.shared["scratch"] = ["the run's own"]
+        ctx.shared["plan"] = spark.range(3)  # shared plan, not cached: never blocks the clearing
+
+    def leak(ctx):
+        seen["leak"] = spark.range(20).cache()
+        seen["leak"].count()
+
+    def use(ctx):
+        seen["at use"] = cached(ctx.shared["frames"]), cached(seen["leak"])
+        seen["frames"] = ctx.shared["frames"]
+
+    def after(ctx):
+        seen["after"] = cached(seen["frames"]), cached(seen["leak"]), "frames" in ctx.shared, ctx.shared["scratch"]
+
+    jobs = {"a": Job("a", "a", run=hand_off), "a_leak": Job("a_leak", "a_leak", run=leak),
+            "b": Job("b", "b", depends=("a", "a_leak"), run=use), "c": Job("c", "c", run=after)}
+    ran = order(jobs, list(jobs))
+    assert [j.name for j in ran] == ["a", "a_leak", "b", "c"]
+    out = run_jobs(spark, private_cfg(tmp_path), dt.date(2026, 3, 1), ran)
+    assert [o.status for o in out] == ["ok"] * 4, out
+    assert seen["at use"] == (True, True)  # all held while `b` (which depends on `a`) was to come
+    assert seen["after"] == (False, False, False, ["the run's own"])
 
 
 MY_JOBS = ["top_talkers", "protocol_mix", "app_mix", "traffic_ts", "flow_size_dist"]
