@@ -91,8 +91,8 @@ def peering_candidates(flows: DataFrame) -> DataFrame:
         .select("origin_as", (F.col("_bb") * 8.0 / PEAK_SECONDS).alias("peak_bps"),
                 F.col("_bucket").cast("timestamp").alias("peak_time")))
     out = totals.join(top, "origin_as").join(peak, "origin_as")
-    # one list (a few thousand ASes at most): a window over a constant, so Spark does not
-    # warn about the single partition once per task
+    # one list (the ASes reached through transit, tens of thousands at most): one partition
+    # (Spark's warning about it is filtered in flowlake/base/log4j2.properties)
     whole = Window.partitionBy(F.lit(0))
     out = out.withColumn("rank", F.row_number().over(whole.orderBy(F.desc("bytes"), F.asc("origin_as"))))
     total = F.sum("bytes").over(whole)

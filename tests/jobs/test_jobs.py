@@ -74,7 +74,8 @@ def test_spark_driver_works_in_flowlake_s_scratch_folder(spark, cfg):
 def test_spark_driver_logs_warnings_without_start_up_noise(spark):
     """The driver logs with flowlake/log4j2.properties: warnings and errors, less two
     start-up notes printed at every run (no native Hadoop library; the spark.local.dir
-    notice), while SparkConf's other warnings still show."""
+    notice) and two notes on deliberate choices (a small list ranked in one partition, a
+    plan's text shortened), while the loggers' other warnings still show."""
     from flowlake.base.spark import LOG4J
 
     jvm = spark.sparkContext._jvm
@@ -92,6 +93,17 @@ def test_spark_driver_logs_warnings_without_start_up_noise(spark):
         "(via SPARK_LOCAL_DIRS in standalone/kubernetes and LOCAL_DIRS in YARN).")))
     assert not conf.getLoggerConfig(sparkconf).isFiltered(event(sparkconf, "The configuration key 'x' is deprecated"))
     assert not log4j.LogManager.getLogger("org.apache.hadoop.util.NativeCodeLoader").isWarnEnabled()
+    # a small list ranked whole (peering candidates): 49 lines of the daily set's output; other
+    # warnings of the window operator still show
+    window = "org.apache.spark.sql.execution.window.WindowExec"
+    assert conf.getLoggerConfig(window).isFiltered(event(window, (
+        "No Partition Defined for Window operation! Moving all data to a single partition, this can "
+        "cause serious performance degradation.")))
+    assert not conf.getLoggerConfig(window).isFiltered(event(window, "some other warning"))
+    plan = "org.apache.spark.sql.catalyst.util.SparkStringUtils"
+    assert conf.getLoggerConfig(plan).isFiltered(event(plan, (
+        "Truncated the string representation of a plan since it was too large. This behavior can "
+        "be adjusted by setting 'spark.sql.debug.maxToStringFields'.")))
     scheduler = log4j.LogManager.getLogger("org.apache.spark.scheduler.TaskSetManager")
     assert scheduler.isWarnEnabled() and not scheduler.isInfoEnabled()
 
