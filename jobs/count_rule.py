@@ -169,6 +169,29 @@ def passes_for(rows: int, limit_bytes: float) -> int:
     return max(1, -(-rows // per_pass))
 
 
+# read_parquet's identity of a row: the rule's windows run over the columns they read and
+# these two, and the counted rows' every column comes back by a semi join on them
+_ROW_ID = "filename = true, file_row_number = true"
+_RULE_COLUMNS = (*KEY, "time_start", "time_end", "exporter", "flow_direction", "in_if_boundary", "out_if_boundary",
+                 "sampling_rate", "packets", "bytes", "source_file", "file_seq")
+
+
+def _copy_counted(con, source: str, rule: str, window: float, target: str, exporters: str | None = None) -> None:
+    """COPY the rows of `source` (a read_parquet with _ROW_ID) that `rule` counts TO `target`,
+    every column but date. DuckDB's window operators carry every column of their rows
+    through each sort: over the rule's columns alone, then a semi join back to the whole
+    rows, the demo day's pass took 9.8 s instead of 23.6 (1.9M observations, 70 columns)."""
+    rel = duckdb_relation(con, source)
+    narrow = f"(SELECT {', '.join(_RULE_COLUMNS)}, filename, file_row_number FROM {rel})"
+    try:
+        con.execute("CREATE OR REPLACE TEMP TABLE _co_ids AS SELECT filename, file_row_number "
+                    f"FROM ({duckdb_sql(narrow, rule, window, exporters=exporters)})")
+        con.execute(f"COPY (SELECT s.* EXCLUDE (date, filename, file_row_number) FROM {rel} s "
+                    f"SEMI JOIN _co_ids USING (filename, file_row_number)) TO {target}")
+    finally:
+        con.execute("DROP TABLE IF EXISTS _co_ids")
+
+
 def counted_parquet(con, files: list[str], cfg, out_dir, passes: int | None = None,
                     report: dict | None = None) -> list[str]:
     """The day's flow files `files` (hive paths hour=NN) as the config's rule counts them:
@@ -203,8 +226,8 @@ def counted_parquet(con, files: list[str], cfg, out_dir, passes: int | None = No
     if report is not None:
         report.update(rule=rule, observations=int(rows), passes=int(passes), memory_limit=limit)
     if passes == 1:
-        con.execute(f"COPY (SELECT * EXCLUDE (date) FROM ({duckdb_sql(rel, rule, window)})) TO '{target}' "
-                    "(FORMAT parquet, COMPRESSION zstd, PARTITION_BY (hour))")
+        _copy_counted(con, f"read_parquet([{listed}], hive_partitioning = true, union_by_name = true, {_ROW_ID})",
+                      rule, window, f"'{target}' (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (hour))")
         return sorted(str(p) for p in Path(out_dir).glob("hour=*/*.parquet"))
     # the day once, split by hash bucket of the flow key (a partitioned write needs no window);
     # then one pass per bucket reads its rows only. Each exporter's ingress flag comes from
@@ -221,11 +244,10 @@ def counted_parquet(con, files: list[str], cfg, out_dir, passes: int | None = No
             files = sorted(str(p).replace("'", "''") for p in (staged / f"_co_bucket={b}").glob("*.parquet"))
             if not files:
                 continue
-            bucket = "read_parquet([" + ", ".join(f"'{f}'" for f in files) + "], hive_partitioning = false)"
-            counted = duckdb_sql(bucket, rule, window, exporters="_co_exporters")
-            con.execute(f"COPY (SELECT * EXCLUDE (date) FROM ({counted})) "
-                        f"TO '{target}' (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (hour), OVERWRITE_OR_IGNORE, "
-                        f"FILENAME_PATTERN 'pass{b}_{{i}}')")
+            bucket = "read_parquet([" + ", ".join(f"'{f}'" for f in files) + f"], hive_partitioning = false, {_ROW_ID})"
+            _copy_counted(con, bucket, rule, window,
+                          f"'{target}' (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (hour), OVERWRITE_OR_IGNORE, "
+                          f"FILENAME_PATTERN 'pass{b}_{{i}}')", exporters="_co_exporters")
     finally:
         shutil.rmtree(staged, ignore_errors=True)
         con.execute("DROP TABLE IF EXISTS _co_exporters")
