@@ -168,7 +168,7 @@ def _release(spark, shared: dict, producer: dict, rest: list[Job]) -> None:
     transform returns its frame lazily). Without this the caches piled up over the set and
     later jobs ran 1.5-1.8x slower than alone (the demo day's set: 371-428 s -> 260 s with
     it; not for want of heap: a 4g driver changed nothing). The run's own scratch (counted
-    rows, plans) stays; so does nothing cached in the session outside the run."""
+    rows, plans) stays; a cache the caller made in the session before the run goes too."""
     needed = {d for job in rest for d in job.depends}
     cached = {k for k, v in shared.items() if getattr(v, "is_cached", False)}
     for key in [k for k in cached if producer.get(k) not in needed]:
