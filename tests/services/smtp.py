@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import logging
 import ssl
 import threading
 from pathlib import Path
@@ -54,6 +55,10 @@ class SmtpServer:
                 server.auth_attempts.append((auth_data.login.decode() if isinstance(auth_data, LoginPassword) else "?", ok))
             return AuthResult(success=ok, handled=False, auth_data=auth_data.login if ok else None)
 
+        # aiosmtpd's thread logs each session's INFO lines (EOF received, ...) also after
+        # pytest closed the stream it captured: "--- Logging error ---" tracebacks in the
+        # run's output. Its warnings and errors still log.
+        logging.getLogger("mail.log").setLevel(logging.WARNING)
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(str(cert_chain))
         self.controller = Controller(Handler(), hostname=host, port=port, tls_context=ctx, require_starttls=True,
