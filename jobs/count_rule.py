@@ -213,7 +213,6 @@ def counted_parquet(con, files: list[str], cfg, out_dir, passes: int | None = No
         return list(files)
     listed = ", ".join("'" + str(f).replace("'", "''") + "'" for f in files)
     source = f"read_parquet([{listed}], hive_partitioning = true, union_by_name = true)"
-    rel = duckdb_relation(con, source)
     target = str(out_dir).replace("'", "''")
     rows = con.execute(f"SELECT count(*) FROM {source}").fetchone()[0]
     limit = con.execute("SELECT current_setting('memory_limit')").fetchone()[0]
@@ -226,9 +225,10 @@ def counted_parquet(con, files: list[str], cfg, out_dir, passes: int | None = No
     if report is not None:
         report.update(rule=rule, observations=int(rows), passes=int(passes), memory_limit=limit)
     if passes == 1:
-        _copy_counted(con, f"read_parquet([{listed}], hive_partitioning = true, union_by_name = true, {_ROW_ID})",
-                      rule, window, f"'{target}' (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (hour))")
+        _copy_counted(con, source.removesuffix(")") + f", {_ROW_ID})", rule, window,
+                      f"'{target}' (FORMAT parquet, COMPRESSION zstd, PARTITION_BY (hour))")
         return sorted(str(p) for p in Path(out_dir).glob("hour=*/*.parquet"))
+    rel = duckdb_relation(con, source)
     # the day once, split by hash bucket of the flow key (a partitioned write needs no window);
     # then one pass per bucket reads its rows only. Each exporter's ingress flag comes from
     # the whole day.

@@ -173,6 +173,7 @@ def _release(spark, shared: dict, producer: dict, rest: list[Job]) -> None:
     cached = {k for k, v in shared.items() if getattr(v, "is_cached", False)}
     for key in [k for k in cached if producer.get(k) not in needed]:
         shared.pop(key).unpersist()
+        producer.pop(key, None)  # a later job may share under the same key again
         cached.discard(key)
     if not cached:
         spark.catalog.clearCache()

@@ -30,6 +30,7 @@ def find_scanners(flows: DataFrame, small_packets: int = 3, min_destinations: in
                   min_small_share: float = 0.8, sample_size: int = 10) -> DataFrame:
     """flows (FLOWS_TABLE columns) -> one row per scanning source (SCANNERS columns, no date)."""
     per_src = flows.groupBy("src_addr").agg(F.count(F.lit(1)).alias("flows"))
+    # the router's own count (sampling undone): see security_rules.ScanRule
     probes = flows.where(F.col("packets") <= F.lit(small_packets) * F.greatest(F.col("sampling_rate"), F.lit(1)))
     per_dst = (probes.groupBy("src_addr", "dst_addr")
                .agg(F.countDistinct("dst_port").alias("ports_on_dst")))
