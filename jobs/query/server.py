@@ -187,6 +187,7 @@ class Server:
         self.counts = {"answered": 0, "busy": 0, "bad_requests": 0}
         self.started = time.time()
         self.sock: socket.socket | None = None
+        self.inode: int | None = None  # of the socket file this server bound
 
     def listen(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -206,6 +207,17 @@ class Server:
         sock.listen(64)
         sock.settimeout(1.0)
         self.sock = sock
+        self.inode = os.stat(self.path).st_ino
+
+    def owns_socket(self) -> bool:
+        """Whether the socket file is still the one this server bound. A second server
+        (a restart while this one lingers) unlinks and binds it anew: from then on no
+        command reaches this one, and its state file and its socket's removal are the
+        new server's business, not this one's."""
+        try:
+            return os.stat(self.path).st_ino == self.inode
+        except OSError:
+            return False
 
     def _reap(self) -> None:
         for pid in list(self.children):
@@ -219,7 +231,7 @@ class Server:
     def write_state(self) -> None:
         path = state_path(self.cfg)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # two servers at once must not share one
         tmp.write_text(json.dumps({"pid": os.getpid(), "started": self.started, "socket": str(self.path),
                                    "max_clients": self.max_clients, "busy_now": len(self.children),
                                    **self.counts, "updated": time.time()}))
@@ -267,6 +279,10 @@ class Server:
                     conn, _ = self.sock.accept()
                 except socket.timeout:
                     self._reap()
+                    if not self.owns_socket():
+                        print(f"query server: {self.path} was taken over by another server; ending",
+                              flush=True)
+                        break
                     continue
                 try:
                     self.handle(conn)
@@ -274,14 +290,13 @@ class Server:
                     self.counts["bad_requests"] += 1
                 finally:
                     conn.close()
-                self.write_state()
+                if self.owns_socket():
+                    self.write_state()
         finally:
             self.sock.close()
-            try:
+            if self.owns_socket():  # a superseded server leaves the new one's socket and state alone
                 self.path.unlink()
-            except FileNotFoundError:
-                pass
-            self.write_state()
+                self.write_state()
 
 
 def serve(cfg) -> None:

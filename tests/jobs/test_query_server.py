@@ -182,3 +182,26 @@ def test_a_home_too_deep_for_a_socket_leaves_the_stack_running(tmp_path):
     cfg = config.load(env={**_env(deep)})
     assert len(str(query_server.socket_path(cfg)).encode()) > query_server.MAX_SOCKET_PATH
     assert query_server.start(cfg) is None and not query_server.managed(cfg).running()
+
+
+def test_a_second_server_takes_the_socket_over_and_the_first_ends(home):
+    """A restart while the old server lingers: the new one binds the socket anew, the old one
+    (reached by no command now) ends without unlinking the new one's socket or writing its
+    state over the new one's (CI: the two shared one temporary state file, the old one died
+    on it and its clean-up removed the new server's socket)."""
+    first = _start(home)
+    second = _start(home)
+    try:
+        assert first.wait(15) == 0, "the superseded server did not end"
+        assert "taken over by another server" in first.stdout.read()
+        assert _listening(home / "run" / "query.sock") and _state_pid(home) == second.pid
+        args = ["query", "proto tcp and dst port 443", "-s", "srcip/bytes"]
+        assert _run(home, args, served=True).stdout == _run(home, args, served=False).stdout
+        assert _answered(home, 1) >= 1 and _state_pid(home) == second.pid
+    finally:
+        for proc in (first, second):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(30)
+    assert not (home / "run" / "query.sock").exists()
+    assert not list((home / "state").glob("*.tmp"))
