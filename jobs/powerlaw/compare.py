@@ -80,6 +80,7 @@ def _ratio(l1, l2, w, nested):
 # ---- alternative distributions: each returns (params, per-value log likelihoods) -------------
 
 _FLOOR = math.log(1e-308)
+_MAX = np.finfo(np.float64).max
 
 
 def _nelder_mead(ll_of, x0, bounds, w):
@@ -98,7 +99,9 @@ def _nelder_mead(ll_of, x0, bounds, w):
             if (lo is not None and v <= lo) or (hi is not None and v >= hi):
                 return -n * _FLOOR     # out of range: the package's 1e-308 likelihoods
         with np.errstate(all="ignore"):
-            ll = np.maximum(np.nan_to_num(ll_of(*theta), nan=_FLOOR, neginf=_FLOOR), _FLOOR)
+            # nan_to_num(nan and -inf to the floor, +inf to the largest double) and the floor,
+            # bit for bit, at a third of its cost (this runs ~240 times per alternative)
+            ll = np.minimum(np.fmax(ll_of(*theta), _FLOOR), _MAX)
         return -float(np.sum(w * ll))
 
     with warnings.catch_warnings():

@@ -360,6 +360,44 @@ def test_job_pure_transforms(spark):
     assert day[0]["values"].tolist() == [7, 100] and day[0]["counts"].tolist() == [1, 1]
 
 
+def test_build_tasks_windows_and_balanced_groups():
+    """The windows from (hour, class, metric, value) pairs: one per hour and class and metric,
+    plus the day's (hour None, the hours summed), values sorted; a frame gives what tuples give.
+    The fits' Spark tasks: every window in exactly one group, the day windows (with their
+    bootstrap) spread over the groups, no group above the mean plus the largest window."""
+    import pandas as pd
+
+    from flowlake.jobs import powerlaw_fits as job
+
+    rng = np.random.default_rng(3)
+    rows = [(h, c, m, int(v), int(rng.integers(1, 9)), float(rng.integers(40, 9000)))
+            for h in range(24) for c in ("tcp_in", "udp", "app:dns") for m in ("bytes", "packets")
+            for v in rng.choice(100_000, size=int(rng.integers(1, 400)), replace=False)]
+    rng.shuffle(rows)
+    tasks = job.build_tasks(rows)
+    frame = job.build_tasks(pd.DataFrame(rows, columns=["hour", "class", "metric", "value", "flows", "bytes"]))
+    assert len(tasks) == len(frame) == 24 * 3 * 2 + 3 * 2
+    for a, b in zip(tasks, frame, strict=True):
+        assert (a["hour"], a["class"], a["metric"]) == (b["hour"], b["class"], b["metric"])
+        assert all(np.array_equal(a[k], b[k]) for k in ("values", "counts", "bytes"))
+        assert np.all(np.diff(a["values"]) > 0)
+    hour = [(r[3], r[4]) for r in rows if (r[0], r[1], r[2]) == (5, "udp", "bytes")]
+    got = next(t for t in tasks if (t["hour"], t["class"], t["metric"]) == (5, "udp", "bytes"))
+    assert list(zip(got["values"].tolist(), got["counts"].tolist(), strict=True)) == sorted(hour)
+    day = next(t for t in tasks if (t["hour"], t["class"], t["metric"]) == (None, "udp", "bytes"))
+    assert int(day["counts"].sum()) == sum(r[4] for r in rows if (r[1], r[2]) == ("udp", "bytes"))
+
+    settings = {"replicates": 20, "bootstrap_hourly": False}
+    groups = job.balanced_groups(tasks, settings, 8)
+    assert sorted(i for g in groups for i in g) == list(range(len(tasks))) and len(groups) == 8
+    cost = [job._expected_seconds(t, settings) for t in tasks]
+    loads = [sum(cost[i] for i in g) for g in groups]
+    assert max(loads) <= sum(cost) / 8 + max(cost)
+    days = [i for i, t in enumerate(tasks) if t["hour"] is None]
+    assert max(sum(i in g for i in days) for g in groups) <= 2
+    assert sorted(len(g) for g in job.balanced_groups(tasks[:3], settings, 8)) == [1, 1, 1]  # no empty groups
+
+
 @pytest.mark.integration
 def test_job_run_writes_fits(spark, cfg, tmp_path):
     import pyarrow.parquet as pq
