@@ -86,8 +86,11 @@ class JobContext:
         """Replace lake/reports/<table>/date=<date>/ with the rows of a DuckDB query
         (columns cast to the declared types; one zstd Parquet file, no Spark involved)."""
         cols = [(n, t) for n, t in registry()[table].sql_columns() if n != "date"]
-        rule = self._count_at(table) if any(n == "count_at" for n, _ in cols) else None
-        select = ", ".join(f"CAST('{rule}' AS VARCHAR) AS \"count_at\"" if n == "count_at" else
+        rule = None
+        if any(n == "count_at" for n, _ in cols):  # as write(): the job's own count_at, else the rule it read
+            own = {r[0] for r in con.execute(f"DESCRIBE {query}").fetchall()}
+            rule = None if "count_at" in own else self._count_at(table)
+        select = ", ".join(f"CAST('{rule}' AS VARCHAR) AS \"count_at\"" if n == "count_at" and rule else
                            f'CAST("{n}" AS {t}) AS "{n}"' for n, t in cols)
 
         def produce(staging: Path) -> int:

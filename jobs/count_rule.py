@@ -88,6 +88,32 @@ def duckdb_sql(relation: str, rule: str, window_seconds: float = DEFAULT_WINDOW_
     where = f" WHERE {key_filter}" if key_filter else ""
     if rule == "all":
         return f"SELECT * FROM {relation}{where}"
+    ctes, counted = _rule_ctes(relation, rule, window_seconds, where, exporters)
+    return f"""{ctes}
+    SELECT * EXCLUDE ({", ".join(h for h in _SQL_HELPERS if h != "_co_counted")})
+    FROM co_u WHERE {counted}"""
+
+
+def duckdb_marks_sql(relation: str, rule: str, window_seconds: float = DEFAULT_WINDOW_SECONDS) -> str:
+    """Every row of `relation` with mark()'s columns (jobs/count_once.py): `_co_classified`,
+    `_co_points` (the flow's observation points), `_co_contradictory` and `_co_counted`
+    (whether `rule` counts the row; every row for `all`). For observation_points on DuckDB,
+    held equal to the Spark job by tests/jobs/test_count_once_reports.py."""
+    rule = check_rule(rule)
+    ctes, counted = _rule_ctes(relation, "key" if rule == "all" else rule, window_seconds, "", None)
+    flow = f"PARTITION BY {', '.join(KEY)}, _co_cl"
+    return f"""{ctes}
+    SELECT * EXCLUDE ({", ".join(h for h in _SQL_HELPERS if h != "_co_counted")}),
+           _co_cls AS _co_classified,
+           count(DISTINCT (exporter, _co_d)) OVER ({flow}) AS _co_points,
+           (bool_or(_co_ib = 'external') OVER ({flow}) AND bool_or(_co_ob = 'external') OVER ({flow}))
+               AS _co_contradictory,
+           {"TRUE" if rule == "all" else counted} AS _co_counted
+    FROM co_u"""
+
+
+def _rule_ctes(relation: str, rule: str, window_seconds: float, where: str, exporters: str | None) -> tuple[str, str]:
+    """The rule's common table expressions (ending in co_u) and its counted condition."""
     w = int(round(window_seconds * 1000))
     key = ", ".join(KEY)
     # a total order (a lake row is one (source_file, file_seq)): co_p and co_c sort apart, and
@@ -126,9 +152,7 @@ def duckdb_sql(relation: str, rule: str, window_seconds: float = DEFAULT_WINDOW_
     co_q AS (SELECT *, (_co_placed OR NOT bool_or(_co_placed) OVER (PARTITION BY {key}, _co_cl)) AS _co_cand
              FROM co_r),
     co_u AS (SELECT *, first_value(exporter) OVER ({best}) AS _co_bx, first_value(_co_d) OVER ({best}) AS _co_bd
-             FROM co_q)
-    SELECT * EXCLUDE ({", ".join(h for h in _SQL_HELPERS if h != "_co_counted")})
-    FROM co_u WHERE {counted}"""
+             FROM co_q)""", counted
 
 
 def duckdb_relation(con, relation: str) -> str:

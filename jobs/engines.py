@@ -2,7 +2,7 @@
 
 Two engines read the lake, and for a query or a report either gives the same rows:
 - local: in-process on this machine. Queries on DuckDB (jobs/query/duck.py); the reports
-  that have a local implementation on DuckDB (flow_size_dist) or in the Go kernel
+  that have a local implementation on DuckDB (flow_size_dist, observation_points) or in the Go kernel
   (top_talkers, jobs/toptalkers/). Every other report stays on Spark.
 - spark: Spark on its master, the path for a lake on a cluster.
 

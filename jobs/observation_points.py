@@ -9,6 +9,7 @@ from pyspark.sql import functions as F
 from flowlake.schemas.count_once import OBSERVATION_POINTS
 
 from . import count_once as co
+from . import engines
 
 NAME = "observation_points"
 TABLES = (OBSERVATION_POINTS,)
@@ -69,6 +70,70 @@ def observation_points(flows: DataFrame, rule: str, window_seconds: float) -> Da
     return per.select(*cols).unionByName(site.select(*cols))
 
 
+def observation_points_sql(con, files: list[str], rule: str, window_seconds: float) -> str:
+    """observation_points() on DuckDB over the day's flow files: the same rows (held equal
+    by tests/jobs/test_count_once_reports.py and the golden set). Why a second engine: on
+    Spark the rule's windows over every observation took 24-27 s of the daily set (the
+    demo day, bench/jobs.py --set all); DuckDB sorts only the columns the table needs."""
+    from flowlake.pipelines import duck  # noqa: PLC0415  (the local engine only)
+
+    from .count_rule import _RULE_COLUMNS, check_rule, duckdb_marks_sql, with_rule_columns  # noqa: PLC0415
+
+    rule = check_rule(rule)
+    src = f"read_parquet({duck.sql_list(files)}, hive_partitioning = true, union_by_name = true)"
+    have = {r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {src}").fetchall()}
+    extra = {"exporter_name": "VARCHAR", "in_if_name": "VARCHAR", "out_if_name": "VARCHAR",
+             "input_if": "BIGINT", "output_if": "BIGINT"}
+    cols = [c for c in dict.fromkeys((*_RULE_COLUMNS, *extra)) if c in have]
+    cols += [f"CAST(NULL AS {t}) AS {c}" for c, t in extra.items() if c not in have]
+    narrow = with_rule_columns(f"(SELECT {', '.join(cols)} FROM {src})", have | set(extra))
+    con.execute(f"CREATE OR REPLACE TEMP TABLE op_marked AS {duckdb_marks_sql(narrow, rule, window_seconds)}")
+    ext = """list_filter([
+        CASE WHEN in_if_boundary = 'external' THEN concat_ws(' ', input_if::VARCHAR, coalesce(in_if_name, '')) END,
+        CASE WHEN out_if_boundary = 'external' THEN concat_ws(' ', output_if::VARCHAR, coalesce(out_if_name, '')) END
+        ], x -> x IS NOT NULL)"""
+    ingress = "(flow_direction IS NULL OR flow_direction = 0)"
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE op_per AS
+        SELECT exporter, max(coalesce(exporter_name, '')) AS exporter_name,
+               coalesce(array_to_string(list_sort(list_distinct(flatten(list({ext})))), ', '), '') AS external_ifs,
+               max({ingress}::INTEGER) AS _in, max((NOT {ingress})::INTEGER) AS _out,
+               max(_co_classified::INTEGER) AS _classified,
+               count(*) AS observations, sum(_co_counted::BIGINT) AS counted,
+               sum(bytes) AS bytes_observed, sum(CASE WHEN _co_counted THEN bytes ELSE 0 END) AS bytes_counted,
+               avg((_co_points > 1)::DOUBLE) AS multi_point_share,
+               sum(_co_contradictory::BIGINT) AS contradictory,
+               sum(CASE WHEN _co_counted THEN (_co_points > 1)::DOUBLE ELSE 0.0 END) AS _counted_multi,
+               sum((_co_counted AND _co_contradictory)::BIGINT) AS _counted_contradictory
+        FROM op_marked GROUP BY exporter""")
+    exports = "CASE WHEN _in = 1 AND _out = 1 THEN 'both' WHEN _in = 1 THEN 'ingress' ELSE 'egress' END"
+    applied = ("'all'" if rule == "all" else "'key'" if rule == "key"
+               else "CASE WHEN _classified = 1 THEN 'boundary' ELSE 'key' END")
+    return f"""
+        SELECT exporter, exporter_name, external_ifs, {exports} AS exports, _classified = 1 AS classified,
+               {applied} AS count_at, observations, counted, bytes_observed, bytes_counted, multi_point_share,
+               contradictory
+        FROM op_per
+        UNION ALL
+        SELECT 'all', 'all', '', {exports}, _classified = 1, '{rule}', observations, counted, bytes_observed,
+               bytes_counted, CASE WHEN counted > 0 THEN _multi / counted ELSE 0.0 END, contradictory
+        FROM (SELECT sum(observations) AS observations, sum(counted) AS counted,
+                     sum(bytes_observed) AS bytes_observed, sum(bytes_counted) AS bytes_counted,
+                     max(_classified) AS _classified, max(_in) AS _in, max(_out) AS _out,
+                     sum(_counted_contradictory) AS contradictory, sum(_counted_multi) AS _multi
+              FROM op_per) WHERE observations > 0"""
+
+
 def run(ctx) -> None:
     rule, window = co.settings(ctx.cfg)
+    if engines.for_reports(ctx) == "local":
+        from flowlake.pipelines import duck  # noqa: PLC0415  (the local engine only)
+
+        files = duck.flow_files(ctx)
+        if files:
+            con = duck.connect(ctx.cfg)
+            try:
+                ctx.write_duckdb(con, observation_points_sql(con, files, rule, window), NAME)
+            finally:
+                con.close()
+            return
     ctx.write(observation_points(ctx.flows(), rule, window), NAME)

@@ -349,6 +349,38 @@ def test_observation_points_describe_the_modelled_border(spark, day, tmp_path):
     assert site["contradictory"] == 0  # the model's flows enter or leave, none both
 
 
+@pytest.mark.integration
+@pytest.mark.parametrize("rule", ["auto", "boundary", "key", "all"])
+def test_observation_points_on_duckdb_equal_spark(spark, day, tmp_path, rule):
+    """The local engine's observation_points (DuckDB, the rule's windows in SQL) against the
+    Spark job, row for row: the modelled border, and the hand-made contradictory flow and the
+    flow that never crosses the boundary (every branch of the rule)."""
+    import duckdb  # noqa: PLC0415  (only here)
+
+    from flowlake.jobs.observation_points import observation_points_sql  # noqa: PLC0415
+
+    _truth, obs = day
+    hand = [_obs(), _obs(exporter="10.9.0.2", input_if=4, output_if=2, sampling_rate=2, in_if_boundary="internal",
+                         out_if_boundary="external"),
+            _obs(src_addr="10.1.1.7", dst_addr="10.1.2.9", src_port=40000, dst_port=22, in_if_boundary="internal",
+                 out_if_boundary="internal", input_if=3, output_if=4, flow_direction=1),
+            _obs(exporter="10.9.0.9", src_port=445, in_if_boundary=None, out_if_boundary=None, sampling_rate=10)]
+    for name, table in (("border", obs), ("hand", pa.Table.from_pylist(hand))):
+        spark_rows = observation_points(frame(spark, table, tmp_path, name), rule, 60).collect()
+        con = duckdb.connect()
+        query = observation_points_sql(con, [str(tmp_path / f"{name}.parquet")], rule, 60)
+        cur = con.execute(query)
+        cols = [d[0] for d in cur.description]
+        duck_rows = [dict(zip(cols, r, strict=True)) for r in cur.fetchall()]
+        con.close()
+        want = {r["exporter"]: r.asDict() for r in spark_rows}
+        got = {r["exporter"]: r for r in duck_rows}
+        assert sorted(got) == sorted(want) and len(want) >= 3, name
+        for exporter, w in want.items():
+            g = {k: got[exporter][k] for k in w}
+            assert g == {**w, "multi_point_share": pytest.approx(w["multi_point_share"], rel=1e-12)}, (name, exporter)
+
+
 def test_status_shows_the_border_from_the_last_report(tmp_path):
     from rich.console import Console  # noqa: PLC0415  (only here)
 
