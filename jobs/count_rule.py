@@ -98,7 +98,7 @@ def duckdb_marks_sql(relation: str, rule: str, window_seconds: float = DEFAULT_W
     """Every row of `relation` with mark()'s columns (jobs/count_once.py): `_co_classified`,
     `_co_points` (the flow's observation points), `_co_contradictory` and `_co_counted`
     (whether `rule` counts the row; every row for `all`). For observation_points on DuckDB,
-    held equal to the Spark job by tests/jobs/test_count_once_reports.py."""
+    held equal to the Spark job by tests/jobs/test_count_once.py."""
     rule = check_rule(rule)
     ctes, counted = _rule_ctes(relation, "key" if rule == "all" else rule, window_seconds, "", None)
     flow = f"PARTITION BY {', '.join(KEY)}, _co_cl"

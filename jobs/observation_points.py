@@ -3,6 +3,8 @@
 (issue 34; schemas/count_once.py). Reads every observation (ctx.flows()), as the rule does."""
 from __future__ import annotations
 
+import logging
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -10,6 +12,8 @@ from flowlake.schemas.count_once import OBSERVATION_POINTS
 
 from . import count_once as co
 from . import engines
+
+log = logging.getLogger(__name__)
 
 NAME = "observation_points"
 TABLES = (OBSERVATION_POINTS,)
@@ -72,7 +76,7 @@ def observation_points(flows: DataFrame, rule: str, window_seconds: float) -> Da
 
 def observation_points_sql(con, files: list[str], rule: str, window_seconds: float) -> str:
     """observation_points() on DuckDB over the day's flow files: the same rows (held equal
-    by tests/jobs/test_count_once_reports.py and the golden set). Why a second engine: on
+    by tests/jobs/test_count_once.py for every rule, and by the golden set). Why a second engine: on
     Spark the rule's windows over every observation took 24-27 s of the daily set (the
     demo day, bench/jobs.py --set all); DuckDB sorts only the columns the table needs."""
     from flowlake.pipelines import duck  # noqa: PLC0415  (the local engine only)
@@ -126,6 +130,8 @@ def observation_points_sql(con, files: list[str], rule: str, window_seconds: flo
 def run(ctx) -> None:
     rule, window = co.settings(ctx.cfg)
     if engines.for_reports(ctx) == "local":
+        import duckdb  # noqa: PLC0415  (the local engine only)
+
         from flowlake.pipelines import duck  # noqa: PLC0415  (the local engine only)
 
         files = duck.flow_files(ctx)
@@ -133,7 +139,12 @@ def run(ctx) -> None:
             con = duck.connect(ctx.cfg)
             try:
                 ctx.write_duckdb(con, observation_points_sql(con, files, rule, window), NAME)
+                return
+            except duckdb.OutOfMemoryException as exc:
+                # the rule's windows do not spill in DuckDB (count once splits a day too big
+                # into passes; this table needs every observation at once): Spark's do
+                log.warning("observation_points %s: DuckDB ran out of memory (%s); running it on Spark",
+                            ctx.date, str(exc).splitlines()[0])
             finally:
                 con.close()
-            return
     ctx.write(observation_points(ctx.flows(), rule, window), NAME)

@@ -381,6 +381,30 @@ def test_observation_points_on_duckdb_equal_spark(spark, day, tmp_path, rule):
             assert g == {**w, "multi_point_share": pytest.approx(w["multi_point_share"], rel=1e-12)}, (name, exporter)
 
 
+@pytest.mark.integration
+def test_observation_points_run_on_spark_when_duckdb_runs_out_of_memory(spark, day, tmp_path_factory,
+                                                                         monkeypatch, caplog):
+    """The rule's windows do not spill in DuckDB: a day too big for its memory is reported by
+    Spark instead (here DuckDB gets 2 MB), with a warning, and the table is the Spark job's."""
+    import duckdb  # noqa: PLC0415  (only here)
+
+    from flowlake.pipelines import duck  # noqa: PLC0415  (only here)
+
+    _truth, obs = day
+    home = tmp_path_factory.mktemp("op-oom")
+    lake_day(obs, home / "lake" / "flows")
+    cfg = private_cfg(home, FLOWLAKE_SITE_COUNT_AT="auto")
+    monkeypatch.setattr(duck, "connect", lambda cfg: duckdb.connect(config={"memory_limit": "2MB", "threads": 1}))
+    with caplog.at_level("WARNING", logger="flowlake.jobs.observation_points"):
+        out = runner.run_jobs(spark, cfg, DAY, runner.order(runner.discover(), ["observation_points"]))
+    assert [(o.status, o.error) for o in out] == [("ok", "")]
+    assert "DuckDB ran out of memory" in caplog.text and "running it on Spark" in caplog.text
+    got = pq.read_table(cfg.lake / "reports" / "observation_points" / f"date={DAY}").to_pylist()
+    want = observation_points(frame(spark, obs, tmp_path_factory.mktemp("op-oom-ref")), "auto", 60).collect()
+    assert {r["exporter"]: r["counted"] for r in got} == {r["exporter"]: r["counted"] for r in want}
+    assert {r["exporter"]: r["external_ifs"] for r in got} == {r["exporter"]: r["external_ifs"] for r in want}
+
+
 def test_status_shows_the_border_from_the_last_report(tmp_path):
     from rich.console import Console  # noqa: PLC0415  (only here)
 
