@@ -24,14 +24,17 @@ def duration_class(seconds):
     return label, lower
 
 
-def _stats(df: DataFrame, keys: list[str]) -> DataFrame:
-    pct = F.percentile_approx("dur", list(PCTS), ACCURACY)
-    return (df.groupBy(*keys)
-            .agg(F.count(F.lit(1)).alias("flows"), F.sum("packets").alias("packets"), F.sum("bytes").alias("bytes"),
-                 F.sum("dur").alias("duration_total_s"), F.avg("dur").alias("duration_mean_s"),
-                 pct.alias("_p"), F.max("dur").alias("duration_max_s"))
-            .withColumns({f"duration_p{int(p * 100)}_s": F.col("_p")[i] for i, p in enumerate(PCTS)})
-            .drop("_p"))
+# the grouping sets, and grouping_id()'s bit per grouping column (direction, duration_class,
+# class_lower_s, app; 1 = aggregated over): one aggregation over one read of the flows
+# (a union with a copy as direction 'all' and four aggregations read them eight times)
+_SETS = {"class": (("direction", "duration_class", "class_lower_s"), ("duration_class", "class_lower_s")),
+         "overall": (("direction",), ()),
+         "app": (("direction", "app"), ("app",))}
+_COLS = ("direction", "duration_class", "class_lower_s", "app")
+
+
+def _gid(cols) -> int:
+    return sum(1 << (len(_COLS) - 1 - i) for i, c in enumerate(_COLS) if c not in cols)
 
 
 def flow_durations(flows: DataFrame, mapping: dict[tuple[int, int], str], top_n: int) -> DataFrame:
@@ -43,18 +46,31 @@ def flow_durations(flows: DataFrame, mapping: dict[tuple[int, int], str], top_n:
                                         "packets", "bytes"), mapping).withColumn("dur", dur)
     label, lower = duration_class(F.col("dur"))
     base = base.withColumn("duration_class", label).withColumn("class_lower_s", lower)
-    both = base.unionByName(base.withColumn("direction", F.lit("all")))
-    by_class = _stats(both, ["direction", "duration_class", "class_lower_s"])
-    overall = (_stats(both, ["direction"]).withColumn("duration_class", F.lit("all"))
-               .withColumn("class_lower_s", F.lit(0.0)))
-    classes = (by_class.unionByName(overall).withColumn("section", F.lit("class"))
+    pct = F.percentile_approx("dur", list(PCTS), ACCURACY)
+    stats = (base.groupingSets([s for sets in _SETS.values() for s in sets], *_COLS)
+             .agg(F.count(F.lit(1)).alias("flows"), F.sum("packets").alias("packets"), F.sum("bytes").alias("bytes"),
+                  F.sum("dur").alias("duration_total_s"), F.avg("dur").alias("duration_mean_s"),
+                  pct.alias("_p"), F.max("dur").alias("duration_max_s"), F.grouping_id().alias("_g"))
+             .withColumns({f"duration_p{int(p * 100)}_s": F.col("_p")[i] for i, p in enumerate(PCTS)})
+             .withColumn("direction", F.when(F.col("_g").bitwiseAND(1 << (len(_COLS) - 1)) != 0, F.lit("all"))
+                         .otherwise(F.col("direction")))
+             .drop("_p"))
+
+    def section(name):
+        return stats.where(F.col("_g").isin([_gid(s) for s in _SETS[name]])).drop("_g")
+
+    classes = section("class").drop("app")
+    overall = (section("overall").drop("duration_class", "class_lower_s", "app")
+               .withColumn("duration_class", F.lit("all")).withColumn("class_lower_s", F.lit(0.0)))
+    classes = (classes.unionByName(overall).withColumn("section", F.lit("class"))
                .withColumn("app", F.lit(None).cast("string")).withColumn("rank", F.lit(None).cast("int")))
     order = Window.partitionBy("direction").orderBy(F.col("duration_total_s").desc(), F.col("flows").desc(), "app")
-    apps = (_stats(both, ["direction", "app"]).withColumn("rank", F.row_number().over(order).cast("int"))
+    apps = (section("app").drop("duration_class", "class_lower_s")
+            .withColumn("rank", F.row_number().over(order).cast("int"))
             .where(F.col("rank") <= top_n).withColumn("section", F.lit("app"))
             .withColumn("duration_class", F.lit(None).cast("string"))
             .withColumn("class_lower_s", F.lit(None).cast("double")))
-    totals = both.groupBy("direction").agg(F.count(F.lit(1)).alias("_tf"), F.sum("bytes").alias("_tb"))
+    totals = section("overall").select("direction", F.col("flows").alias("_tf"), F.col("bytes").alias("_tb"))
     out = classes.unionByName(apps).join(F.broadcast(totals), "direction")
     share = lambda c, t: F.when(F.col(t) > 0, F.col(c) / F.col(t)).otherwise(F.lit(0.0))  # noqa: E731
     return out.withColumn("flows_share", share("flows", "_tf")).withColumn("bytes_share", share("bytes", "_tb")).drop("_tf", "_tb")
